@@ -1,0 +1,109 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func benchEntries(b *testing.B, n int) []*raft.Log {
+	logs := make([]*raft.Log, n)
+	for i := range logs {
+		data, err := EncodeCommand(reg(plugin("csi", fmt.Sprintf("name-%d", i%10000), fmt.Sprintf("alloc-%d", i))))
+		if err != nil {
+			b.Fatal(err)
+		}
+		logs[i] = &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: data}
+	}
+	return logs
+}
+
+func BenchmarkApply(b *testing.B) {
+	logs := benchEntries(b, b.N)
+	f := New(nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f.Apply(logs[i])
+	}
+}
+
+func BenchmarkApplyBatch64(b *testing.B) {
+	logs := benchEntries(b, b.N)
+	f := New(nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 64 {
+		end := min(i+64, b.N)
+		f.ApplyBatch(logs[i:end])
+	}
+}
+
+// stateOf builds a state with names × allocs instances spread over types.
+func stateOf(b *testing.B, types, names, allocs int) *FSM {
+	f := New(nil)
+	var logs []*raft.Log
+	idx := uint64(0)
+	for n := 0; n < names; n++ {
+		for a := 0; a < allocs; a++ {
+			idx++
+			p := plugin(fmt.Sprintf("type-%d", n%types), fmt.Sprintf("name-%05d", n), fmt.Sprintf("alloc-%03d", a))
+			data, _ := EncodeCommand(reg(p))
+			logs = append(logs, &raft.Log{Index: idx, Type: raft.LogCommand, Data: data})
+			if len(logs) == 1024 {
+				f.ApplyBatch(logs)
+				logs = logs[:0]
+			}
+		}
+	}
+	if len(logs) > 0 {
+		f.ApplyBatch(logs)
+	}
+	return f
+}
+
+func BenchmarkListPlugins10kNames(b *testing.B) {
+	f := stateOf(b, 1, 10000, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if got := len(f.State().List("type-0")); got != 10000 {
+			b.Fatalf("listed %d", got)
+		}
+	}
+}
+
+// 1M instances: 10k names × 100 allocs over 10 types.
+func BenchmarkSnapshot1M(b *testing.B) {
+	f := stateOf(b, 10, 10000, 100)
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf.Reset()
+		if err := WriteState(&buf, f.State()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "snapshot-bytes")
+}
+
+func BenchmarkRestore1M(b *testing.B) {
+	f := stateOf(b, 10, 10000, 100)
+	var buf bytes.Buffer
+	if err := WriteState(&buf, f.State()); err != nil {
+		b.Fatal(err)
+	}
+	data := buf.Bytes()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s, err := ReadState(bytes.NewReader(data))
+		if err != nil || s.Len() != 1000000 {
+			b.Fatalf("restore: %v (%d instances)", err, s.Len())
+		}
+	}
+	b.ReportMetric(float64(len(data)), "snapshot-bytes")
+}

@@ -1,0 +1,160 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+)
+
+// CommandType is the first byte of every log entry plugreg writes. The log
+// format is versioned by it from day one: a new command gets a new type, and
+// a type with IgnoreUnknownTypeFlag set may be skipped by older binaries
+// that do not know it (for commands that only add optional state).
+type CommandType uint8
+
+const (
+	RegisterCommand       CommandType = 1
+	DeregisterCommand     CommandType = 2
+	DeregisterNodeCommand CommandType = 3
+
+	// IgnoreUnknownTypeFlag marks a command that a binary which does not
+	// know its type may skip without diverging (Nomad's fsm.go has the same).
+	IgnoreUnknownTypeFlag CommandType = 0x80
+)
+
+func (t CommandType) String() string {
+	switch t {
+	case RegisterCommand:
+		return "register"
+	case DeregisterCommand:
+		return "deregister"
+	case DeregisterNodeCommand:
+		return "deregister-node"
+	}
+	return fmt.Sprintf("command(%d)", uint8(t))
+}
+
+// Request is a decoded command: one of *RegisterRequest,
+// *DeregisterRequest, *DeregisterNodeRequest.
+type Request interface {
+	CommandType() CommandType
+	// Validate checks the request as it would be checked at the edge.
+	Validate() error
+	// ID returns the client's request ID, "" when it sent none.
+	ID() string
+}
+
+// RegisterRequest adds or updates one plugin instance.
+type RegisterRequest struct {
+	Plugin    *PluginInfo
+	RequestID string `json:",omitempty"`
+}
+
+// DeregisterRequest removes one plugin instance.
+type DeregisterRequest struct {
+	Type, Name, AllocID string
+	RequestID           string `json:",omitempty"`
+}
+
+// DeregisterNodeRequest removes every instance registered with NodeID.
+type DeregisterNodeRequest struct {
+	NodeID    string
+	RequestID string `json:",omitempty"`
+}
+
+func (*RegisterRequest) CommandType() CommandType       { return RegisterCommand }
+func (*DeregisterRequest) CommandType() CommandType     { return DeregisterCommand }
+func (*DeregisterNodeRequest) CommandType() CommandType { return DeregisterNodeCommand }
+
+func (r *RegisterRequest) ID() string       { return r.RequestID }
+func (r *DeregisterRequest) ID() string     { return r.RequestID }
+func (r *DeregisterNodeRequest) ID() string { return r.RequestID }
+
+func (r *RegisterRequest) Validate() error {
+	if err := ValidatePlugin(r.Plugin); err != nil {
+		return err
+	}
+	return validateRequestID(r.RequestID)
+}
+
+func (r *DeregisterRequest) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"Type", r.Type}, {"Name", r.Name}, {"AllocID", r.AllocID},
+	} {
+		if err := ValidateIdentifier(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return validateRequestID(r.RequestID)
+}
+
+func (r *DeregisterNodeRequest) Validate() error {
+	if err := ValidateIdentifier("NodeID", r.NodeID); err != nil {
+		return err
+	}
+	return validateRequestID(r.RequestID)
+}
+
+func validateRequestID(id string) error {
+	if id == "" {
+		return nil
+	}
+	return validateText("RequestID", id, MaxRequestIDLen)
+}
+
+// msgpackHandle is read-only configuration shared by every encoder and
+// decoder. Canonical sorts map keys so that equal states encode to equal
+// bytes; MaxInitLen stops a hostile length prefix from allocating
+// gigabytes before the decoder notices the input is short.
+var msgpackHandle = &codec.MsgpackHandle{
+	BasicHandle: codec.BasicHandle{
+		EncodeOptions: codec.EncodeOptions{Canonical: true},
+		DecodeOptions: codec.DecodeOptions{MaxInitLen: 4096},
+	},
+	WriteExt: true,
+}
+
+// EncodeCommand validates req and encodes it as a log entry: the type byte,
+// then the msgpack body.
+func EncodeCommand(req Request) ([]byte, error) {
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
+	}
+	var buf bytes.Buffer
+	buf.WriteByte(byte(req.CommandType()))
+	if err := codec.NewEncoder(&buf, msgpackHandle).Encode(req); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeCommand decodes and validates a log entry written by EncodeCommand.
+// Unknown fields in the body are ignored (a newer binary may add some);
+// an unknown type is ErrUnknownCommand, whatever its flag: the caller
+// decides whether it may be skipped (see IgnoreUnknownTypeFlag).
+func DecodeCommand(b []byte) (Request, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
+	}
+	t := CommandType(b[0])
+	var req Request
+	switch t {
+	case RegisterCommand:
+		req = new(RegisterRequest)
+	case DeregisterCommand:
+		req = new(DeregisterRequest)
+	case DeregisterNodeCommand:
+		req = new(DeregisterNodeRequest)
+	default:
+		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, uint8(t))
+	}
+	dec := codec.NewDecoderBytes(b[1:], msgpackHandle)
+	if err := dec.Decode(req); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, t, err)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", t, err)
+	}
+	return req, nil
+}

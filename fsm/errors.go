@@ -1,0 +1,26 @@
+package fsm
+
+import "errors"
+
+var (
+	// ErrInvalid marks a request that fails validation. It is wrapped with
+	// the field at fault; test with errors.Is.
+	ErrInvalid = errors.New("fsm: invalid request")
+
+	// ErrTooLarge marks a request over one of the size limits.
+	ErrTooLarge = errors.New("fsm: request too large")
+
+	// ErrUnknownCommand marks a command type this binary does not know.
+	ErrUnknownCommand = errors.New("fsm: unknown command type; upgrade this node")
+
+	// ErrMalformed marks bytes that do not decode as a command.
+	ErrMalformed = errors.New("fsm: malformed command")
+
+	// ErrBadSnapshot marks a snapshot stream that cannot be restored. The
+	// live state is untouched when Restore returns it.
+	ErrBadSnapshot = errors.New("fsm: bad snapshot")
+
+	// ErrNotFound marks a lookup of an instance, name or type that does not
+	// exist.
+	ErrNotFound = errors.New("fsm: not found")
+)

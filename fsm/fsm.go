@@ -1,0 +1,185 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// Result is what a write did.
+type Result string
+
+const (
+	ResultRegistered   Result = "registered"
+	ResultUpdated      Result = "updated"
+	ResultUnchanged    Result = "unchanged"
+	ResultDeregistered Result = "deregistered"
+	ResultAbsent       Result = "absent"
+	// ResultIgnored answers a command type this binary does not know but
+	// that was flagged as safe to skip.
+	ResultIgnored Result = "ignored"
+)
+
+// ApplyResult is the response of Apply for one log entry: what raft hands
+// back through ApplyFuture.Response.
+type ApplyResult struct {
+	Index   uint64
+	Result  Result
+	Removed int   // instances removed, for deregister and deregister-node
+	Err     error // the command was rejected; the state did not change
+}
+
+// EventType says what happened to a plugin instance.
+type EventType string
+
+const (
+	EventRegistered   EventType = "registered"
+	EventUpdated      EventType = "updated"
+	EventDeregistered EventType = "deregistered"
+)
+
+// Event is one change to one instance. Info is the instance after the
+// change (the removed instance for EventDeregistered); Current is the newest
+// instance of Info's (Type, Name) after the change, nil when the name is
+// gone. Both are shared with the state: read-only.
+type Event struct {
+	Index     uint64
+	EventType EventType
+	Info      *PluginInfo
+	Current   *PluginInfo
+}
+
+// Sink receives what the FSM applied. It is called on the Apply path, in log
+// order, and must not block.
+type Sink interface {
+	// Applied is called once per applied batch with the new state and the
+	// events of the batch's entries (possibly none), in order.
+	Applied(s *State, events []Event)
+	// Restored is called after Restore swapped in a state from a snapshot.
+	// Events between the previous state and this one are not known.
+	Restored(s *State)
+}
+
+// FSM is plugreg's raft.BatchingFSM. Its methods are called by raft from a
+// single goroutine; State may be called from any goroutine at any time.
+type FSM struct {
+	state atomic.Pointer[State]
+	sink  Sink
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// New returns an FSM holding the empty state. sink may be nil.
+func New(sink Sink) *FSM {
+	f := &FSM{sink: sink}
+	f.state.Store(NewState())
+	return f
+}
+
+// State returns the current state in O(1). Its Index is the FSM's own
+// applied index: the last entry whose effects are fully in the state (raft's
+// AppliedIndex is only what raft has handed over).
+func (f *FSM) State() *State { return f.state.Load() }
+
+// Apply applies one log entry.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies entries in order, publishes the resulting state once,
+// then hands the batch's events to the sink. Each command's response is an
+// *ApplyResult; other entry types (configuration) answer nil but still
+// advance the index.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	cur := f.state.Load()
+	next := *cur // a private copy: its trees are replaced, never changed
+	out := make([]interface{}, len(logs))
+	var events []Event
+	for i, l := range logs {
+		if l.Index > next.index {
+			next.index = l.Index
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		res, evs := next.apply(l.Index, l.Data)
+		out[i] = res
+		events = append(events, evs...)
+	}
+	f.state.Store(&next)
+	if f.sink != nil {
+		f.sink.Applied(&next, events)
+	}
+	return out
+}
+
+// apply decodes and applies one command entry.
+func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
+	req, err := DecodeCommand(data)
+	if err != nil {
+		if errors.Is(err, ErrUnknownCommand) {
+			if CommandType(data[0])&IgnoreUnknownTypeFlag != 0 {
+				return &ApplyResult{Index: index, Result: ResultIgnored}, nil
+			}
+			// Applying past a command we do not understand would make
+			// this node's state silently differ from newer nodes'.
+			panic(fmt.Sprintf("fsm: entry %d: %v", index, err))
+		}
+		// Decoding is deterministic, so every node rejects it alike.
+		return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
+	}
+	var (
+		res Result
+		evs []Event
+	)
+	switch r := req.(type) {
+	case *RegisterRequest:
+		res, evs = s.register(index, r.Plugin)
+	case *DeregisterRequest:
+		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
+	case *DeregisterNodeRequest:
+		res, evs = s.deregisterNode(index, r.NodeID)
+	}
+	ar := &ApplyResult{Index: index, Result: res}
+	if res == ResultDeregistered {
+		ar.Removed = len(evs)
+	}
+	return ar, evs
+}
+
+// Snapshot returns the current state for raft to persist. It is O(1): the
+// state is immutable, so Persist may stream it while Apply goes on.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &snapshot{state: f.state.Load()}, nil
+}
+
+// Restore replaces the state with the one in rc. It builds the new state
+// completely before swapping it in, so a bad snapshot leaves the live state
+// untouched.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := ReadState(rc)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	f.state.Store(s)
+	if f.sink != nil {
+		f.sink.Restored(s)
+	}
+	return nil
+}
+
+type snapshot struct{ state *State }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := WriteState(sink, s.state); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot at %d: %w", s.state.index, err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

@@ -1,0 +1,152 @@
+package fsm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/hashicorp/go-msgpack/v2/codec"
+)
+
+// SnapshotVersion is the version of the snapshot stream WriteState writes.
+const SnapshotVersion = 1
+
+// RegistryState heads a snapshot stream. The stream is msgpack values one
+// after another: this header, then Names NameList records in (Type, Name)
+// order, then nothing. Streaming by name list keeps memory flat for large
+// registries; the fixed order makes equal states encode to equal bytes.
+type RegistryState struct {
+	Version   int
+	Index     uint64 // the state's applied index
+	Names     int    // NameList records that follow
+	Instances int    // instances in all records together
+}
+
+// NameList is one (Type, Name) and its recency list, newest first.
+type NameList struct {
+	Type      string
+	Name      string
+	Instances []*PluginInfo
+}
+
+// WriteState streams s to w in the snapshot format.
+func WriteState(w io.Writer, s *State) error {
+	bw := bufio.NewWriterSize(w, 64*1024)
+	enc := codec.NewEncoder(bw, msgpackHandle)
+	names := 0
+	s.types.Root().Walk(func(_ []byte, t *nameTree) bool {
+		names += t.Len()
+		return false
+	})
+	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances}
+	if err := enc.Encode(&hdr); err != nil {
+		return fmt.Errorf("write snapshot header: %w", err)
+	}
+	var err error
+	s.Walk(func(t, n string, list []*PluginInfo) bool {
+		err = enc.Encode(&NameList{Type: t, Name: n, Instances: list})
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("write snapshot record: %w", err)
+	}
+	return bw.Flush()
+}
+
+// ReadState decodes a snapshot stream and checks every invariant the FSM
+// keeps: valid plugins, records in strictly increasing (Type, Name) order,
+// no duplicate allocation in a list, newest first, indexes within the
+// state's index, counts as the header says, nothing after the last record.
+// Any violation is ErrBadSnapshot.
+func ReadState(r io.Reader) (*State, error) {
+	dec := codec.NewDecoder(bufio.NewReaderSize(r, 64*1024), msgpackHandle)
+	var hdr RegistryState
+	if err := dec.Decode(&hdr); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
+	}
+	if hdr.Version != SnapshotVersion {
+		return nil, fmt.Errorf("%w: version %d, this binary reads %d", ErrBadSnapshot, hdr.Version, SnapshotVersion)
+	}
+	if hdr.Names < 0 || hdr.Instances < hdr.Names {
+		return nil, fmt.Errorf("%w: header counts %d names, %d instances", ErrBadSnapshot, hdr.Names, hdr.Instances)
+	}
+	types := iradix.New[*nameTree]().Txn()
+	var (
+		curType   string
+		names     *iradix.Txn[recency]
+		prev      NameList
+		instances int
+	)
+	flush := func() {
+		if names != nil {
+			types.Insert([]byte(curType), names.Commit())
+		}
+	}
+	for i := 0; i < hdr.Names; i++ {
+		var rec NameList
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrBadSnapshot, i, err)
+		}
+		if err := checkRecord(&rec, hdr.Index); err != nil {
+			return nil, fmt.Errorf("%w: record %d (%s/%s): %v", ErrBadSnapshot, i, rec.Type, rec.Name, err)
+		}
+		if i > 0 && (rec.Type < prev.Type || rec.Type == prev.Type && rec.Name <= prev.Name) {
+			return nil, fmt.Errorf("%w: record %d (%s/%s) out of order", ErrBadSnapshot, i, rec.Type, rec.Name)
+		}
+		if names == nil || rec.Type != curType {
+			flush()
+			curType, names = rec.Type, iradix.New[recency]().Txn()
+		}
+		names.Insert([]byte(rec.Name), recency(rec.Instances))
+		instances += len(rec.Instances)
+		if instances > hdr.Instances {
+			return nil, fmt.Errorf("%w: more instances than the header's %d", ErrBadSnapshot, hdr.Instances)
+		}
+		prev = NameList{Type: rec.Type, Name: rec.Name}
+	}
+	flush()
+	if instances != hdr.Instances {
+		return nil, fmt.Errorf("%w: %d instances, header says %d", ErrBadSnapshot, instances, hdr.Instances)
+	}
+	var extra interface{}
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: data after the last record", ErrBadSnapshot)
+	}
+	return &State{types: types.Commit(), index: hdr.Index, instances: instances}, nil
+}
+
+func checkRecord(rec *NameList, index uint64) error {
+	if err := ValidateIdentifier("Type", rec.Type); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("Name", rec.Name); err != nil {
+		return err
+	}
+	if len(rec.Instances) == 0 {
+		return errors.New("empty recency list")
+	}
+	seen := make(map[string]bool, len(rec.Instances))
+	for j, p := range rec.Instances {
+		if err := ValidatePlugin(p); err != nil {
+			return err
+		}
+		if p.Type != rec.Type || p.Name != rec.Name {
+			return fmt.Errorf("instance %d is %s/%s", j, p.Type, p.Name)
+		}
+		if seen[p.AllocID] {
+			return fmt.Errorf("alloc %s twice", p.AllocID)
+		}
+		seen[p.AllocID] = true
+		if p.CreateIndex == 0 || p.CreateIndex > p.ModifyIndex || p.ModifyIndex > index {
+			return fmt.Errorf("alloc %s has indexes %d/%d past state index %d", p.AllocID, p.CreateIndex, p.ModifyIndex, index)
+		}
+		// Every registration or update moves its instance to the front
+		// with a new index, so a list is in strictly decreasing ModifyIndex.
+		if j > 0 && p.ModifyIndex >= rec.Instances[j-1].ModifyIndex {
+			return fmt.Errorf("alloc %s out of recency order", p.AllocID)
+		}
+	}
+	return nil
+}

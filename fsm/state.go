@@ -1,0 +1,253 @@
+package fsm
+
+import (
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+)
+
+// recency is one (Type, Name)'s instances, newest registration first. A
+// recency slice is never modified once it is in a State: changes build a
+// new slice (lists are short; a name has one instance per allocation).
+type recency []*PluginInfo
+
+func (r recency) find(allocID string) int {
+	for i, p := range r {
+		if p.AllocID == allocID {
+			return i
+		}
+	}
+	return -1
+}
+
+// without returns a new list without position i.
+func (r recency) without(i int) recency {
+	out := make(recency, 0, len(r)-1)
+	out = append(out, r[:i]...)
+	return append(out, r[i+1:]...)
+}
+
+// withFront returns a new list with p in front, dropping position skip
+// (-1 drops nothing).
+func (r recency) withFront(p *PluginInfo, skip int) recency {
+	out := make(recency, 0, len(r)+1)
+	out = append(out, p)
+	for i, q := range r {
+		if i != skip {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+type nameTree = iradix.Tree[recency]
+
+// State is one immutable version of the registry: every type, name and
+// recency list as of Index. Readers may hold a State as long as they like;
+// Apply never changes it. Every *PluginInfo it returns is shared and must
+// not be modified (copy it first).
+type State struct {
+	types     *iradix.Tree[*nameTree]
+	index     uint64
+	instances int
+}
+
+// NewState returns the empty state at index 0.
+func NewState() *State {
+	return &State{types: iradix.New[*nameTree]()}
+}
+
+// Index is the index of the last log entry applied to this state. It counts
+// every entry the FSM was handed, including no-ops and rejected commands.
+func (s *State) Index() uint64 { return s.index }
+
+// Len is the number of plugin instances.
+func (s *State) Len() int { return s.instances }
+
+// Types lists the plugin types with at least one instance, sorted.
+func (s *State) Types() []string {
+	out := make([]string, 0, s.types.Len())
+	s.types.Root().Walk(func(k []byte, _ *nameTree) bool {
+		out = append(out, string(k))
+		return false
+	})
+	return out
+}
+
+// List returns the newest instance of every name of ptype, sorted by name.
+func (s *State) List(ptype string) []*PluginInfo {
+	names, ok := s.types.Get([]byte(ptype))
+	if !ok {
+		return nil
+	}
+	out := make([]*PluginInfo, 0, names.Len())
+	names.Root().Walk(func(_ []byte, r recency) bool {
+		out = append(out, r[0])
+		return false
+	})
+	return out
+}
+
+// Instances returns the recency list of (ptype, name), newest first, or nil.
+func (s *State) Instances(ptype, name string) []*PluginInfo {
+	r := s.recency(ptype, name)
+	if r == nil {
+		return nil
+	}
+	return append([]*PluginInfo(nil), r...)
+}
+
+// Newest returns the newest instance of (ptype, name), or nil.
+func (s *State) Newest(ptype, name string) *PluginInfo {
+	if r := s.recency(ptype, name); r != nil {
+		return r[0]
+	}
+	return nil
+}
+
+// Instance returns one instance, or nil.
+func (s *State) Instance(ptype, name, allocID string) *PluginInfo {
+	r := s.recency(ptype, name)
+	if i := r.find(allocID); i >= 0 {
+		return r[i]
+	}
+	return nil
+}
+
+// Walk calls fn for every (type, name) in order with its recency list,
+// newest first, until fn returns false. fn must not keep or change list.
+func (s *State) Walk(fn func(ptype, name string, list []*PluginInfo) bool) {
+	s.WalkTypes(nil, fn)
+}
+
+// WalkTypes is Walk restricted to the given types (all when types is
+// empty), still in (type, name) order.
+func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*PluginInfo) bool) {
+	want := func(string) bool { return true }
+	if len(types) > 0 {
+		set := make(map[string]bool, len(types))
+		for _, t := range types {
+			set[t] = true
+		}
+		want = func(t string) bool { return set[t] }
+	}
+	stop := false
+	s.types.Root().Walk(func(tk []byte, names *nameTree) bool {
+		t := string(tk)
+		if !want(t) {
+			return false
+		}
+		names.Root().Walk(func(nk []byte, r recency) bool {
+			stop = !fn(t, string(nk), r)
+			return stop
+		})
+		return stop
+	})
+}
+
+func (s *State) recency(ptype, name string) recency {
+	names, ok := s.types.Get([]byte(ptype))
+	if !ok {
+		return nil
+	}
+	r, _ := names.Get([]byte(name))
+	return r
+}
+
+// put replaces the recency list of (ptype, name); an empty list removes the
+// name, and the type with its last name.
+func (s *State) put(ptype, name string, r recency) {
+	tk, nk := []byte(ptype), []byte(name)
+	names, ok := s.types.Get(tk)
+	if !ok {
+		names = iradix.New[recency]()
+	}
+	if len(r) == 0 {
+		names, _, _ = names.Delete(nk)
+	} else {
+		names, _, _ = names.Insert(nk, r)
+	}
+	if names.Len() == 0 {
+		s.types, _, _ = s.types.Delete(tk)
+	} else {
+		s.types, _, _ = s.types.Insert(tk, names)
+	}
+}
+
+// The mutators below work on a State that the FSM copied for the entry (or
+// batch) being applied and has not yet published. They replace tree roots;
+// they never modify a tree, list or PluginInfo another State can see.
+
+func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
+	r := s.recency(in.Type, in.Name)
+	pos := r.find(in.AllocID)
+	if pos >= 0 && sameContent(r[pos], in) {
+		return ResultUnchanged, nil
+	}
+	p := in.Copy()
+	p.ModifyIndex = index
+	res, ev := ResultRegistered, EventRegistered
+	if pos >= 0 {
+		p.CreateIndex = r[pos].CreateIndex
+		res, ev = ResultUpdated, EventUpdated
+	} else {
+		p.CreateIndex = index
+		s.instances++
+	}
+	s.put(p.Type, p.Name, r.withFront(p, pos))
+	return res, []Event{{Index: index, EventType: ev, Info: p, Current: p}}
+}
+
+func (s *State) deregister(index uint64, ptype, name, allocID string) (Result, []Event) {
+	r := s.recency(ptype, name)
+	pos := r.find(allocID)
+	if pos < 0 {
+		return ResultAbsent, nil
+	}
+	removed := r[pos]
+	rest := r.without(pos)
+	s.put(ptype, name, rest)
+	s.instances--
+	return ResultDeregistered, []Event{{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()}}
+}
+
+func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
+	type hit struct {
+		ptype, name string
+		list        recency
+	}
+	var hits []hit
+	s.Walk(func(t, n string, list []*PluginInfo) bool {
+		for _, p := range list {
+			if p.NodeID == nodeID {
+				hits = append(hits, hit{t, n, list})
+				break
+			}
+		}
+		return true
+	})
+	if len(hits) == 0 {
+		return ResultAbsent, nil
+	}
+	var events []Event
+	for _, h := range hits {
+		rest := h.list
+		for i := 0; i < len(rest); {
+			if rest[i].NodeID != nodeID {
+				i++
+				continue
+			}
+			removed := rest[i]
+			rest = rest.without(i)
+			s.instances--
+			events = append(events, Event{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()})
+		}
+		s.put(h.ptype, h.name, rest)
+	}
+	return ResultDeregistered, events
+}
+
+func (r recency) front() *PluginInfo {
+	if len(r) == 0 {
+		return nil
+	}
+	return r[0]
+}
