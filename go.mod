@@ -19,5 +19,6 @@ require (
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.14 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.45.0 // indirect
 )

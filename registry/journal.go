@@ -1,0 +1,175 @@
+package registry
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/plugreg/plugreg/fsm"
+)
+
+// DefaultJournalSize is the number of events a Journal keeps.
+const DefaultJournalSize = 65536
+
+// Journal is a node's bounded, in-memory record of the events its FSM
+// applied, in log order: a ring of the last N events. It implements
+// fsm.Sink. Because every node applies the same log, every node's journal
+// holds the same sequence (over the range it retains).
+//
+// A subscription is a cursor (an index: everything at or below it has been
+// delivered) that reads from the journal. When the cursor falls below the
+// journal's floor, the events after it are gone and the reader gets the
+// current state instead: see read.
+type Journal struct {
+	mu     sync.Mutex // guards every field below; never held while sending
+	ring   []fsm.Event
+	start  int // position of the oldest event in ring
+	n      int // events held
+	floor  uint64
+	state  *fsm.State
+	notify chan struct{} // closed and replaced when anything is added
+	closed bool
+	done   chan struct{} // closed by Close
+}
+
+var _ fsm.Sink = (*Journal)(nil)
+
+// NewJournal returns a journal that keeps the last size events (size <= 0
+// means DefaultJournalSize).
+func NewJournal(size int) *Journal {
+	if size <= 0 {
+		size = DefaultJournalSize
+	}
+	return &Journal{
+		ring:   make([]fsm.Event, size),
+		state:  fsm.NewState(),
+		notify: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// Applied appends a batch's events. It never blocks on a reader: readers
+// hold mu only to copy events out.
+func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range events {
+		if j.n == len(j.ring) {
+			// Evict the oldest. Its index may still have events in the
+			// ring; the floor makes a reader below it reset rather than
+			// see half an entry.
+			j.floor = max(j.floor, j.ring[j.start].Index)
+			j.ring[j.start] = fsm.Event{}
+			j.start = (j.start + 1) % len(j.ring)
+			j.n--
+		}
+		j.ring[(j.start+j.n)%len(j.ring)] = e
+		j.n++
+	}
+	j.state = s
+	j.wakeLocked()
+}
+
+// Restored empties the journal: the events between the old state and the
+// restored one were never seen here, so every reader below the restored
+// index must reset.
+func (j *Journal) Restored(s *fsm.State) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	clear(j.ring)
+	j.start, j.n = 0, 0
+	j.floor = s.Index()
+	j.state = s
+	j.wakeLocked()
+}
+
+func (j *Journal) wakeLocked() {
+	close(j.notify)
+	j.notify = make(chan struct{})
+}
+
+// Close wakes every reader and makes it return. Idempotent.
+func (j *Journal) Close() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.closed {
+		j.closed = true
+		close(j.done)
+	}
+}
+
+// Done is closed when the journal is closed.
+func (j *Journal) Done() <-chan struct{} { return j.done }
+
+// State returns the latest state the FSM published, and so its index.
+func (j *Journal) State() *fsm.State {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.state
+}
+
+// WaitForIndex returns once this node has applied index, or with ctx's
+// error, or ErrShutdown.
+func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, error) {
+	for {
+		j.mu.Lock()
+		s, wait, closed := j.state, j.notify, j.closed
+		j.mu.Unlock()
+		if s.Index() >= index {
+			return s, nil
+		}
+		if closed {
+			return nil, ErrShutdown
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-j.done:
+			return nil, ErrShutdown
+		}
+	}
+}
+
+// batch is what one read hands a subscription.
+type batch struct {
+	reset  *fsm.State  // non-nil: deliver a reset from this state first
+	events []fsm.Event // then these, all passing the filter
+	cursor uint64      // the subscription's new cursor
+	wait   <-chan struct{}
+	closed bool
+}
+
+// read returns what follows cursor for filter: a reset when cursor is below
+// the floor, else up to limit matching events (never part of an index's
+// events), else a channel to wait on. Events with no match still advance the
+// cursor.
+func (j *Journal) read(cursor uint64, f Filter, limit int) batch {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return batch{closed: true}
+	}
+	if cursor < j.floor {
+		return batch{reset: j.state, cursor: j.state.Index()}
+	}
+	at := func(i int) *fsm.Event { return &j.ring[(j.start+i)%len(j.ring)] }
+	i := sort.Search(j.n, func(i int) bool { return at(i).Index > cursor })
+	var out []fsm.Event
+	for ; i < j.n; i++ {
+		e := at(i)
+		if len(out) >= limit && e.Index != out[len(out)-1].Index {
+			return batch{events: out, cursor: out[len(out)-1].Index}
+		}
+		if f.Match(e.Info.Type) {
+			out = append(out, *e)
+		}
+	}
+	// Scanned to the end: every entry up to the state's index is covered,
+	// including entries without events.
+	b := batch{events: out, cursor: max(cursor, j.state.Index())}
+	if len(out) == 0 {
+		b.wait = j.notify
+	}
+	return b
+}

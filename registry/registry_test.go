@@ -1,0 +1,193 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/plugreg/plugreg/fsm"
+)
+
+func TestReadsAndWrites(t *testing.T) {
+	s := newStore(t, 0)
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		do     func() (WriteResult, error)
+		result fsm.Result
+		err    error
+	}{
+		{"register a1", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a1")) }, fsm.ResultRegistered, nil},
+		{"register a2", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, fsm.ResultRegistered, nil},
+		{"register again", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, fsm.ResultUnchanged, nil},
+		{"register gce", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "gce", "g1")) }, fsm.ResultRegistered, nil},
+		{"invalid never reaches the log", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "", "a1")) }, "", fsm.ErrInvalid},
+		{"nil plugin", func() (WriteResult, error) { return s.RegisterPlugin(ctx, nil) }, "", fsm.ErrInvalid},
+		{"deregister unknown", func() (WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "ebs", "zz") }, fsm.ResultAbsent, nil},
+		{"deregister empty", func() (WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "", "a1") }, "", fsm.ErrInvalid},
+		{"deregister node empty", func() (WriteResult, error) { return s.DeregisterNode(ctx, "") }, "", fsm.ErrInvalid},
+	}
+	var last uint64
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := tc.do()
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("error %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				if _, idx := s.Types(); idx != last {
+					t.Fatalf("a rejected write moved the index from %d to %d", last, idx)
+				}
+				return
+			}
+			if res.Result != tc.result || res.Index != last+1 {
+				t.Fatalf("got %+v, want %s at %d", res, tc.result, last+1)
+			}
+			last = res.Index
+		})
+	}
+
+	list, idx := s.ListPlugins("csi")
+	if idx != last || len(list) != 2 || list[0].AllocID != "a2" || list[1].Name != "gce" {
+		t.Fatalf("ListPlugins = %v at %d", list, idx)
+	}
+	inst, _ := s.Instances("csi", "ebs")
+	if len(inst) != 2 || inst[0].AllocID != "a2" || inst[1].AllocID != "a1" {
+		t.Fatalf("Instances = %v", inst)
+	}
+	if _, _, err := s.PluginForAlloc("csi", "ebs", "zz"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("PluginForAlloc unknown: %v", err)
+	}
+	p, _, err := s.PluginForAlloc("csi", "ebs", "a1")
+	if err != nil || p.AllocID != "a1" {
+		t.Fatalf("PluginForAlloc = %v, %v", p, err)
+	}
+	if types, _ := s.Types(); len(types) != 1 || types[0] != "csi" {
+		t.Fatalf("Types = %v", types)
+	}
+}
+
+// The registry hands out copies: changing what it returned changes nothing.
+func TestHandsOutCopies(t *testing.T) {
+	s := newStore(t, 0)
+	in := plugin("csi", "ebs", "a1")
+	in.Options = map[string]string{"k": "v"}
+	mustRegister(t, s, in)
+	in.Options["k"] = "caller"
+
+	list, _ := s.ListPlugins("csi")
+	list[0].Options["k"] = "list"
+	inst, _ := s.Instances("csi", "ebs")
+	inst[0].ConnectionInfo.SocketPath = "/x"
+	got, _, _ := s.PluginForAlloc("csi", "ebs", "a1")
+	if got.Options["k"] != "v" || got.ConnectionInfo.SocketPath != "/run/ebs.sock" {
+		t.Fatalf("state was changed through a returned value: %+v %+v", got, got.ConnectionInfo)
+	}
+}
+
+func TestDispense(t *testing.T) {
+	var calls []string
+	s := NewLocal(0, map[string]PluginDispenser{
+		"csi": func(p *PluginInfo) (interface{}, error) {
+			calls = append(calls, "real:"+p.AllocID)
+			return p.AllocID, nil
+		},
+	})
+	defer s.Shutdown()
+	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("dispense absent: %v", err)
+	}
+	if _, err := s.DispensePlugin("device", "gpu"); !errors.Is(err, ErrNoDispenser) {
+		t.Fatalf("dispense without dispenser: %v", err)
+	}
+	mustRegister(t, s, plugin("csi", "ebs", "a1"))
+	mustRegister(t, s, plugin("csi", "ebs", "a2"))
+	if v, err := s.DispensePlugin("csi", "ebs"); err != nil || v != "a2" {
+		t.Fatalf("dispense = %v, %v; want the newest, a2", v, err)
+	}
+	s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) { return "stub:" + p.AllocID, nil })
+	if v, _ := s.DispensePlugin("csi", "ebs"); v != "stub:a2" {
+		t.Fatalf("stub did not win: %v", v)
+	}
+	wantErr := errors.New("boom")
+	s.StubDispenserForType("csi", func(*PluginInfo) (interface{}, error) { return nil, wantErr })
+	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, wantErr) {
+		t.Fatalf("dispenser error lost: %v", err)
+	}
+}
+
+// A dispenser runs outside every registry lock: it may call back into the
+// registry (here: write, and replace its own dispenser) without deadlock.
+// Run with -race: StubDispenserForType races DispensePlugin.
+func TestDispenserOutsideLocksAndRaceFree(t *testing.T) {
+	s := newStore(t, 0)
+	mustRegister(t, s, plugin("csi", "ebs", "a1"))
+	s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) {
+		s.StubDispenserForType("other", func(*PluginInfo) (interface{}, error) { return nil, nil })
+		_, err := s.RegisterPlugin(context.Background(), plugin("device", "d", p.AllocID))
+		return "ok", err
+	})
+	if v, err := s.DispensePlugin("csi", "ebs"); err != nil || v != "ok" {
+		t.Fatalf("dispense = %v, %v", v, err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 200; j++ {
+				s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) { return p.Name, nil })
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 200; j++ {
+				if _, err := s.DispensePlugin("csi", "ebs"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestShutdown(t *testing.T) {
+	s := NewLocal(0, nil)
+	ctx := context.Background()
+	var chans []<-chan *Event
+	for i := 0; i < 10; i++ {
+		ch, err := s.Watch(ctx, Filter{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	chans = append(chans, s.PluginsUpdatedCh(ctx, "csi"))
+	mustRegister(t, s, plugin("csi", "ebs", "a1")) // nobody reads: goroutines are blocked sending
+
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ { // concurrent and repeated Shutdown must not panic
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Shutdown() }()
+	}
+	wg.Wait()
+	s.Shutdown()
+	for i, ch := range chans {
+		for range ch { // drain what was buffered; the loop ends only if closed
+		}
+		_ = i
+	}
+	if _, err := s.Watch(ctx, Filter{}, 0); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("Watch after Shutdown: %v", err)
+	}
+	if _, err := s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("write after Shutdown: %v", err)
+	}
+	if ch := s.PluginsUpdatedCh(ctx, "csi"); ch == nil {
+		t.Fatal("nil channel after Shutdown")
+	} else if _, ok := <-ch; ok {
+		t.Fatal("PluginsUpdatedCh after Shutdown is not closed")
+	}
+}
