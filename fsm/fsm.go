@@ -30,6 +30,10 @@ type ApplyResult struct {
 	Result  Result
 	Removed int   // instances removed, for deregister and deregister-node
 	Err     error // the command was rejected; the state did not change
+	// Duplicate is set when the command's request ID was already applied:
+	// Index, Result and Removed are then the original write's, and
+	// nothing was applied again.
+	Duplicate bool
 }
 
 // EventType says what happened to a plugin instance.
@@ -131,6 +135,10 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		// Decoding is deterministic, so every node rejects it alike.
 		return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
 	}
+	id := req.ID()
+	if rec, ok := s.requests.get(id); id != "" && ok {
+		return &ApplyResult{Index: rec.Index, Result: rec.Result, Removed: rec.Removed, Duplicate: true}, nil
+	}
 	var (
 		res Result
 		evs []Event
@@ -146,6 +154,9 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 	ar := &ApplyResult{Index: index, Result: res}
 	if res == ResultDeregistered {
 		ar.Removed = len(evs)
+	}
+	if id != "" {
+		s.requests.add(RequestRecord{ID: id, Index: index, Result: res, Removed: ar.Removed})
 	}
 	return ar, evs
 }

@@ -15,13 +15,15 @@ const SnapshotVersion = 1
 
 // RegistryState heads a snapshot stream. The stream is msgpack values one
 // after another: this header, then Names NameList records in (Type, Name)
-// order, then nothing. Streaming by name list keeps memory flat for large
+// order, then Requests RequestRecord records in index order (the window of
+// recent request IDs), then nothing. Streaming by name list keeps memory flat for large
 // registries; the fixed order makes equal states encode to equal bytes.
 type RegistryState struct {
 	Version   int
 	Index     uint64 // the state's applied index
 	Names     int    // NameList records that follow
 	Instances int    // instances in all records together
+	Requests  int    // RequestRecord records after the name lists
 }
 
 // NameList is one (Type, Name) and its recency list, newest first.
@@ -40,7 +42,7 @@ func WriteState(w io.Writer, s *State) error {
 		names += t.Len()
 		return false
 	})
-	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances}
+	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances, Requests: s.requests.len()}
 	if err := enc.Encode(&hdr); err != nil {
 		return fmt.Errorf("write snapshot header: %w", err)
 	}
@@ -51,6 +53,13 @@ func WriteState(w io.Writer, s *State) error {
 	})
 	if err != nil {
 		return fmt.Errorf("write snapshot record: %w", err)
+	}
+	s.requests.walk(func(rec RequestRecord) bool {
+		err = enc.Encode(&rec)
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("write snapshot request record: %w", err)
 	}
 	return bw.Flush()
 }
@@ -69,7 +78,7 @@ func ReadState(r io.Reader) (*State, error) {
 	if hdr.Version != SnapshotVersion {
 		return nil, fmt.Errorf("%w: version %d, this binary reads %d", ErrBadSnapshot, hdr.Version, SnapshotVersion)
 	}
-	if hdr.Names < 0 || hdr.Instances < hdr.Names {
+	if hdr.Names < 0 || hdr.Instances < hdr.Names || hdr.Requests < 0 || hdr.Requests > RequestWindow {
 		return nil, fmt.Errorf("%w: header counts %d names, %d instances", ErrBadSnapshot, hdr.Names, hdr.Instances)
 	}
 	types := iradix.New[*nameTree]().Txn()
@@ -110,11 +119,27 @@ func ReadState(r io.Reader) (*State, error) {
 	if instances != hdr.Instances {
 		return nil, fmt.Errorf("%w: %d instances, header says %d", ErrBadSnapshot, instances, hdr.Instances)
 	}
+	reqs := newRequests()
+	var prevReq uint64
+	for i := 0; i < hdr.Requests; i++ {
+		var rec RequestRecord
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("%w: request record %d: %v", ErrBadSnapshot, i, err)
+		}
+		if err := checkRequestRecord(&rec, prevReq, hdr.Index); err != nil {
+			return nil, fmt.Errorf("%w: request record %d: %v", ErrBadSnapshot, i, err)
+		}
+		if _, dup := reqs.get(rec.ID); dup {
+			return nil, fmt.Errorf("%w: request %q twice", ErrBadSnapshot, rec.ID)
+		}
+		reqs.add(rec)
+		prevReq = rec.Index
+	}
 	var extra interface{}
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: data after the last record", ErrBadSnapshot)
 	}
-	return &State{types: types.Commit(), index: hdr.Index, instances: instances}, nil
+	return &State{types: types.Commit(), index: hdr.Index, instances: instances, requests: reqs}, nil
 }
 
 func checkRecord(rec *NameList, index uint64) error {

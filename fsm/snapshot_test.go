@@ -37,6 +37,9 @@ func randomLog(t testing.TB, seed int64, n int) []*raft.Log {
 		default:
 			req = &DeregisterNodeRequest{NodeID: fmt.Sprintf("node%d", rng.Intn(4))}
 		}
+		if rng.Intn(3) == 0 { // some writes carry IDs, some of them reused
+			setRequestID(req, fmt.Sprintf("req-%d", rng.Intn(n/2+1)))
+		}
 		logs = append(logs, a.entry(req))
 	}
 	return logs
@@ -195,6 +198,17 @@ func TestSnapshotWhileApplying(t *testing.T) {
 	wg.Wait()
 	if !bytes.Equal(sink.Bytes(), want) {
 		t.Fatal("snapshot saw applies made after it was taken")
+	}
+}
+
+func setRequestID(req Request, id string) {
+	switch r := req.(type) {
+	case *RegisterRequest:
+		r.RequestID = id
+	case *DeregisterRequest:
+		r.RequestID = id
+	case *DeregisterNodeRequest:
+		r.RequestID = id
 	}
 }
 

@@ -48,11 +48,12 @@ type State struct {
 	types     *iradix.Tree[*nameTree]
 	index     uint64
 	instances int
+	requests  requests
 }
 
 // NewState returns the empty state at index 0.
 func NewState() *State {
-	return &State{types: iradix.New[*nameTree]()}
+	return &State{types: iradix.New[*nameTree](), requests: newRequests()}
 }
 
 // Index is the index of the last log entry applied to this state. It counts
@@ -142,6 +143,10 @@ func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*Pl
 		return stop
 	})
 }
+
+// Request returns the recorded outcome of the write with request ID id, if
+// it is still in the window.
+func (s *State) Request(id string) (RequestRecord, bool) { return s.requests.get(id) }
 
 func (s *State) recency(ptype, name string) recency {
 	names, ok := s.types.Get([]byte(ptype))

@@ -1,0 +1,100 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+)
+
+// RequestWindow is how many recent request IDs the state remembers. It is a
+// constant, not a setting: every node must evict the same IDs at the same
+// index, or a retry could apply on one node and not on another.
+const RequestWindow = 65536
+
+// RequestRecord is the outcome of one write that carried a request ID. A
+// retry of that ID is answered with it instead of being applied again.
+type RequestRecord struct {
+	ID      string
+	Index   uint64
+	Result  Result
+	Removed int
+}
+
+// requests is the bounded window of recent request IDs: by ID for lookup,
+// by index for eviction in log order. Both trees are immutable like the
+// rest of State.
+type requests struct {
+	byID    *iradix.Tree[RequestRecord]
+	byIndex *iradix.Tree[string]
+}
+
+func newRequests() requests {
+	return requests{byID: iradix.New[RequestRecord](), byIndex: iradix.New[string]()}
+}
+
+func indexKey(i uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], i)
+	return k[:]
+}
+
+func (r requests) get(id string) (RequestRecord, bool) {
+	if r.byID == nil {
+		return RequestRecord{}, false
+	}
+	return r.byID.Get([]byte(id))
+}
+
+// add records rec and evicts the oldest records past RequestWindow.
+func (r *requests) add(rec RequestRecord) {
+	if r.byID == nil {
+		*r = newRequests()
+	}
+	r.byID, _, _ = r.byID.Insert([]byte(rec.ID), rec)
+	r.byIndex, _, _ = r.byIndex.Insert(indexKey(rec.Index), rec.ID)
+	for r.byID.Len() > RequestWindow {
+		k, id, _ := r.byIndex.Root().Minimum()
+		r.byIndex, _, _ = r.byIndex.Delete(k)
+		r.byID, _, _ = r.byID.Delete([]byte(id))
+	}
+}
+
+func (r requests) len() int {
+	if r.byID == nil {
+		return 0
+	}
+	return r.byID.Len()
+}
+
+// walk visits records in log order.
+func (r requests) walk(fn func(RequestRecord) bool) {
+	if r.byIndex == nil {
+		return
+	}
+	r.byIndex.Root().Walk(func(_ []byte, id string) bool {
+		rec, _ := r.byID.Get([]byte(id))
+		return !fn(rec)
+	})
+}
+
+func checkRequestRecord(rec *RequestRecord, prev uint64, index uint64) error {
+	if rec.ID == "" {
+		return fmt.Errorf("empty request ID")
+	}
+	if err := validateRequestID(rec.ID); err != nil {
+		return err
+	}
+	if rec.Index <= prev || rec.Index > index {
+		return fmt.Errorf("request %q at index %d out of order (after %d, state at %d)", rec.ID, rec.Index, prev, index)
+	}
+	switch rec.Result {
+	case ResultRegistered, ResultUpdated, ResultUnchanged, ResultDeregistered, ResultAbsent, ResultIgnored:
+	default:
+		return fmt.Errorf("request %q has result %q", rec.ID, rec.Result)
+	}
+	if rec.Removed < 0 {
+		return fmt.Errorf("request %q removed %d", rec.ID, rec.Removed)
+	}
+	return nil
+}

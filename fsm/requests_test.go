@@ -1,0 +1,79 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+)
+
+// A retried write (same request ID) is answered with the original result
+// and index, and applies nothing, even when its content differs.
+func TestRequestIDDeduplicates(t *testing.T) {
+	a := newApplier(t)
+	first := a.apply(&RegisterRequest{Plugin: plugin("csi", "ebs", "a1"), RequestID: "r1"})
+	a.apply(dereg("csi", "ebs", "a1"))
+	events := len(a.rec.events)
+	before := a.fsm.State()
+
+	cases := []struct {
+		name string
+		req  Request
+		want ApplyResult
+	}{
+		{"same write again", &RegisterRequest{Plugin: plugin("csi", "ebs", "a1"), RequestID: "r1"},
+			ApplyResult{Index: first.Index, Result: ResultRegistered, Duplicate: true}},
+		{"other command, same id", &DeregisterNodeRequest{NodeID: "n1", RequestID: "r1"},
+			ApplyResult{Index: first.Index, Result: ResultRegistered, Duplicate: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := a.apply(tc.req)
+			if *got != tc.want {
+				t.Fatalf("got %+v, want %+v", *got, tc.want)
+			}
+			if len(a.rec.events) != events {
+				t.Fatal("a duplicate emitted events")
+			}
+			if a.fsm.State().Len() != before.Len() || a.fsm.State().Instance("csi", "ebs", "a1") != nil {
+				t.Fatal("a duplicate changed the state")
+			}
+		})
+	}
+	dr := a.apply(&DeregisterNodeRequest{NodeID: "n1", RequestID: "r2"})
+	again := a.apply(&DeregisterNodeRequest{NodeID: "n1", RequestID: "r2"})
+	if again.Index != dr.Index || again.Result != ResultAbsent || !again.Duplicate {
+		t.Fatalf("deregister-node retry: %+v", again)
+	}
+}
+
+// The window is bounded and evicts in log order, identically on every
+// node; it survives snapshot and restore.
+func TestRequestWindow(t *testing.T) {
+	a := newApplier(t)
+	for i := 0; i < RequestWindow+10; i++ {
+		a.apply(&DeregisterNodeRequest{NodeID: "n", RequestID: fmt.Sprintf("r%d", i)})
+	}
+	s := a.fsm.State()
+	if s.requests.len() != RequestWindow {
+		t.Fatalf("window holds %d, want %d", s.requests.len(), RequestWindow)
+	}
+	if _, ok := s.Request("r9"); ok {
+		t.Fatal("r9 should have been evicted")
+	}
+	if rec, ok := s.Request("r10"); !ok || rec.Index != 11 {
+		t.Fatalf("r10 = %+v, %v", rec, ok)
+	}
+	snap := a.snapshot()
+	restored, err := ReadState(bytes.NewReader(snap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, ok := restored.Request(fmt.Sprintf("r%d", RequestWindow+9)); !ok || rec.Index != RequestWindow+10 {
+		t.Fatalf("restored window lost the newest record: %+v %v", rec, ok)
+	}
+	var again bytes.Buffer
+	WriteState(&again, restored)
+	if !bytes.Equal(again.Bytes(), snap) {
+		t.Fatal("window does not round-trip byte-identically")
+	}
+}
