@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/plugreg/plugreg/fsm"
 )
@@ -250,12 +251,19 @@ func (s *Store) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *Even
 }
 
 func (s *Store) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *Event, error) {
+	return s.WatchWithHeartbeat(ctx, filter, fromIndex, 0)
+}
+
+// WatchWithHeartbeat is Watch with an EventHeartbeat, carrying the
+// subscription's position, whenever nothing was sent for every (zero: no
+// heartbeats).
+func (s *Store) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan *Event, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.shutdown {
 		return nil, ErrShutdown
 	}
-	sub := &subscription{j: s.journal, filter: filter, cursor: fromIndex, out: make(chan *Event, s.buffer)}
+	sub := &subscription{j: s.journal, filter: filter, cursor: fromIndex, out: make(chan *Event, s.buffer), heartbeat: every, lastSent: time.Now()}
 	s.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	go func() {
 		defer s.subs.Done()

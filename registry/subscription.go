@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"time"
 )
 
 // readBatch bounds how many events a subscription copies out of the
@@ -13,10 +14,12 @@ const readBatch = 256
 // Apply and never another subscriber. When it falls off the journal it
 // gets one reset and continues from the reset's index.
 type subscription struct {
-	j      *Journal
-	filter Filter
-	cursor uint64
-	out    chan *Event
+	j         *Journal
+	filter    Filter
+	cursor    uint64
+	out       chan *Event
+	heartbeat time.Duration // zero: none
+	lastSent  time.Time
 }
 
 // run is owned by the Store that started it: it returns when ctx is done
@@ -37,12 +40,16 @@ func (s *subscription) run(ctx context.Context) {
 			}
 		}
 		s.cursor = b.cursor
-		if b.wait != nil {
-			select {
-			case <-b.wait:
-			case <-ctx.Done():
+		// A heartbeat carries the cursor: every matching event at or
+		// below it is already in the channel, so a heartbeat never runs
+		// ahead of an event the consumer has yet to see.
+		if s.heartbeat > 0 && time.Since(s.lastSent) >= s.heartbeat {
+			if !s.send(ctx, &Event{Index: s.cursor, EventType: EventHeartbeat}) {
 				return
-			case <-s.j.done:
+			}
+		}
+		if b.wait != nil {
+			if !s.wait(ctx, b.wait) {
 				return
 			}
 		}
@@ -52,10 +59,31 @@ func (s *subscription) run(ctx context.Context) {
 func (s *subscription) send(ctx context.Context, ev *Event) bool {
 	select {
 	case s.out <- ev:
+		s.lastSent = time.Now()
 		return true
 	case <-ctx.Done():
 		return false
 	case <-s.j.done:
 		return false
 	}
+}
+
+// wait blocks until the journal has more, a heartbeat is due, or the
+// subscription ends (false).
+func (s *subscription) wait(ctx context.Context, more <-chan struct{}) bool {
+	var tick <-chan time.Time
+	if s.heartbeat > 0 {
+		t := time.NewTimer(s.heartbeat - time.Since(s.lastSent))
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-more:
+	case <-tick:
+	case <-ctx.Done():
+		return false
+	case <-s.j.done:
+		return false
+	}
+	return true
 }

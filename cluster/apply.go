@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/transport"
+)
+
+// Apply proposes cmd to the cluster: through raft on the leader, forwarded
+// over RPC from a follower. It returns once the entry is applied on the
+// node that proposed it; registry.Store then waits for this node's own
+// apply. A failure is an *Error whose Outcome says whether the write may
+// have applied.
+func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
+	for attempt := 0; ; attempt++ {
+		if s.IsLeader() {
+			res, err := s.applyLocal(ctx, cmd)
+			var ce *Error
+			if errors.As(err, &ce) && ce.code == CodeNotLeader && attempt < 3 {
+				continue // lost leadership before enqueueing: forward instead
+			}
+			return res, err
+		}
+		leader, err := s.waitForLeader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.forwardApply(ctx, leader, cmd)
+		var ce *Error
+		if errors.As(err, &ce) && ce.outcome == NotApplied && attempt < 3 {
+			// The leader moved or was unreachable; nothing was applied.
+			select {
+			case <-ctx.Done():
+				return nil, notApplied(CodeNoLeader, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		return res, err
+	}
+}
+
+func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
+	f := s.raft.Apply(cmd, s.cfg.ApplyTimeout)
+	errCh := make(chan error, 1)
+	// Raft resolves every future, at the latest on Shutdown.
+	go func() { errCh <- f.Error() }()
+	var err error
+	select {
+	case err = <-errCh:
+	case <-ctx.Done():
+		return nil, unknown(CodeTimeout, fmt.Errorf("waiting for commit: %w", ctx.Err()))
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, raft.ErrNotLeader):
+		return nil, notApplied(CodeNotLeader, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, notApplied(CodeEnqueueTimeout, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		if errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return nil, notApplied(CodeNotLeader, err) // refused before enqueue
+		}
+		return nil, unknown(CodeLeadershipLost, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return nil, unknown(CodeShutdown, err)
+	default:
+		return nil, unknown(CodeLeadershipLost, err)
+	}
+	res, ok := f.Response().(*fsm.ApplyResult)
+	if !ok {
+		return nil, fmt.Errorf("apply: unexpected response %T", f.Response())
+	}
+	return res, nil
+}
+
+// waitForLeader returns the leader's address, waiting up to two election
+// timeouts (or ctx) for one to be elected.
+func (s *Server) waitForLeader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(2*s.electionTimeout() + 500*time.Millisecond)
+	for {
+		if addr := s.Leader(); addr != "" {
+			return addr, nil
+		}
+		if time.Now().After(deadline) {
+			return "", notApplied(CodeNoLeader, ErrNoLeader)
+		}
+		select {
+		case <-ctx.Done():
+			return "", notApplied(CodeNoLeader, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err()))
+		case <-s.ctx.Done():
+			return "", notApplied(CodeShutdown, ErrShutdown)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) electionTimeout() time.Duration {
+	if s.cfg.ElectionTimeout > 0 {
+		return s.cfg.ElectionTimeout
+	}
+	return raft.DefaultConfig().ElectionTimeout
+}
+
+func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*fsm.ApplyResult, error) {
+	var reply applyReply
+	err := s.pool.Call(ctx, leader, rpcApply, &applyArgs{Cmd: cmd}, &reply)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	res := &fsm.ApplyResult{Index: reply.Index, Result: reply.Result, Removed: reply.Removed, Duplicate: reply.Duplicate}
+	if reply.Rejected != "" {
+		res.Err = fmt.Errorf("%w: %s", fsm.ErrInvalid, reply.Rejected)
+	}
+	return res, nil
+}
+
+// rpcError turns an RPC failure into an *Error with the right outcome.
+func rpcError(err error) error {
+	var re *transport.RemoteError
+	switch {
+	case errors.Is(err, transport.ErrUnreachable):
+		return notApplied(CodeNoLeader, err)
+	case errors.As(err, &re):
+		return &Error{code: re.Code, outcome: codeOutcome(re.Code), err: errors.New(re.Msg)}
+	default:
+		return unknown(CodeForwardFailed, err)
+	}
+}
+
+// Consistency of a read.
+type Consistency int
+
+const (
+	// Linearizable reads reflect every write acknowledged before they
+	// began (read-index through the leader). The default.
+	Linearizable Consistency = iota
+	// Stale reads return this node's state at once, however old.
+	Stale
+)
+
+// ReadMeta describes the state a read returned.
+type ReadMeta struct {
+	KnownLeader bool
+	LastContact time.Duration // since the leader was last heard; 0 on the leader, -1 never
+}
+
+// Read returns this node's state after applying the consistency rule.
+func (s *Server) Read(ctx context.Context, c Consistency) (*fsm.State, ReadMeta, error) {
+	meta := ReadMeta{KnownLeader: s.Leader() != "", LastContact: s.LastContact()}
+	if c == Stale {
+		return s.fsm.State(), meta, nil
+	}
+	idx, err := s.ReadIndex(ctx)
+	if err != nil {
+		return nil, meta, err
+	}
+	if err := s.WaitApplied(ctx, idx); err != nil {
+		return nil, meta, err
+	}
+	return s.fsm.State(), meta, nil
+}
+
+// ReadIndex returns an index such that this node's state at or past it
+// reflects every write committed before the call: the leader's commit
+// index, confirmed by a round of heartbeats (VerifyLeader).
+func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
+	if s.IsLeader() {
+		return s.readIndexLocal(ctx)
+	}
+	for attempt := 0; ; attempt++ {
+		leader, err := s.waitForLeader(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var idx uint64
+		err = s.pool.Call(ctx, leader, rpcReadIndex, struct{}{}, &idx)
+		if err == nil {
+			return idx, nil
+		}
+		err = rpcError(err)
+		var ce *Error
+		if errors.As(err, &ce) && ce.outcome == NotApplied && attempt < 3 {
+			select {
+			case <-ctx.Done():
+				return 0, err
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		return 0, err
+	}
+}
+
+func (s *Server) readIndexLocal(ctx context.Context) (uint64, error) {
+	if !s.IsLeader() {
+		return 0, notApplied(CodeNotLeader, raft.ErrNotLeader)
+	}
+	if !s.leaderReady.Load() {
+		return 0, notApplied(CodeNotReady, errors.New("new leader has not yet committed in its term"))
+	}
+	idx := s.raft.CommitIndex()
+	errCh := make(chan error, 1)
+	f := s.raft.VerifyLeader()
+	go func() { errCh <- f.Error() }()
+	select {
+	case err := <-errCh:
+		if err != nil {
+			return 0, notApplied(CodeNotLeader, err)
+		}
+	case <-ctx.Done():
+		return 0, unknown(CodeTimeout, ctx.Err())
+	}
+	return idx, nil
+}
+
+// WaitApplied returns once this node's FSM reflects every entry up to
+// index. Raft never hands no-op and barrier entries to the FSM, so once
+// raft has handed over index, the wait is for the last entry at or below
+// index that the FSM does see.
+func (s *Server) WaitApplied(ctx context.Context, index uint64) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		applied := s.fsm.State().Index()
+		if applied >= index {
+			return nil
+		}
+		if s.raft.AppliedIndex() >= index && s.lastFSMEntry(applied, index) <= applied {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return unknown(CodeTimeout, fmt.Errorf("waiting to apply index %d (at %d): %w", index, applied, ctx.Err()))
+		case <-s.ctx.Done():
+			return unknown(CodeShutdown, ErrShutdown)
+		case <-t.C:
+		}
+	}
+}
+
+// lastFSMEntry returns the highest index in (from, to] whose entry the FSM
+// is handed (commands and configuration), or from when there is none.
+func (s *Server) lastFSMEntry(from, to uint64) uint64 {
+	for i := to; i > from; i-- {
+		var l raft.Log
+		if err := s.logs.GetLog(i, &l); err != nil {
+			return i // unknown here: assume the FSM must see it
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return i
+		}
+	}
+	return from
+}

@@ -1,0 +1,140 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/fsm"
+)
+
+// Config of one server node.
+type Config struct {
+	// NodeID names the node in Raft and memberlist. It is kept in the data
+	// dir: a restart with another ID is refused.
+	NodeID string
+	// DataDir holds raft.db and snapshots/. Required.
+	DataDir string
+	// BindAddr is the IP all listeners use and outgoing connections come
+	// from.
+	BindAddr   string
+	ServerPort int // Raft and internal RPC; 0 picks a free port
+	GossipPort int // memberlist, TCP and UDP; 0 picks a free port
+	// HTTPAddr is advertised to other nodes (members list); this package
+	// does not serve HTTP.
+	HTTPAddr string
+
+	// BootstrapExpect: once this many servers are known, each bootstraps
+	// Raft with all of them. Zero: never bootstrap (join an existing
+	// cluster).
+	BootstrapExpect int
+	// Join is a list of gossip addresses (host:port) to join at start.
+	Join []string
+	// RetryJoin keeps trying Join until one succeeds, every RetryInterval.
+	RetryJoin     bool
+	RetryInterval time.Duration
+
+	// Raft timing. Zero means raft's default.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold: log entries between snapshots (zero: 8192).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration // zero: 30s
+	TrailingLogs      uint64        // zero: 10240
+	// ApplyTimeout bounds the wait to enqueue a write on the leader (zero:
+	// 5s). Past it the write was definitely not applied.
+	ApplyTimeout time.Duration
+
+	// ReconcileInterval is how often the leader reconciles memberlist with
+	// the Raft configuration (also done on every membership event).
+	ReconcileInterval time.Duration
+	// NodeReapAfter: a node dead for longer has its plugins deregistered by
+	// the leader. Zero: 30s. Negative: never.
+	NodeReapAfter time.Duration
+	// DeadServerCleanup: a failed voter dead for longer is removed from
+	// the Raft configuration, never below MinQuorum voters. Zero: never.
+	DeadServerCleanup time.Duration
+	// MinQuorum is the fewest voters dead-server cleanup may leave
+	// (zero: BootstrapExpect, or 3).
+	MinQuorum int
+
+	// GossipFast uses memberlist's local-network timing (faster failure
+	// detection); for tests and dev.
+	GossipFast bool
+
+	// JournalSize is the number of events the node's journal keeps (zero:
+	// registry.DefaultJournalSize).
+	JournalSize int
+
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a Config with the defaults filled in; set NodeID,
+// DataDir and BindAddr.
+func DefaultConfig() *Config {
+	return &Config{
+		BindAddr:          "127.0.0.1",
+		ServerPort:        8300,
+		GossipPort:        8301,
+		RetryInterval:     time.Second,
+		ApplyTimeout:      5 * time.Second,
+		ReconcileInterval: 2 * time.Second,
+		NodeReapAfter:     30 * time.Second,
+		Logger:            hclog.NewNullLogger(),
+	}
+}
+
+// Validate checks fields against each other.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := fsm.ValidateIdentifier("NodeID", c.NodeID); err != nil {
+		errs = append(errs, fmt.Errorf("node id: %w", err))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is required"))
+	}
+	if net.ParseIP(c.BindAddr) == nil {
+		errs = append(errs, fmt.Errorf("bind address %q is not an IP", c.BindAddr))
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect == 2 {
+		// Two voters tolerate no failure and split on any partition.
+		errs = append(errs, fmt.Errorf("bootstrap-expect %d: use 1, 3 or 5", c.BootstrapExpect))
+	}
+	for _, p := range []int{c.ServerPort, c.GossipPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("port %d out of range", p))
+		}
+	}
+	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
+		errs = append(errs, fmt.Errorf("server and gossip ports are both %d", c.ServerPort))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) withDefaults() *Config {
+	cp := *c
+	d := DefaultConfig()
+	if cp.RetryInterval == 0 {
+		cp.RetryInterval = d.RetryInterval
+	}
+	if cp.ApplyTimeout == 0 {
+		cp.ApplyTimeout = d.ApplyTimeout
+	}
+	if cp.ReconcileInterval == 0 {
+		cp.ReconcileInterval = d.ReconcileInterval
+	}
+	if cp.NodeReapAfter == 0 {
+		cp.NodeReapAfter = d.NodeReapAfter
+	}
+	if cp.MinQuorum == 0 {
+		cp.MinQuorum = max(cp.BootstrapExpect, 3)
+	}
+	if cp.Logger == nil {
+		cp.Logger = d.Logger
+	}
+	return &cp
+}

@@ -1,0 +1,15 @@
+// Package cluster runs one plugreg server node: Raft over raft-boltdb/v2
+// (behind raft.LogCache) with a FileSnapshotStore under the data dir,
+// memberlist for discovery, bootstrap with -bootstrap-expect, the leader's
+// duties (reconcile memberlist with the Raft configuration, remove servers
+// that left, reap plugins of dead nodes), write forwarding to the leader,
+// and read-index reads on any node.
+//
+// A Server is a registry.Applier: its registry.Store proposes writes
+// through it. Reads go through Server.Read, which applies the requested
+// consistency and then returns this node's state.
+//
+// Caller's duties: build a Config (DefaultConfig, then set fields), call
+// New, and call Leave or Shutdown at the end. Shutdown is idempotent and
+// waits for every goroutine the Server started.
+package cluster

@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MemberMeta is what each server gossips about itself.
+type MemberMeta struct {
+	ID       string
+	RaftAddr string // server port: Raft and internal RPC
+	HTTPAddr string
+	Role     string // "server"
+}
+
+// MemberStatus is a member's state as this node last heard it.
+type MemberStatus string
+
+const (
+	StatusAlive  MemberStatus = "alive"
+	StatusFailed MemberStatus = "failed" // memberlist declared it dead
+	StatusLeft   MemberStatus = "left"   // it left gracefully
+)
+
+// Member is one node of the gossip pool.
+type Member struct {
+	Name       string
+	GossipAddr string
+	Status     MemberStatus
+	Since      time.Time // when Status last changed
+	Meta       MemberMeta
+}
+
+// members is this node's view of the gossip pool, fed by memberlist's
+// event delegate. It keeps failed and left members (memberlist forgets
+// them) so the leader can act on how long they have been gone.
+type members struct {
+	mu      sync.Mutex // guards byName
+	byName  map[string]*Member
+	changed chan struct{} // capacity 1: a coalesced "something changed"
+	meta    MemberMeta    // this node's own
+	peers   string        // file of known gossip addresses, for rejoin
+}
+
+func newMembers(meta MemberMeta, peersFile string) *members {
+	return &members{byName: make(map[string]*Member), changed: make(chan struct{}, 1), meta: meta, peers: peersFile}
+}
+
+// NodeMeta, NotifyMsg, GetBroadcasts, LocalState, MergeRemoteState make
+// members a memberlist.Delegate; only NodeMeta carries anything.
+func (m *members) NodeMeta(limit int) []byte {
+	b, _ := json.Marshal(m.meta)
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (m *members) NotifyMsg([]byte)                           {}
+func (m *members) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (m *members) LocalState(join bool) []byte                { return nil }
+func (m *members) MergeRemoteState(buf []byte, join bool)     {}
+
+func (m *members) NotifyJoin(n *memberlist.Node)   { m.set(n, StatusAlive) }
+func (m *members) NotifyUpdate(n *memberlist.Node) { m.set(n, StatusAlive) }
+func (m *members) NotifyLeave(n *memberlist.Node) {
+	if n.State == memberlist.StateLeft {
+		m.set(n, StatusLeft)
+	} else {
+		m.set(n, StatusFailed)
+	}
+}
+
+func (m *members) set(n *memberlist.Node, st MemberStatus) {
+	var meta MemberMeta
+	if err := json.Unmarshal(n.Meta, &meta); err != nil || meta.Role != "server" {
+		return // not one of ours
+	}
+	m.mu.Lock()
+	cur, ok := m.byName[n.Name]
+	if !ok || cur.Status != st {
+		cur = &Member{Name: n.Name, Status: st, Since: time.Now()}
+		m.byName[n.Name] = cur
+	}
+	cur.GossipAddr = n.Address()
+	cur.Meta = meta
+	m.mu.Unlock()
+	m.savePeers()
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// list returns a copy of every member, sorted by name.
+func (m *members) list() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, 0, len(m.byName))
+	for _, mem := range m.byName {
+		out = append(out, *mem)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (m *members) get(name string) (Member, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mem, ok := m.byName[name]
+	if !ok {
+		return Member{}, false
+	}
+	return *mem, true
+}
+
+// savePeers records the gossip addresses of the other servers, so that a
+// restart can rejoin without -join.
+func (m *members) savePeers() {
+	var addrs []string
+	for _, mem := range m.list() {
+		if mem.Name != m.meta.ID && mem.Status != StatusLeft {
+			addrs = append(addrs, mem.GossipAddr)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	b, _ := json.Marshal(addrs)
+	tmp := m.peers + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		os.Rename(tmp, m.peers)
+	}
+}
+
+func loadPeers(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var addrs []string
+	json.Unmarshal(b, &addrs)
+	return addrs
+}
+
+// newMemberlist starts gossip on bind:port with m as delegate.
+func (s *Server) newMemberlist() (*memberlist.Memberlist, error) {
+	mc := memberlist.DefaultLANConfig()
+	if s.cfg.GossipFast {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = s.cfg.NodeID
+	mc.BindAddr = s.cfg.BindAddr
+	mc.BindPort = s.cfg.GossipPort
+	mc.AdvertiseAddr = s.cfg.BindAddr
+	mc.AdvertisePort = s.cfg.GossipPort
+	mc.Delegate = s.members
+	mc.Events = s.members
+	mc.Logger = s.logger.Named("memberlist").StandardLogger(nil)
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip on %s:%d: %w", s.cfg.BindAddr, s.cfg.GossipPort, err)
+	}
+	return ml, nil
+}
+
+func peersFile(dataDir string) string { return filepath.Join(dataDir, "gossip-peers.json") }

@@ -1,0 +1,456 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/transport"
+)
+
+// Server is one plugreg server node.
+type Server struct {
+	cfg    *Config
+	logger hclog.Logger
+
+	fsm     *fsm.FSM
+	journal *registry.Journal
+	store   *registry.Store
+
+	mux       *transport.Mux
+	pool      *transport.Pool
+	raft      *raft.Raft
+	trans     *raft.NetworkTransport
+	boltStore *raftboltdb.BoltStore
+	logs      raft.LogStore // the LogCache in front of boltStore
+	raftAddr  string
+
+	ml      *memberlist.Memberlist
+	members *members
+
+	leaderNotify chan bool
+	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
+
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the Server starts
+	shutOnce sync.Once
+	shutErr  error
+}
+
+var _ registry.Applier = (*Server)(nil)
+
+// New starts a server node: opens its data dir, starts Raft, gossip and
+// the leader monitor, and joins the addresses in cfg.Join.
+func New(cfg *Config) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if err := claimNodeID(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s = &Server{
+		cfg:          cfg,
+		logger:       cfg.Logger.With("node", cfg.NodeID),
+		journal:      registry.NewJournal(cfg.JournalSize),
+		leaderNotify: make(chan bool, 16),
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	defer func() {
+		if err != nil {
+			s.Shutdown()
+		}
+	}()
+	s.fsm = fsm.New(s.journal)
+	if s.store, err = registry.New(registry.Config{FSM: s.fsm, Journal: s.journal, Applier: s}); err != nil {
+		return nil, err
+	}
+
+	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second)
+	s.mux, err = transport.Listen(net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.ServerPort)),
+		transport.ServeRPC(ctx, s.handleRPC), s.logger.Named("transport"))
+	if err != nil {
+		return nil, err
+	}
+	s.raftAddr = s.mux.Addr().String()
+	if err := s.setupRaft(); err != nil {
+		return nil, err
+	}
+
+	s.members = newMembers(MemberMeta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: "server"}, peersFile(cfg.DataDir))
+	if s.ml, err = s.newMemberlist(); err != nil {
+		return nil, err
+	}
+	s.members.set(s.ml.LocalNode(), StatusAlive)
+
+	s.goFunc(s.monitorLeadership)
+	if cfg.BootstrapExpect > 1 {
+		s.goFunc(s.bootstrapLoop)
+	}
+	join := cfg.Join
+	if len(join) == 0 {
+		join = loadPeers(peersFile(cfg.DataDir)) // rejoin after a restart
+	}
+	if len(join) > 0 {
+		if _, err := s.ml.Join(join); err != nil {
+			if !cfg.RetryJoin && len(cfg.Join) > 0 {
+				return nil, fmt.Errorf("join %v: %w", join, err)
+			}
+			s.logger.Warn("join failed; retrying in the background", "addrs", join, "error", err)
+			s.goFunc(func() { s.retryJoin(join) })
+		}
+	}
+	return s, nil
+}
+
+// claimNodeID records id in the data dir, or checks it against the one
+// recorded: a data dir belongs to one node for life.
+func claimNodeID(dir, id string) error {
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(b)); got != id {
+			return fmt.Errorf("data dir %s belongs to node %q, not %q", dir, got, id)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return os.WriteFile(path, []byte(id+"\n"), 0o640)
+	default:
+		return fmt.Errorf("read node id: %w", err)
+	}
+}
+
+func (s *Server) setupRaft() error {
+	cfg := s.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = s.logger.Named("raft")
+	rc.NotifyCh = s.leaderNotify
+	rc.BatchApplyCh = true
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	if cfg.LeaderLeaseTimeout > 0 {
+		rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	}
+	if cfg.CommitTimeout > 0 {
+		rc.CommitTimeout = cfg.CommitTimeout
+	}
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raft config: %w", err)
+	}
+
+	var err error
+	s.boltStore, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("open raft.db: %w", err)
+	}
+	if s.logs, err = raft.NewLogCache(512, s.boltStore); err != nil {
+		return err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  s.mux.StreamLayer(),
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  s.logger.Named("raft-net"),
+	})
+	existing, err := raft.HasExistingState(s.logs, s.boltStore, snaps)
+	if err != nil {
+		return fmt.Errorf("inspect raft state: %w", err)
+	}
+	if s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.boltStore, snaps, s.trans); err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	if !existing && cfg.BootstrapExpect == 1 {
+		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: raft.ServerAddress(s.raftAddr), Suffrage: raft.Voter,
+		}}}).Error()
+		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// goFunc runs f in a goroutine the Server owns and waits for in Shutdown.
+func (s *Server) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+func (s *Server) retryJoin(addrs []string) {
+	t := time.NewTicker(s.cfg.RetryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.ml.Join(addrs); err == nil && n > 0 {
+			s.logger.Info("joined", "addrs", addrs)
+			return
+		}
+	}
+}
+
+// bootstrapLoop waits until BootstrapExpect servers are known, checks that
+// none of them is already part of a cluster, and bootstraps Raft with all
+// of them. Every node does the same with the same set.
+func (s *Server) bootstrapLoop() {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.hasPeers() {
+			return
+		}
+		var servers []raft.Server
+		for _, m := range s.members.list() {
+			if m.Status == StatusAlive {
+				servers = append(servers, raft.Server{ID: raft.ServerID(m.Meta.ID), Address: raft.ServerAddress(m.Meta.RaftAddr), Suffrage: raft.Voter})
+			}
+		}
+		if len(servers) < s.cfg.BootstrapExpect {
+			continue
+		}
+		if s.anyPeerBootstrapped(servers) {
+			s.logger.Info("a peer already has a cluster; waiting to be added")
+			return
+		}
+		err := s.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			s.logger.Error("bootstrap failed", "error", err)
+			continue
+		}
+		s.logger.Info("bootstrapped", "servers", len(servers))
+		return
+	}
+}
+
+func (s *Server) hasPeers() bool {
+	f := s.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+func (s *Server) anyPeerBootstrapped(servers []raft.Server) bool {
+	for _, srv := range servers {
+		if string(srv.ID) == s.cfg.NodeID {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		var peers []string
+		err := s.pool.Call(ctx, string(srv.Address), rpcPeers, struct{}{}, &peers)
+		cancel()
+		if err == nil && len(peers) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Store is the node's registry.
+func (s *Server) Store() *registry.Store { return s.store }
+
+// NodeID is this node's ID.
+func (s *Server) NodeID() string { return s.cfg.NodeID }
+
+// RaftAddr is this node's server address (Raft and RPC).
+func (s *Server) RaftAddr() string { return s.raftAddr }
+
+// GossipAddr is this node's memberlist address.
+func (s *Server) GossipAddr() string {
+	n := s.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members returns the gossip pool as this node sees it.
+func (s *Server) Members() []Member { return s.members.list() }
+
+// Leader returns the leader's server address, "" when none is known.
+func (s *Server) Leader() string {
+	addr, _ := s.raft.LeaderWithID()
+	return string(addr)
+}
+
+// LeaderID returns the leader's node ID, "" when none is known.
+func (s *Server) LeaderID() string {
+	_, id := s.raft.LeaderWithID()
+	return string(id)
+}
+
+// IsLeader reports whether this node is the leader.
+func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// Peers returns the server addresses in the Raft configuration.
+func (s *Server) Peers() ([]string, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("raft configuration: %w", err)
+	}
+	var out []string
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, string(srv.Address))
+	}
+	return out, nil
+}
+
+// RaftConfiguration returns the servers in the Raft configuration.
+func (s *Server) RaftConfiguration() ([]raft.Server, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Stats returns raft's stats (state, term, indexes, ...).
+func (s *Server) Stats() map[string]string { return s.raft.Stats() }
+
+// AppliedIndex is the index of the last entry this node's FSM applied.
+func (s *Server) AppliedIndex() uint64 { return s.fsm.State().Index() }
+
+// LastContact is the time since this node last heard from the leader (zero
+// on the leader).
+func (s *Server) LastContact() time.Duration {
+	if s.IsLeader() {
+		return 0
+	}
+	lc := s.raft.LastContact()
+	if lc.IsZero() {
+		return -1
+	}
+	return time.Since(lc)
+}
+
+// Snapshot asks raft to take a snapshot now (tests, operators).
+func (s *Server) Snapshot() error { return s.raft.Snapshot().Error() }
+
+// TransferLeadership hands leadership to another voter.
+func (s *Server) TransferLeadership() error {
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("leadership transfer: %w", err)
+	}
+	return nil
+}
+
+// RemovePeer removes a server from the Raft configuration (leader only).
+func (s *Server) RemovePeer(id string) error {
+	if err := s.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+		return fmt.Errorf("remove peer %s: %w", id, err)
+	}
+	return nil
+}
+
+// Leave leaves the cluster gracefully: hands leadership over when this node
+// leads, announces the departure, waits (briefly) until the leader has
+// removed it from the Raft configuration, then shuts down.
+func (s *Server) Leave() error {
+	if s.IsLeader() {
+		if err := s.raft.LeadershipTransfer().Error(); err != nil {
+			s.logger.Warn("leadership transfer before leave failed", "error", err)
+		}
+	}
+	if err := s.ml.Leave(5 * time.Second); err != nil {
+		s.logger.Warn("gossip leave failed", "error", err)
+	}
+	deadline := time.Now().Add(3*s.cfg.ReconcileInterval + 5*time.Second)
+	for time.Now().Before(deadline) {
+		removed := true
+		if servers, err := s.RaftConfiguration(); err == nil {
+			for _, srv := range servers {
+				if string(srv.ID) == s.cfg.NodeID {
+					removed = false
+				}
+			}
+		}
+		if removed || s.soleVoter() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s.Shutdown()
+}
+
+func (s *Server) soleVoter() bool {
+	servers, err := s.RaftConfiguration()
+	return err == nil && len(servers) == 1
+}
+
+// Shutdown stops the node: Raft, gossip, transport, stores and every
+// subscription. It does not leave the cluster (the others see a failure).
+// Idempotent; returns once every goroutine the Server started has ended.
+func (s *Server) Shutdown() error {
+	s.shutOnce.Do(func() {
+		s.cancel()
+		var errs []error
+		if s.raft != nil {
+			errs = append(errs, s.raft.Shutdown().Error())
+		}
+		if s.ml != nil {
+			errs = append(errs, s.ml.Shutdown())
+		}
+		if s.trans != nil {
+			errs = append(errs, s.trans.Close())
+		}
+		if s.mux != nil {
+			errs = append(errs, s.mux.Close())
+		}
+		if s.pool != nil {
+			s.pool.Close()
+		}
+		s.wg.Wait()
+		if s.boltStore != nil {
+			errs = append(errs, s.boltStore.Close())
+		}
+		if s.store != nil {
+			s.store.Shutdown()
+		}
+		s.shutErr = errors.Join(errs...)
+	})
+	return s.shutErr
+}

@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+)
+
+// EventJSON is one line of the event stream.
+type EventJSON struct {
+	Index     uint64
+	EventType registry.EventType
+	Info      *fsm.PluginInfo   `json:",omitempty"`
+	Current   *fsm.PluginInfo   `json:",omitempty"`
+	Plugins   []*fsm.PluginInfo `json:",omitempty"`
+}
+
+// MarshalJSON writes Plugins as [] on a reset with no plugins: an empty
+// reset is a statement ("nothing exists"), not an omission.
+func (e EventJSON) MarshalJSON() ([]byte, error) {
+	type plain EventJSON
+	if e.EventType == registry.EventReset {
+		type reset struct {
+			plain
+			Plugins []*fsm.PluginInfo
+		}
+		p := e.Plugins
+		if p == nil {
+			p = []*fsm.PluginInfo{}
+		}
+		return json.Marshal(reset{plain(e), p})
+	}
+	return json.Marshal(plain(e))
+}
+
+// events streams newline-delimited JSON events: GET /v1/events?type=T&index=N.
+// Without index, the stream starts at this node's applied index (only new
+// events). A heartbeat line carrying the stream's position is sent when
+// nothing else was for the heartbeat period.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	types := splitTypes(v["type"])
+	for _, t := range types {
+		if err := fsm.ValidateIdentifier("type", t); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	from := s.srv.AppliedIndex()
+	if str := v.Get("index"); str != "" {
+		n, err := strconv.ParseUint(str, 10, 64)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: index %q is not a number", errBadRequest, str))
+			return
+		}
+		from = n
+	}
+	rc := http.NewResponseController(w)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+
+	ch, err := s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types}, from, s.cfg.Heartbeat)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set(headerIndex, strconv.FormatUint(from, 10))
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	enc := json.NewEncoder(w)
+	for ev := range ch {
+		line := EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins}
+		if err := enc.Encode(line); err != nil {
+			return
+		}
+		// Flush only when nothing else is queued: one syscall per burst.
+		if len(ch) == 0 {
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}

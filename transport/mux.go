@@ -1,0 +1,211 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// The first byte of every connection to the server port.
+const (
+	protoRaft byte = 0x01
+	protoRPC  byte = 0x02
+)
+
+// ErrClosed is returned by Accept and Dial after Close.
+var ErrClosed = errors.New("transport: closed")
+
+// ConnHandler serves one RPC connection until it ends. The Mux closes the
+// connection when the handler returns and on Close.
+type ConnHandler func(net.Conn)
+
+// Mux listens on the server port and hands each connection to Raft or to
+// the RPC handler by its first byte.
+type Mux struct {
+	ln     net.Listener
+	dialer *Dialer
+	rpc    ConnHandler
+	logger hclog.Logger
+	raftCh chan net.Conn
+
+	mu     sync.Mutex // guards conns, closed
+	conns  map[net.Conn]struct{}
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup // accept loop and per-connection goroutines
+}
+
+// Listen opens the server port on addr ("127.0.0.2:8300") and serves it.
+func Listen(addr string, rpc ConnHandler, logger hclog.Logger) (*Mux, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on server port %s: %w", addr, err)
+	}
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	m := &Mux{
+		ln:     ln,
+		dialer: NewDialer(host),
+		rpc:    rpc,
+		logger: logger,
+		raftCh: make(chan net.Conn),
+		conns:  make(map[net.Conn]struct{}),
+		done:   make(chan struct{}),
+	}
+	m.wg.Add(1)
+	go m.acceptLoop()
+	return m, nil
+}
+
+// Addr is the address the Mux listens on.
+func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	for {
+		conn, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			m.logger.Warn("accept failed", "error", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if !m.track(conn) {
+			conn.Close()
+			return
+		}
+		m.wg.Add(1)
+		go m.handle(conn)
+	}
+}
+
+func (m *Mux) track(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.conns[c] = struct{}{}
+	return true
+}
+
+func (m *Mux) untrack(c net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.conns, c)
+}
+
+func (m *Mux) handle(conn net.Conn) {
+	defer m.wg.Done()
+	var b [1]byte
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		m.untrack(conn)
+		conn.Close()
+		return
+	}
+	conn.SetReadDeadline(time.Time{})
+	switch b[0] {
+	case protoRaft:
+		// Raft's transport owns the connection from here on; it closes
+		// it on its own shutdown.
+		m.untrack(conn)
+		select {
+		case m.raftCh <- conn:
+		case <-m.done:
+			conn.Close()
+		}
+	case protoRPC:
+		m.rpc(conn)
+		m.untrack(conn)
+		conn.Close()
+	default:
+		m.logger.Warn("unknown protocol byte", "byte", b[0], "from", conn.RemoteAddr())
+		m.untrack(conn)
+		conn.Close()
+	}
+}
+
+// Close stops listening, closes every RPC connection, and waits for the
+// Mux's goroutines. Idempotent.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	for c := range m.conns {
+		c.Close()
+	}
+	m.mu.Unlock()
+	err := m.ln.Close()
+	m.wg.Wait()
+	return err
+}
+
+// StreamLayer returns the raft.StreamLayer of this port.
+func (m *Mux) StreamLayer() raft.StreamLayer { return &streamLayer{m: m} }
+
+type streamLayer struct{ m *Mux }
+
+func (s *streamLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-s.m.raftCh:
+		return c, nil
+	case <-s.m.done:
+		return nil, ErrClosed
+	}
+}
+
+// Close is called by raft's transport on shutdown; the Mux owns the
+// listener and closes it in Mux.Close.
+func (s *streamLayer) Close() error  { return nil }
+func (s *streamLayer) Addr() net.Addr { return s.m.ln.Addr() }
+
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.m.dialer.dial(string(addr), protoRaft, timeout)
+}
+
+// Dialer opens connections to server ports from a fixed local address.
+type Dialer struct {
+	bind net.IP
+}
+
+// NewDialer returns a Dialer whose connections come from bindIP ("" or an
+// unspecified address lets the kernel choose).
+func NewDialer(bindIP string) *Dialer {
+	ip := net.ParseIP(bindIP)
+	if ip != nil && ip.IsUnspecified() {
+		ip = nil
+	}
+	return &Dialer{bind: ip}
+}
+
+func (d *Dialer) dial(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
+	nd := net.Dialer{Timeout: timeout}
+	if d.bind != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: d.bind}
+	}
+	conn, err := nd.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	conn.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte{proto}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetWriteDeadline(time.Time{})
+	return conn, nil
+}

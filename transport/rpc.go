@@ -1,0 +1,222 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+)
+
+var msgpackHandle = &codec.MsgpackHandle{
+	BasicHandle: codec.BasicHandle{DecodeOptions: codec.DecodeOptions{MaxInitLen: 4096}},
+	WriteExt:    true,
+}
+
+// ErrUnreachable means the request was never sent: the peer could not be
+// dialled. The caller may retry it anywhere without risk of a double apply.
+var ErrUnreachable = errors.New("transport: peer unreachable; request not sent")
+
+// RemoteError is an error the peer's handler returned. Code is a stable,
+// machine-readable name.
+type RemoteError struct {
+	Code string
+	Msg  string
+}
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// RPCHandler answers one request: it decodes the arguments with dec and
+// returns the reply to encode, or an error. An error implementing
+// interface{ Code() string } keeps its code across the wire.
+type RPCHandler func(ctx context.Context, method string, dec func(v interface{}) error) (interface{}, error)
+
+type rpcHeader struct {
+	Method  string
+	Timeout time.Duration // the caller's remaining time; zero: none
+}
+
+type rpcStatus struct {
+	Code string // "" on success
+	Msg  string
+}
+
+// ServeRPC returns a ConnHandler that serves requests from one connection,
+// one at a time, until the peer closes it. Each request's context derives
+// from base (cancel it on shutdown) with the caller's timeout.
+func ServeRPC(base context.Context, h RPCHandler) ConnHandler {
+	return func(conn net.Conn) {
+		r := bufio.NewReader(conn)
+		w := bufio.NewWriter(conn)
+		dec := codec.NewDecoder(r, msgpackHandle)
+		enc := codec.NewEncoder(w, msgpackHandle)
+		for {
+			var hdr rpcHeader
+			if err := dec.Decode(&hdr); err != nil {
+				return
+			}
+			ctx, cancel := context.WithCancel(base)
+			if hdr.Timeout > 0 {
+				ctx, cancel = context.WithTimeout(base, hdr.Timeout)
+			}
+			decoded := false
+			reply, err := h(ctx, hdr.Method, func(v interface{}) error {
+				decoded = true
+				return dec.Decode(v)
+			})
+			cancel()
+			if !decoded { // keep the stream in step whatever the handler did
+				var discard interface{}
+				if dec.Decode(&discard) != nil {
+					return
+				}
+			}
+			st := rpcStatus{}
+			if err != nil {
+				st = rpcStatus{Code: "error", Msg: err.Error()}
+				var coded interface{ Code() string }
+				if errors.As(err, &coded) {
+					st.Code = coded.Code()
+				}
+				reply = nil
+			}
+			if err := enc.Encode(&st); err != nil {
+				return
+			}
+			if err := enc.Encode(reply); err != nil {
+				return
+			}
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Pool is an RPC client with a few idle connections per peer.
+type Pool struct {
+	dialer  *Dialer
+	timeout time.Duration // dial timeout
+
+	mu     sync.Mutex // guards idle, closed
+	idle   map[string][]*rpcConn
+	closed bool
+}
+
+const maxIdlePerPeer = 4
+
+// NewPool returns a Pool dialling from bindIP.
+func NewPool(bindIP string, dialTimeout time.Duration) *Pool {
+	return &Pool{dialer: NewDialer(bindIP), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
+}
+
+type rpcConn struct {
+	net.Conn
+	w   *bufio.Writer
+	enc *codec.Encoder
+	dec *codec.Decoder
+}
+
+func (p *Pool) get(addr string) (*rpcConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if conns := p.idle[addr]; len(conns) > 0 {
+		c := conns[len(conns)-1]
+		p.idle[addr] = conns[:len(conns)-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	conn, err := p.dialer.dial(addr, protoRPC, p.timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
+	w := bufio.NewWriter(conn)
+	return &rpcConn{Conn: conn, w: w, enc: codec.NewEncoder(w, msgpackHandle), dec: codec.NewDecoder(bufio.NewReader(conn), msgpackHandle)}, nil
+}
+
+func (p *Pool) put(addr string, c *rpcConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle[addr]) >= maxIdlePerPeer {
+		c.Close()
+		return
+	}
+	p.idle[addr] = append(p.idle[addr], c)
+}
+
+// Call sends method(args) to addr and decodes the answer into reply. An
+// error wrapping ErrUnreachable means nothing was sent; a *RemoteError is
+// the handler's answer; any other error leaves the outcome unknown.
+func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interface{}) error {
+	c, err := p.get(addr)
+	if err != nil {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	hdr := rpcHeader{Method: method, Timeout: time.Until(deadline)}
+	if err := c.enc.Encode(&hdr); err != nil {
+		c.Close()
+		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
+	}
+	if err := c.enc.Encode(args); err != nil {
+		c.Close()
+		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
+	}
+	if err := c.w.Flush(); err != nil {
+		c.Close()
+		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
+	}
+	var st rpcStatus
+	if err := c.dec.Decode(&st); err != nil {
+		c.Close()
+		return fmt.Errorf("rpc %s to %s: receive: %w", method, addr, err)
+	}
+	var derr error
+	if st.Code != "" {
+		var discard interface{}
+		derr = c.dec.Decode(&discard)
+	} else {
+		derr = c.dec.Decode(reply)
+	}
+	if derr != nil {
+		c.Close()
+		return fmt.Errorf("rpc %s to %s: receive: %w", method, addr, derr)
+	}
+	c.SetDeadline(time.Time{})
+	if stop() {
+		p.put(addr, c)
+	} else {
+		c.Close() // the deadline was forced: the conn is unusable
+	}
+	if st.Code != "" {
+		return &RemoteError{Code: st.Code, Msg: st.Msg}
+	}
+	return nil
+}
+
+// Close closes every idle connection. Idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for addr, conns := range p.idle {
+		for _, c := range conns {
+			c.Close()
+		}
+		delete(p.idle, addr)
+	}
+}
