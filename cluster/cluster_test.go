@@ -2,7 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/registry"
 	"testing"
 	"time"
 
@@ -118,6 +120,14 @@ func TestFollowerCatchesUp(t *testing.T) {
 			if err != nil || len(st.List("csi")) != tc.writes {
 				t.Fatalf("follower has %d plugins, want %d (err %v)", len(st.List("csi")), tc.writes, err)
 			}
+			// Raft records the installed snapshot just after the FSM restored it.
+			if tc.snapshot {
+				c.Eventually(5*time.Second, "raft to record the installed snapshot", func() bool {
+					return n.Stats()["last_snapshot_index"] != "0"
+				})
+			} else if got := n.Stats()["last_snapshot_index"]; got != "0" {
+				t.Fatalf("follower installed a snapshot at %s; want log replay", got)
+			}
 		})
 	}
 }
@@ -157,5 +167,106 @@ func TestRestartKeepsState(t *testing.T) {
 	peers, _ := c.Leader().Peers()
 	if len(peers) != 3 {
 		t.Fatalf("peers after restarts: %v", peers)
+	}
+}
+
+// A partitioned minority answers writes and linearizable reads with a
+// no-leader error (never a hang past the deadline) but serves stale reads;
+// after healing it catches up.
+func TestPartitionedMinority(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	if _, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("before", "a")); err != nil {
+		t.Fatal(err)
+	}
+	minority := indexOf(c, c.Followers()[0])
+	c.Partition(minority)
+	m := c.Nodes[minority]
+	c.Eventually(10*time.Second, "the minority to lose its leader", func() bool { return m.Leader() == "" })
+
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := m.Store().RegisterPlugin(short, plugin("lost", "a"))
+	var ce *cluster.Error
+	if !errors.As(err, &ce) || ce.Outcome() != cluster.NotApplied {
+		t.Fatalf("write on the minority: %v, want a not-applied cluster error", err)
+	}
+	if _, _, err := m.Read(short, cluster.Linearizable); !errors.As(err, &ce) {
+		t.Fatalf("linearizable read on the minority: %v, want a cluster error", err)
+	}
+	st, meta, err := m.Read(ctx, cluster.Stale)
+	if err != nil || st.Instance("csi", "before", "a") == nil || meta.KnownLeader {
+		t.Fatalf("stale read on the minority: err %v, meta %+v", err, meta)
+	}
+
+	// The majority goes on.
+	var majority *testcluster.Node
+	for i, n := range c.Nodes {
+		if i != minority {
+			majority = n
+		}
+	}
+	res, err := majority.Store().RegisterPlugin(ctx, plugin("during", "a"))
+	if err != nil {
+		t.Fatalf("write on the majority: %v", err)
+	}
+	c.Heal()
+	c.Eventually(20*time.Second, "the healed node to catch up", func() bool { return m.AppliedIndex() >= res.Index })
+	st, _, err = m.Read(ctx, cluster.Linearizable)
+	if err != nil || st.Instance("csi", "during", "a") == nil || st.Instance("csi", "lost", "a") != nil {
+		t.Fatalf("after heal: err %v", err)
+	}
+}
+
+// A node that left is removed from the configuration, and can come back.
+func TestLeaveAndRejoin(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	leaving := indexOf(c, c.Followers()[0])
+	n := c.Nodes[leaving]
+	id := n.NodeID()
+	if err := n.Leave(); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	c.Kill(leaving) // stops its HTTP side; the server is already down
+	c.Eventually(10*time.Second, "the leader to remove the node that left", func() bool {
+		peers, _ := c.Leader().Peers()
+		return len(peers) == 2
+	})
+	c.Restart(leaving)
+	c.Eventually(20*time.Second, "the node to be a voter again", func() bool {
+		servers, _ := c.Leader().RaftConfiguration()
+		for _, s := range servers {
+			if string(s.ID) == id {
+				return len(servers) == 3
+			}
+		}
+		return false
+	})
+	ctx := ctxT(t)
+	if _, err := c.Nodes[leaving].Store().RegisterPlugin(ctx, plugin("back", "a")); err != nil {
+		t.Fatalf("write through the rejoined node: %v", err)
+	}
+}
+
+// Writes that carry a request ID apply once, however often they are sent,
+// through whichever node.
+func TestRequestIDAcrossNodes(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx := registry.WithRequestID(ctxT(t), "req-1")
+	first, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("once", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		p := plugin("once", "a")
+		p.Version = "changed"
+		again, err := n.Store().RegisterPlugin(ctx, p)
+		if err != nil || again != first {
+			t.Fatalf("retry through %s: %+v, %v; want %+v", n.NodeID(), again, err, first)
+		}
+	}
+	st, _, _ := c.Nodes[2].Read(ctx, cluster.Linearizable)
+	if p := st.Instance("csi", "once", "a"); p == nil || p.Version == "changed" {
+		t.Fatal("a retried write applied again")
 	}
 }

@@ -18,6 +18,10 @@ type MemberMeta struct {
 	RaftAddr string // server port: Raft and internal RPC
 	HTTPAddr string
 	Role     string // "server"
+	// Leaving is gossiped just before a graceful leave, so that every
+	// node tells a departure from a failure (memberlist's leave
+	// notification does not say which).
+	Leaving bool `json:",omitempty"`
 }
 
 // MemberStatus is a member's state as this node last heard it.
@@ -42,7 +46,7 @@ type Member struct {
 // event delegate. It keeps failed and left members (memberlist forgets
 // them) so the leader can act on how long they have been gone.
 type members struct {
-	mu      sync.Mutex // guards byName
+	mu      sync.Mutex // guards byName and meta
 	byName  map[string]*Member
 	changed chan struct{} // capacity 1: a coalesced "something changed"
 	meta    MemberMeta    // this node's own
@@ -56,7 +60,9 @@ func newMembers(meta MemberMeta, peersFile string) *members {
 // NodeMeta, NotifyMsg, GetBroadcasts, LocalState, MergeRemoteState make
 // members a memberlist.Delegate; only NodeMeta carries anything.
 func (m *members) NodeMeta(limit int) []byte {
+	m.mu.Lock()
 	b, _ := json.Marshal(m.meta)
+	m.mu.Unlock()
 	if len(b) > limit {
 		return nil
 	}
@@ -70,11 +76,20 @@ func (m *members) MergeRemoteState(buf []byte, join bool)     {}
 func (m *members) NotifyJoin(n *memberlist.Node)   { m.set(n, StatusAlive) }
 func (m *members) NotifyUpdate(n *memberlist.Node) { m.set(n, StatusAlive) }
 func (m *members) NotifyLeave(n *memberlist.Node) {
-	if n.State == memberlist.StateLeft {
+	var meta MemberMeta
+	json.Unmarshal(n.Meta, &meta)
+	if meta.Leaving {
 		m.set(n, StatusLeft)
 	} else {
 		m.set(n, StatusFailed)
 	}
+}
+
+// setLeaving marks this node's own meta as leaving.
+func (m *members) setLeaving() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.meta.Leaving = true
 }
 
 func (m *members) set(n *memberlist.Node, st MemberStatus) {
@@ -125,7 +140,7 @@ func (m *members) get(name string) (Member, bool) {
 func (m *members) savePeers() {
 	var addrs []string
 	for _, mem := range m.list() {
-		if mem.Name != m.meta.ID && mem.Status != StatusLeft {
+		if mem.Name != m.self() && mem.Status != StatusLeft {
 			addrs = append(addrs, mem.GossipAddr)
 		}
 	}
@@ -137,6 +152,12 @@ func (m *members) savePeers() {
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		os.Rename(tmp, m.peers)
 	}
+}
+
+func (m *members) self() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.meta.ID
 }
 
 func loadPeers(path string) []string {

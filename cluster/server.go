@@ -395,6 +395,10 @@ func (s *Server) Leave() error {
 			s.logger.Warn("leadership transfer before leave failed", "error", err)
 		}
 	}
+	s.members.setLeaving()
+	if err := s.ml.UpdateNode(2 * time.Second); err != nil {
+		s.logger.Warn("gossip leave intent failed", "error", err)
+	}
 	if err := s.ml.Leave(5 * time.Second); err != nil {
 		s.logger.Warn("gossip leave failed", "error", err)
 	}

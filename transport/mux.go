@@ -170,7 +170,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 
 // Close is called by raft's transport on shutdown; the Mux owns the
 // listener and closes it in Mux.Close.
-func (s *streamLayer) Close() error  { return nil }
+func (s *streamLayer) Close() error   { return nil }
 func (s *streamLayer) Addr() net.Addr { return s.m.ln.Addr() }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
