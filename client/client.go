@@ -1,0 +1,408 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+)
+
+// PluginInfo is a plugin instance.
+type PluginInfo = fsm.PluginInfo
+
+// ConnectionInfo says how to reach a plugin instance.
+type ConnectionInfo = fsm.ConnectionInfo
+
+// Event is one line of the event stream.
+type Event = registry.Event
+
+// Config of a Client.
+type Config struct {
+	// Addrs are node HTTP addresses ("127.0.0.1:8500" or a URL).
+	Addrs []string
+	// Token is sent as X-Plugreg-Token when set.
+	Token string
+	// HTTPClient to use; nil means one with sane timeouts.
+	HTTPClient *http.Client
+	// RetryWait between attempts after a retryable failure (zero: 100ms).
+	RetryWait time.Duration
+}
+
+// Client talks to a plugreg cluster. It is safe for concurrent use.
+type Client struct {
+	addrs []string
+	token string
+	hc    *http.Client
+	wait  time.Duration
+	cur   atomic.Int32 // index of the node in use
+}
+
+// New returns a Client.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("client: no addresses")
+	}
+	c := &Client{token: cfg.Token, hc: cfg.HTTPClient, wait: cfg.RetryWait}
+	for _, a := range cfg.Addrs {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("client: bad address %q", a)
+		}
+		c.addrs = append(c.addrs, strings.TrimRight(a, "/"))
+	}
+	if len(c.addrs) == 0 {
+		return nil, errors.New("client: no addresses")
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost:   64,
+			ResponseHeaderTimeout: 0, // blocking queries and streams wait long
+			IdleConnTimeout:       90 * time.Second,
+		}}
+	}
+	if c.wait == 0 {
+		c.wait = 100 * time.Millisecond
+	}
+	return c, nil
+}
+
+// Addrs returns the node addresses, the one in use first.
+func (c *Client) Addrs() []string {
+	n := int(c.cur.Load())
+	return append(append([]string(nil), c.addrs[n:]...), c.addrs[:n]...)
+}
+
+func (c *Client) next(from int32) {
+	c.cur.CompareAndSwap(from, (from+1)%int32(len(c.addrs)))
+}
+
+// APIError is an error answer from a node.
+type APIError struct {
+	StatusCode int
+	Code       string
+	Message    string
+	// Outcome, on a failed write: "not_applied" or "unknown".
+	Outcome string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (%d %s)", e.Message, e.StatusCode, e.Code)
+}
+
+// Sentinel errors an *APIError matches with errors.Is.
+var (
+	ErrNotFound = errors.New("client: not found")
+	ErrInvalid  = errors.New("client: invalid request")
+	ErrTooLarge = errors.New("client: request too large")
+)
+
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.StatusCode == http.StatusNotFound
+	case ErrInvalid:
+		return e.StatusCode == http.StatusBadRequest
+	case ErrTooLarge:
+		return e.StatusCode == http.StatusRequestEntityTooLarge
+	}
+	return false
+}
+
+// retryable reports whether another node may answer better.
+func retryable(status int) bool {
+	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
+}
+
+// do sends one logical request, moving through the nodes on connection
+// failures and 503s until ctx ends. It returns the response of the first
+// node that answered anything else; the caller closes its body.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, hdr http.Header) (*http.Response, error) {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			wait := c.wait
+			if attempt >= len(c.addrs) { // a full round failed: back off a little
+				wait *= time.Duration(min(attempt/len(c.addrs)+1, 10))
+			}
+			select {
+			case <-ctx.Done():
+				if lastErr == nil {
+					lastErr = ctx.Err()
+				}
+				return nil, fmt.Errorf("%s %s: %w (last error: %v)", method, path, ctx.Err(), lastErr)
+			case <-time.After(wait):
+			}
+		}
+		n := c.cur.Load()
+		u := c.addrs[n] + path
+		if len(query) > 0 {
+			u += "?" + query.Encode()
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		if c.token != "" {
+			req.Header.Set("X-Plugreg-Token", c.token)
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%s %s: %w", method, path, err)
+			}
+			lastErr = err
+			c.next(n)
+			continue
+		}
+		if retryable(resp.StatusCode) {
+			lastErr = decodeError(resp)
+			c.next(n)
+			continue
+		}
+		return resp, nil
+	}
+}
+
+func decodeError(resp *http.Response) error {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+	var eb struct {
+		Error   string `json:"error"`
+		Code    string `json:"code"`
+		Outcome string `json:"outcome"`
+	}
+	if json.Unmarshal(b, &eb) != nil || eb.Error == "" {
+		eb.Error = strings.TrimSpace(string(b))
+	}
+	return &APIError{StatusCode: resp.StatusCode, Code: eb.Code, Message: eb.Error, Outcome: eb.Outcome}
+}
+
+func (c *Client) decode(resp *http.Response, out interface{}) error {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s response: %w", resp.Request.URL.Path, err)
+	}
+	return nil
+}
+
+// WriteResult is a write's outcome and log index.
+type WriteResult struct {
+	Index  uint64
+	Result fsm.Result
+}
+
+func newRequestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (c *Client) write(ctx context.Context, method, path string, body []byte) (WriteResult, error) {
+	hdr := http.Header{}
+	id := RequestID(ctx)
+	if id == "" {
+		id = newRequestID()
+	}
+	hdr.Set("X-Plugreg-Request-Id", id)
+	resp, err := c.do(ctx, method, path, nil, body, hdr)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	var res WriteResult
+	err = c.decode(resp, &res)
+	return res, err
+}
+
+// Register registers or updates a plugin instance.
+func (c *Client) Register(ctx context.Context, info *PluginInfo) (WriteResult, error) {
+	body, err := json.Marshal(info)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	return c.write(ctx, http.MethodPost, "/v1/plugins", body)
+}
+
+// Deregister removes a plugin instance.
+func (c *Client) Deregister(ctx context.Context, ptype, name, allocID string) (WriteResult, error) {
+	return c.write(ctx, http.MethodDelete, "/v1/plugins/"+seg(ptype)+"/"+seg(name)+"/"+seg(allocID), nil)
+}
+
+// DeregisterNode removes every plugin instance of a node.
+func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (WriteResult, error) {
+	return c.write(ctx, http.MethodDelete, "/v1/nodes/"+seg(nodeID)+"/plugins", nil)
+}
+
+func seg(s string) string { return url.PathEscape(s) }
+
+// QueryOptions tune a read.
+type QueryOptions struct {
+	// Stale reads the answering node's state without a round trip to the
+	// leader; it may be behind.
+	Stale bool
+	// WaitIndex and WaitTime make a blocking query: the answer comes once
+	// the type changed past WaitIndex, or after WaitTime.
+	WaitIndex uint64
+	WaitTime  time.Duration
+}
+
+// QueryMeta describes a read's answer.
+type QueryMeta struct {
+	Index       uint64
+	KnownLeader bool
+	LastContact time.Duration
+	Addr        string // the node that answered
+}
+
+func (q *QueryOptions) values() url.Values {
+	v := url.Values{}
+	if q == nil {
+		return v
+	}
+	if q.Stale {
+		v.Set("consistency", "stale")
+	}
+	if q.WaitIndex > 0 {
+		v.Set("index", strconv.FormatUint(q.WaitIndex, 10))
+	}
+	if q.WaitTime > 0 {
+		v.Set("wait", q.WaitTime.String())
+	}
+	return v
+}
+
+func (c *Client) query(ctx context.Context, path string, q *QueryOptions, out interface{}) (*QueryMeta, error) {
+	resp, err := c.do(ctx, http.MethodGet, path, q.values(), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	meta := &QueryMeta{Addr: resp.Request.URL.Host}
+	meta.Index, _ = strconv.ParseUint(resp.Header.Get("X-Plugreg-Index"), 10, 64)
+	meta.KnownLeader = resp.Header.Get("X-Plugreg-Known-Leader") == "true"
+	ms, _ := strconv.ParseInt(resp.Header.Get("X-Plugreg-Last-Contact"), 10, 64)
+	meta.LastContact = time.Duration(ms) * time.Millisecond
+	return meta, c.decode(resp, out)
+}
+
+// Types lists the plugin types.
+func (c *Client) Types(ctx context.Context, q *QueryOptions) ([]string, *QueryMeta, error) {
+	var out []string
+	meta, err := c.query(ctx, "/v1/types", q, &out)
+	return out, meta, err
+}
+
+// List returns the newest instance of every name of ptype, sorted by name.
+func (c *Client) List(ctx context.Context, ptype string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
+	var out []*PluginInfo
+	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype), q, &out)
+	return out, meta, err
+}
+
+// Instances returns the recency list of (ptype, name), newest first.
+func (c *Client) Instances(ctx context.Context, ptype, name string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
+	var out []*PluginInfo
+	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype)+"/"+seg(name), q, &out)
+	return out, meta, err
+}
+
+// Get returns one instance.
+func (c *Client) Get(ctx context.Context, ptype, name, allocID string, q *QueryOptions) (*PluginInfo, *QueryMeta, error) {
+	var out PluginInfo
+	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype)+"/"+seg(name)+"/"+seg(allocID), q, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
+// Member is one entry of Members.
+type Member struct {
+	Name       string
+	GossipAddr string
+	RaftAddr   string
+	HTTPAddr   string
+	Status     string
+	Leader     bool
+	Voter      bool
+}
+
+// Members lists the gossip pool as the answering node sees it.
+func (c *Client) Members(ctx context.Context) ([]Member, error) {
+	var out []Member
+	_, err := c.query(ctx, "/v1/members", nil, &out)
+	return out, err
+}
+
+// Leader returns the leader's server address, "" when there is none.
+func (c *Client) Leader(ctx context.Context) (string, error) {
+	var out string
+	_, err := c.query(ctx, "/v1/status/leader", nil, &out)
+	return out, err
+}
+
+// Peers returns the server addresses in the Raft configuration.
+func (c *Client) Peers(ctx context.Context) ([]string, error) {
+	var out []string
+	_, err := c.query(ctx, "/v1/status/peers", nil, &out)
+	return out, err
+}
+
+// Leave asks the first configured node (only that one: leaving is about a
+// particular node) to leave the cluster gracefully.
+func (c *Client) Leave(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.addrs[0]+"/v1/agent/leave", nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("X-Plugreg-Token", c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("leave %s: %w", c.addrs[0], err)
+	}
+	var out map[string]string
+	return c.decode(resp, &out)
+}
+
+type requestIDKey struct{}
+
+// WithRequestID makes the write it is passed to carry id instead of a fresh
+// one: use it to retry a write across process restarts.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID returns the ID set by WithRequestID, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}

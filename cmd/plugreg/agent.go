@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/cluster"
+)
+
+var errUsage = errors.New("usage")
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func runAgent(args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: plugreg agent [flags]\n\nRuns a server node. Flags may also come from -config, a JSON object with the\nsame keys (\"node\", \"data-dir\", \"join\": [...], ...); the command line wins.\n\n")
+		fs.PrintDefaults()
+	}
+	d := cluster.DefaultConfig()
+	var (
+		cfgFile  = fs.String("config", "", "JSON config file with the same keys as the flags")
+		nodeID   = fs.String("node", hostname(), "node ID, unique in the cluster, kept in the data dir")
+		dataDir  = fs.String("data-dir", "", "directory for raft.db and snapshots (required)")
+		bind     = fs.String("bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
+		httpPort = fs.Int("http-port", 8500, "HTTP API port")
+		srvPort  = fs.Int("server-port", d.ServerPort, "Raft and internal RPC port")
+		gosPort  = fs.Int("gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
+		expect   = fs.Int("bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
+		join     listFlag
+		retry    = fs.Bool("retry-join", false, "keep retrying -join until it succeeds")
+		snapThr  = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+		reap     = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
+		deadSrv  = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
+		journal  = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
+		raftMul  = fs.Int("raft-multiplier", 1, "scale Raft's timeouts (1 is fastest; 5 suits slow or shared machines)")
+		logLevel = fs.String("log-level", "info", "trace, debug, info, warn or error")
+	)
+	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if *cfgFile != "" {
+		if err := applyConfigFile(fs, *cfgFile); err != nil {
+			return err
+		}
+	}
+	if *dataDir == "" {
+		return errors.New("-data-dir is required")
+	}
+	if *raftMul < 1 || *raftMul > 10 {
+		return fmt.Errorf("-raft-multiplier %d: want 1 to 10", *raftMul)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
+	cfg := cluster.DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.BindAddr = *nodeID, *dataDir, *bind
+	cfg.ServerPort, cfg.GossipPort = *srvPort, *gosPort
+	cfg.BootstrapExpect, cfg.Join, cfg.RetryJoin = *expect, join, *retry
+	cfg.SnapshotThreshold = *snapThr
+	cfg.NodeReapAfter, cfg.DeadServerCleanup = *reap, *deadSrv
+	cfg.JournalSize = *journal
+	mul := time.Duration(*raftMul)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = mul*1000*time.Millisecond, mul*1000*time.Millisecond, mul*500*time.Millisecond
+	cfg.Logger = logger
+
+	leaveCh := make(chan struct{})
+	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), func() { close(leaveCh) })
+	if err != nil {
+		return err
+	}
+	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case s := <-sig:
+		// A server keeps its membership across a restart: stop without
+		// leaving ('plugreg leave' leaves on purpose).
+		logger.Info("shutting down", "signal", s)
+		return n.stop(false)
+	case <-leaveCh:
+		logger.Info("leaving the cluster")
+		return n.stop(true)
+	case err := <-n.done:
+		n.stop(false)
+		return fmt.Errorf("http server: %w", err)
+	}
+}
+
+// applyConfigFile sets every flag named in the JSON file that the command
+// line did not set.
+func applyConfigFile(fs *flag.FlagSet, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	var kv map[string]interface{}
+	if err := json.Unmarshal(b, &kv); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for k, v := range kv {
+		if fs.Lookup(k) == nil || k == "config" {
+			return fmt.Errorf("config %s: unknown key %q", path, k)
+		}
+		if set[k] {
+			continue
+		}
+		vals := []interface{}{v}
+		if list, ok := v.([]interface{}); ok {
+			vals = list
+		}
+		for _, x := range vals {
+			s := fmt.Sprint(x)
+			if f, ok := x.(float64); ok {
+				s = strconv.FormatFloat(f, 'f', -1, 64)
+			}
+			if err := fs.Set(k, s); err != nil {
+				return fmt.Errorf("config %s: %s: %w", path, k, err)
+			}
+		}
+	}
+	return nil
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}

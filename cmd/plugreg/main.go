@@ -1,0 +1,67 @@
+// Command plugreg is the plugreg server agent, a local dev cluster, and the
+// command-line client.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+type command struct {
+	summary string
+	run     func(args []string) error
+}
+
+var commands = map[string]command{
+	"agent":      {"run a server node", runAgent},
+	"dev":        {"run a local three-node cluster on 127.0.0.1", runDev},
+	"register":   {"register or update a plugin instance", runRegister},
+	"deregister": {"deregister a plugin instance (or -node N: all of a node's)", runDeregister},
+	"list":       {"list the newest instance of each plugin of a type", runList},
+	"get":        {"show a plugin's instances, or one instance", runGet},
+	"types":      {"list plugin types", runTypes},
+	"watch":      {"stream registry events", runWatch},
+	"members":    {"list the cluster's servers", runMembers},
+	"peers":      {"list the Raft peers", runPeers},
+	"leader":     {"show the leader's server address", runLeader},
+	"leave":      {"make the node at -addr leave the cluster gracefully", runLeave},
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "Usage: plugreg <command> [flags] [args]\n\nCommands:\n")
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-11s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'plugreg <command> -h' for a command's flags.\n"+
+		"Client commands reach the nodes in $PLUGREG_ADDR (comma-separated; default 127.0.0.1:8500).\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "plugreg: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err := cmd.run(os.Args[2:]); err != nil {
+		if err == errUsage {
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "plugreg %s: %s\n", os.Args[1], strings.TrimSpace(err.Error()))
+		os.Exit(1)
+	}
+}
