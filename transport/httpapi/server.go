@@ -109,10 +109,43 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /v1/metrics", s.cfg.Metrics)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, ErrorBody{Error: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), Code: CodeNotFound})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern == "" {
+			// No route, or not with this method: the mux's own 404/405
+			// (with its Allow header), in our JSON error shape.
+			h.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	})
-	return mux
+}
+
+// jsonStatusWriter replaces the mux's plain-text error body with ErrorBody.
+type jsonStatusWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	written bool
+}
+
+func (w *jsonStatusWriter) WriteHeader(status int) {
+	if w.written {
+		return
+	}
+	w.written = true
+	code := CodeNotFound
+	if status == http.StatusMethodNotAllowed {
+		code = "method_not_allowed"
+	}
+	w.Header().Del("X-Content-Type-Options")
+	writeJSON(w.ResponseWriter, status, ErrorBody{Error: fmt.Sprintf("no route %s %s", w.r.Method, w.r.URL.Path), Code: code})
+}
+
+func (w *jsonStatusWriter) Write(b []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return len(b), nil // the mux's text body is replaced
 }
 
 // WriteReply is the JSON answer to a successful write.

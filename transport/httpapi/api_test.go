@@ -1,0 +1,222 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/transport/httpapi"
+)
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func call(t *testing.T, method, url, body string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, strings.TrimSpace(string(b))}
+}
+
+const ebs = `{"Type":"csi","Name":"ebs","AllocID":"a1","Version":"1","NodeID":"n1","ConnectionInfo":{"SocketPath":"/run/ebs.sock"}}`
+
+func TestAPI(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	f := c.Followers()[0].HTTPURL // everything through a follower
+	big := `{"Type":"csi","Name":"big","AllocID":"a","ConnectionInfo":{"SocketPath":"/x"},"Options":{"k":"` + strings.Repeat("v", 200*1024) + `"}}`
+	manyOpts := `{"Type":"csi","Name":"o","AllocID":"a","ConnectionInfo":{"SocketPath":"/x"},"Options":{`
+	for i := 0; i < 65; i++ {
+		manyOpts += fmt.Sprintf(`"k%d":"v",`, i)
+	}
+	manyOpts = strings.TrimSuffix(manyOpts, ",") + "}}"
+
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		hdr    []string
+		status int
+		want   string // substring of the body
+	}{
+		{"register", "POST", "/v1/plugins", ebs, nil, 200, `"Result":"registered"`},
+		{"register again is unchanged", "POST", "/v1/plugins", ebs, nil, 200, `"Result":"unchanged"`},
+		{"register changed is updated", "POST", "/v1/plugins", strings.Replace(ebs, `"Version":"1"`, `"Version":"2"`, 1), nil, 200, `"Result":"updated"`},
+		{"second instance", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"a2"`, 1), nil, 200, `"Result":"registered"`},
+		{"other name", "POST", "/v1/plugins", strings.Replace(ebs, `"ebs"`, `"aws"`, 1), nil, 200, `"Result":"registered"`},
+		{"empty name", "POST", "/v1/plugins", strings.Replace(ebs, `"ebs"`, `""`, 1), nil, 400, `"code":"invalid"`},
+		{"no connection info", "POST", "/v1/plugins", `{"Type":"csi","Name":"x","AllocID":"a"}`, nil, 400, `ConnectionInfo`},
+		{"unknown field", "POST", "/v1/plugins", `{"Type":"csi","Nmae":"x"}`, nil, 400, `unknown field`},
+		{"not json", "POST", "/v1/plugins", `hello`, nil, 400, `"code":"invalid"`},
+		{"empty body", "POST", "/v1/plugins", ``, nil, 400, `empty body`},
+		{"two values", "POST", "/v1/plugins", ebs + ebs, nil, 400, `more than one`},
+		{"body too large", "POST", "/v1/plugins", big, nil, 413, `"code":"too_large"`},
+		{"too many options", "POST", "/v1/plugins", manyOpts, nil, 413, `options`},
+		{"request id too long", "POST", "/v1/plugins", ebs, []string{"X-Plugreg-Request-Id", strings.Repeat("r", 200)}, 413, `Request-Id`},
+		{"list sorted by name", "GET", "/v1/plugins/csi", "", nil, 200, `"Name":"aws"`},
+		{"recency list", "GET", "/v1/plugins/csi/ebs", "", nil, 200, `"AllocID":"a2"`},
+		{"one instance", "GET", "/v1/plugins/csi/ebs/a1", "", nil, 200, `"Version":"2"`},
+		{"absent instance", "GET", "/v1/plugins/csi/ebs/zz", "", nil, 404, `"code":"not_found"`},
+		{"absent name", "GET", "/v1/plugins/csi/nope", "", nil, 404, `"code":"not_found"`},
+		{"absent type lists nothing", "GET", "/v1/plugins/nope", "", nil, 200, `[]`},
+		{"types", "GET", "/v1/types", "", nil, 200, `["csi"]`},
+		{"stale read", "GET", "/v1/plugins/csi?consistency=stale", "", nil, 200, `"Name":"aws"`},
+		{"bad consistency", "GET", "/v1/plugins/csi?consistency=eventual", "", nil, 400, `consistency`},
+		{"bad index", "GET", "/v1/plugins/csi?index=x", "", nil, 400, `index`},
+		{"bad wait", "GET", "/v1/plugins/csi?index=1&wait=soon", "", nil, 400, `wait`},
+		{"deregister absent", "DELETE", "/v1/plugins/csi/ebs/zz", "", nil, 200, `"Result":"absent"`},
+		{"deregister", "DELETE", "/v1/plugins/csi/ebs/a2", "", nil, 200, `"Result":"deregistered"`},
+		{"deregister node", "DELETE", "/v1/nodes/n1/plugins", "", nil, 200, `"Result":"deregistered"`},
+		{"leader", "GET", "/v1/status/leader", "", nil, 200, c.Leader().RaftAddr()},
+		{"peers", "GET", "/v1/status/peers", "", nil, 200, c.Leader().RaftAddr()},
+		{"members", "GET", "/v1/members", "", nil, 200, `"Status":"alive"`},
+		{"health", "GET", "/v1/health", "", nil, 200, `"Status":"ok"`},
+		{"unknown route", "GET", "/v1/nothing", "", nil, 404, `"code":"not_found"`},
+		{"wrong method", "PUT", "/v1/plugins", ebs, nil, 405, `"code":"method_not_allowed"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := call(t, tc.method, f+tc.path, tc.body, tc.hdr...)
+			if r.status != tc.status || !strings.Contains(r.body, tc.want) {
+				t.Fatalf("%s %s: %d %s; want %d containing %s", tc.method, tc.path, r.status, r.body, tc.status, tc.want)
+			}
+			if tc.method == "GET" && r.status == 200 && strings.HasPrefix(tc.path, "/v1/plugins") {
+				for _, h := range []string{"X-Plugreg-Index", "X-Plugreg-Known-Leader", "X-Plugreg-Last-Contact"} {
+					if r.header.Get(h) == "" {
+						t.Errorf("missing header %s", h)
+					}
+				}
+			}
+		})
+	}
+	// The list is sorted by name and holds the newest instance of each.
+	var list []struct{ Name, AllocID string }
+	json.Unmarshal([]byte(call(t, "GET", f+"/v1/plugins/csi", "").body), &list)
+	if len(list) != 0 {
+		t.Fatalf("after deregistering node n1, list = %+v", list)
+	}
+}
+
+func TestBlockingQuery(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	f := c.Followers()[0].HTTPURL
+	r := call(t, "POST", f+"/v1/plugins", ebs)
+	idx := r.header.Get("X-Plugreg-Index")
+	done := make(chan reply, 1)
+	go func() {
+		done <- call(t, "GET", f+"/v1/plugins/csi?index="+idx+"&wait=20s", "")
+	}()
+	// A write to another type does not wake the query; one to csi does.
+	call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", strings.Replace(ebs, `"csi"`, `"device"`, 1))
+	select {
+	case r := <-done:
+		t.Fatalf("blocking query returned on another type's write: %s", r.body)
+	case <-time.After(300 * time.Millisecond):
+	}
+	call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", strings.Replace(ebs, `"a1"`, `"a2"`, 1))
+	select {
+	case r := <-done:
+		if r.status != 200 || !strings.Contains(r.body, `"AllocID":"a2"`) {
+			t.Fatalf("blocking query: %d %s", r.status, r.body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("blocking query did not return after the write")
+	}
+}
+
+// A node without a leader answers 503 with a retry hint and the write's
+// outcome, within the request's deadline; stale reads still work there.
+func TestMinorityAnswers503(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	i := 0
+	for j, n := range c.Nodes {
+		if !n.IsLeader() {
+			i = j
+		}
+	}
+	call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", ebs)
+	c.Partition(i)
+	n := c.Nodes[i]
+	c.Eventually(10*time.Second, "the minority to lose its leader", func() bool { return n.Leader() == "" })
+	r := call(t, "POST", n.HTTPURL+"/v1/plugins", strings.Replace(ebs, `"a1"`, `"a9"`, 1))
+	var eb httpapi.ErrorBody
+	json.Unmarshal([]byte(r.body), &eb)
+	if r.status != 503 || eb.Code != "no_leader" || eb.Outcome != "not_applied" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("write on minority: %d %s (Retry-After %q)", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if r := call(t, "GET", n.HTTPURL+"/v1/plugins/csi", ""); r.status != 503 {
+		t.Fatalf("linearizable read on minority: %d %s", r.status, r.body)
+	}
+	r = call(t, "GET", n.HTTPURL+"/v1/plugins/csi?consistency=stale", "")
+	if r.status != 200 || !strings.Contains(r.body, `"a1"`) || r.header.Get("X-Plugreg-Known-Leader") != "false" {
+		t.Fatalf("stale read on minority: %d %s %v", r.status, r.body, r.header)
+	}
+	if r := call(t, "GET", n.HTTPURL+"/v1/health", ""); r.status != 503 {
+		t.Fatalf("health on minority: %d", r.status)
+	}
+}
+
+func TestEventStream(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{Heartbeat: 100 * time.Millisecond})
+	f := c.Followers()[0].HTTPURL
+	resp, err := http.Get(f + "/v1/events?type=csi&index=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", strings.Replace(ebs, `"csi"`, `"device"`, 1))
+	w := call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", ebs)
+	call(t, "DELETE", c.Leader().HTTPURL+"/v1/plugins/csi/ebs/a1", "")
+
+	sc := bufio.NewScanner(resp.Body)
+	var got []string
+	for len(got) < 2 && sc.Scan() {
+		var ev struct {
+			Index     uint64
+			EventType string
+			Info      *struct{ Type, AllocID string }
+			Current   *struct{ AllocID string }
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		if ev.EventType == "heartbeat" {
+			continue
+		}
+		if ev.Info.Type != "csi" {
+			t.Fatalf("event of type %s passed the filter", ev.Info.Type)
+		}
+		got = append(got, fmt.Sprintf("%s@%d current=%v", ev.EventType, ev.Index, ev.Current != nil))
+	}
+	want := []string{"registered@" + w.header.Get("X-Plugreg-Index") + " current=true"}
+	if len(got) < 2 || got[0] != want[0] || !strings.HasPrefix(got[1], "deregistered@") || !strings.HasSuffix(got[1], "current=false") {
+		t.Fatalf("stream = %v, want %v then deregistered with no current", got, want)
+	}
+	// Heartbeats follow while idle.
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"heartbeat"`) {
+			return
+		}
+	}
+	t.Fatalf("no heartbeat: %v", sc.Err())
+}
