@@ -104,6 +104,7 @@ func New(cfg *Config) (s *Server, err error) {
 	s.members.set(s.ml.LocalNode(), StatusAlive)
 
 	s.goFunc(s.monitorLeadership)
+	s.goFunc(s.emitMetrics)
 	if cfg.BootstrapExpect > 1 {
 		s.goFunc(s.bootstrapLoop)
 	}

@@ -49,6 +49,7 @@ func runAgent(args []string) error {
 		journal  = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
 		raftMul  = fs.Int("raft-multiplier", 1, "scale Raft's timeouts (1 is fastest; 5 suits slow or shared machines)")
 		logLevel = fs.String("log-level", "info", "trace, debug, info, warn or error")
+		aclToken = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -82,7 +83,7 @@ func runAgent(args []string) error {
 	cfg.Logger = logger
 
 	leaveCh := make(chan struct{})
-	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), func() { close(leaveCh) })
+	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func runDev(args []string) error {
 		cfg.ReconcileInterval = 500 * time.Millisecond
 		cfg.NodeReapAfter = 30 * time.Second
 		cfg.Logger = logger.Named(cfg.NodeID)
-		n, err := startNode(cfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), nil)
+		n, err := startNode(cfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), "", nil)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("start %s: %w", cfg.NodeID, err)

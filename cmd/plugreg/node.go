@@ -52,7 +52,7 @@ func setupMetrics(logger hclog.Logger) http.Handler {
 }
 
 // startNode starts a server and serves its HTTP API on httpAddr.
-func startNode(cfg *cluster.Config, httpAddr string, onLeave func()) (*node, error) {
+func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*node, error) {
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on http port %s: %w", httpAddr, err)
@@ -64,7 +64,7 @@ func startNode(cfg *cluster.Config, httpAddr string, onLeave func()) (*node, err
 		return nil, err
 	}
 	n := &node{srv: srv, ln: ln, done: make(chan error, 1)}
-	n.api = httpapi.New(httpapi.Config{Server: srv, Logger: cfg.Logger.Named("http"), Metrics: setupMetrics(cfg.Logger), OnLeave: onLeave})
+	n.api = httpapi.New(httpapi.Config{Server: srv, Logger: cfg.Logger.Named("http"), Metrics: setupMetrics(cfg.Logger), Token: token, OnLeave: onLeave})
 	go func() { n.done <- n.api.Serve(ln) }()
 	return n, nil
 }

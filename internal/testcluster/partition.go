@@ -78,4 +78,3 @@ func iptables(args ...string) error {
 	}
 	return nil
 }
-

@@ -34,6 +34,7 @@ type Node struct {
 	serveWG  sync.WaitGroup
 	httpPort int
 	running  bool
+	opts     Options
 }
 
 // Cluster is a set of in-process nodes.
@@ -49,6 +50,8 @@ type Options struct {
 	Modify func(i int, c *cluster.Config)
 	// Heartbeat of the HTTP event stream (zero: 200ms).
 	Heartbeat time.Duration
+	// Token required by the HTTP API for writes (empty: none).
+	Token string
 }
 
 var clusterSeq atomic.Uint32
@@ -125,7 +128,8 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	n.HTTP = httpapi.New(httpapi.Config{Server: srv, Heartbeat: hb})
+	n.HTTP = httpapi.New(httpapi.Config{Server: srv, Heartbeat: hb, Token: opts.Token})
+	n.opts = opts
 	n.ln = ln
 	n.running = true
 	n.serveWG.Add(1)
@@ -160,7 +164,7 @@ func (c *Cluster) Restart(i int) {
 	cfg := *n.Config
 	cfg.Join = nil // must rejoin from what its data dir remembers
 	n.Config = &cfg
-	c.start(n, Options{})
+	c.start(n, n.opts)
 }
 
 // Running returns the nodes that are up.

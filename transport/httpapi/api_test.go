@@ -220,3 +220,27 @@ func TestEventStream(t *testing.T) {
 	}
 	t.Fatalf("no heartbeat: %v", sc.Err())
 }
+
+func TestTokenRequiredForWrites(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{Token: "s3cret"})
+	u := c.Nodes[0].HTTPURL
+	cases := []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+	}{
+		{"write without token", "POST", "/v1/plugins", ebs, nil, 403},
+		{"write with wrong token", "POST", "/v1/plugins", ebs, []string{"X-Plugreg-Token", "nope"}, 403},
+		{"write with token", "POST", "/v1/plugins", ebs, []string{"X-Plugreg-Token", "s3cret"}, 200},
+		{"deregister without token", "DELETE", "/v1/plugins/csi/ebs/a1", "", nil, 403},
+		{"leave without token", "PUT", "/v1/agent/leave", "", nil, 403},
+		{"reads need none", "GET", "/v1/plugins/csi", "", nil, 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := call(t, tc.method, u+tc.path, tc.body, tc.hdr...); r.status != tc.status {
+				t.Fatalf("%d %s, want %d", r.status, r.body, tc.status)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/registry"
@@ -31,6 +33,7 @@ const (
 	headerLeader   = "X-Plugreg-Known-Leader"
 	headerContact  = "X-Plugreg-Last-Contact"
 	headerRequest  = "X-Plugreg-Request-Id"
+	headerToken    = "X-Plugreg-Token"
 	defaultHBEvery = 5 * time.Second
 )
 
@@ -42,6 +45,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// Metrics, if set, serves GET /v1/metrics.
 	Metrics http.Handler
+	// Token, when set, is required (header X-Plugreg-Token) on every
+	// request that changes something: writes, leave, operator calls.
+	Token string
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
@@ -91,9 +97,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Handler returns the API's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/plugins", s.register)
-	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregister)
-	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.deregisterNode)
+	mux.HandleFunc("POST /v1/plugins", s.authorized(s.register))
+	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.authorized(s.deregister))
+	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.authorized(s.deregisterNode))
 	mux.HandleFunc("GET /v1/types", s.types)
 	mux.HandleFunc("GET /v1/plugins/{type}", s.list)
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}", s.instances)
@@ -103,9 +109,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/status/peers", s.peers)
 	mux.HandleFunc("GET /v1/members", s.members)
 	mux.HandleFunc("GET /v1/health", s.health)
-	mux.HandleFunc("PUT /v1/agent/leave", s.leave)
-	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.transfer)
-	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.removePeer)
+	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(s.leave))
+	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(s.transfer))
+	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(s.removePeer))
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /v1/metrics", s.cfg.Metrics)
 	}
@@ -146,6 +152,22 @@ func (w *jsonStatusWriter) Write(b []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	return len(b), nil // the mux's text body is replaced
+}
+
+// authorized wraps a handler that changes state: with a Token configured,
+// the request must carry it.
+func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.Token == "" {
+		return h
+	}
+	want := []byte(s.cfg.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(headerToken)), want) != 1 {
+			writeJSON(w, http.StatusForbidden, ErrorBody{Error: "permission denied: a valid X-Plugreg-Token is required", Code: "permission_denied"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // WriteReply is the JSON answer to a successful write.
@@ -399,7 +421,7 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 	voters := map[string]bool{}
 	if servers, err := s.srv.RaftConfiguration(); err == nil {
 		for _, srv := range servers {
-			voters[string(srv.ID)] = srv.Suffrage == 0
+			voters[string(srv.ID)] = srv.Suffrage == raft.Voter
 		}
 	}
 	leader := s.srv.LeaderID()

@@ -1,0 +1,31 @@
+package cluster
+
+import (
+	"time"
+
+	metrics "github.com/hashicorp/go-metrics/compat"
+)
+
+// emitMetrics publishes the node's state gauges through go-metrics (where
+// raft and memberlist publish theirs) once a second; the process chooses
+// the sink (the agent: Prometheus).
+func (s *Server) emitMetrics() {
+	labels := []metrics.Label{{Name: "node", Value: s.cfg.NodeID}}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := s.fsm.State()
+		metrics.SetGaugeWithLabels([]string{"fsm", "applied_index"}, float32(st.Index()), labels)
+		metrics.SetGaugeWithLabels([]string{"fsm", "instances"}, float32(st.Len()), labels)
+		leader := float32(0)
+		if s.IsLeader() {
+			leader = 1
+		}
+		metrics.SetGaugeWithLabels([]string{"server", "is_leader"}, leader, labels)
+	}
+}
