@@ -329,7 +329,11 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, types []string, se
 
 func setMeta(w http.ResponseWriter, meta cluster.ReadMeta) {
 	w.Header().Set(headerLeader, strconv.FormatBool(meta.KnownLeader))
-	w.Header().Set(headerContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
+	ms := meta.LastContact.Milliseconds()
+	if meta.LastContact < 0 {
+		ms = -1 // never heard from a leader
+	}
+	w.Header().Set(headerContact, strconv.FormatInt(ms, 10))
 }
 
 // block waits until an event of types (all types when empty) with an index
