@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/plugreg/plugreg/registry"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,5 +270,58 @@ func TestRequestIDAcrossNodes(t *testing.T) {
 	st, _, _ := c.Nodes[2].Read(ctx, cluster.Linearizable)
 	if p := st.Instance("csi", "once", "a"); p == nil || p.Version == "changed" {
 		t.Fatal("a retried write applied again")
+	}
+}
+
+// New fails with a clear error, and without leaking or panicking, when it
+// cannot start.
+func TestNewFailsCleanly(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := busy.Addr().(*net.TCPAddr).Port
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	cases := []struct {
+		name   string
+		modify func(c *cluster.Config)
+		want   string
+	}{
+		{"server port in use", func(c *cluster.Config) { c.ServerPort = port }, "listen on server port"},
+		{"join fails without retry", func(c *cluster.Config) { c.Join = []string{fmt.Sprintf("127.0.0.1:%d", closedPort)} }, "join"},
+		{"bootstrap-expect 2", func(c *cluster.Config) { c.BootstrapExpect = 2 }, "bootstrap-expect"},
+		{"no node id", func(c *cluster.Config) { c.NodeID = "" }, "node id"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cluster.DefaultConfig()
+			cfg.NodeID, cfg.DataDir = "n1", t.TempDir()
+			cfg.ServerPort, cfg.GossipPort = 0, 0
+			tc.modify(cfg)
+			s, err := cluster.New(cfg)
+			if err == nil {
+				s.Shutdown()
+				t.Fatal("New succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+	// A data dir belongs to one node ID.
+	dir := t.TempDir()
+	cfg := cluster.DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.ServerPort, cfg.GossipPort, cfg.BootstrapExpect = "n1", dir, 0, 0, 1
+	s, err := cluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	cfg.NodeID = "n2"
+	if _, err := cluster.New(cfg); err == nil || !strings.Contains(err.Error(), "belongs to node") {
+		t.Fatalf("reusing n1's data dir as n2: %v", err)
 	}
 }

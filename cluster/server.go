@@ -56,7 +56,7 @@ var _ registry.Applier = (*Server)(nil)
 
 // New starts a server node: opens its data dir, starts Raft, gossip and
 // the leader monitor, and joins the addresses in cfg.Join.
-func New(cfg *Config) (s *Server, err error) {
+func New(cfg *Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
@@ -68,7 +68,7 @@ func New(cfg *Config) (s *Server, err error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s = &Server{
+	s := &Server{
 		cfg:          cfg,
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		journal:      registry.NewJournal(cfg.JournalSize),
@@ -76,30 +76,36 @@ func New(cfg *Config) (s *Server, err error) {
 		ctx:          ctx,
 		cancel:       cancel,
 	}
-	defer func() {
-		if err != nil {
-			s.Shutdown()
-		}
-	}()
+	if err := s.start(); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start brings up everything New promises; on error, New shuts down what
+// was started.
+func (s *Server) start() (err error) {
+	cfg := s.cfg
 	s.fsm = fsm.New(s.journal)
 	if s.store, err = registry.New(registry.Config{FSM: s.fsm, Journal: s.journal, Applier: s}); err != nil {
-		return nil, err
+		return err
 	}
 
 	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second)
 	s.mux, err = transport.Listen(net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.ServerPort)),
-		transport.ServeRPC(ctx, s.handleRPC), s.logger.Named("transport"))
+		transport.ServeRPC(s.ctx, s.handleRPC), s.logger.Named("transport"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.raftAddr = s.mux.Addr().String()
 	if err := s.setupRaft(); err != nil {
-		return nil, err
+		return err
 	}
 
 	s.members = newMembers(MemberMeta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: "server"}, peersFile(cfg.DataDir))
 	if s.ml, err = s.newMemberlist(); err != nil {
-		return nil, err
+		return err
 	}
 	s.members.set(s.ml.LocalNode(), StatusAlive)
 
@@ -115,13 +121,13 @@ func New(cfg *Config) (s *Server, err error) {
 	if len(join) > 0 {
 		if _, err := s.ml.Join(join); err != nil {
 			if !cfg.RetryJoin && len(cfg.Join) > 0 {
-				return nil, fmt.Errorf("join %v: %w", join, err)
+				return fmt.Errorf("join %v: %w (use -retry-join to keep trying)", join, err)
 			}
 			s.logger.Warn("join failed; retrying in the background", "addrs", join, "error", err)
 			s.goFunc(func() { s.retryJoin(join) })
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // claimNodeID records id in the data dir, or checks it against the one

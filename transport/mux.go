@@ -116,12 +116,13 @@ func (m *Mux) handle(conn net.Conn) {
 	conn.SetReadDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:
-		// Raft's transport owns the connection from here on; it closes
-		// it on its own shutdown.
-		m.untrack(conn)
+		// Raft's transport owns the connection from here on, but does not
+		// close it on shutdown (it waits for the peer to); the Mux keeps
+		// tracking it so that Close ends it and raft's reader goroutine.
 		select {
-		case m.raftCh <- conn:
+		case m.raftCh <- &trackedConn{Conn: conn, m: m}:
 		case <-m.done:
+			m.untrack(conn)
 			conn.Close()
 		}
 	case protoRPC:
@@ -174,7 +175,29 @@ func (s *streamLayer) Close() error   { return nil }
 func (s *streamLayer) Addr() net.Addr { return s.m.ln.Addr() }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return s.m.dialer.dial(string(addr), protoRaft, timeout)
+	conn, err := s.m.dialer.dial(string(addr), protoRaft, timeout)
+	if err != nil {
+		return nil, err
+	}
+	// Raft pools outgoing connections and never closes them on shutdown:
+	// track them so Mux.Close does.
+	if !s.m.track(conn) {
+		conn.Close()
+		return nil, ErrClosed
+	}
+	return &trackedConn{Conn: conn, m: s.m}, nil
+}
+
+// trackedConn is a connection handed to raft that the Mux closes on Close.
+type trackedConn struct {
+	net.Conn
+	m    *Mux
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.m.untrack(c.Conn) })
+	return c.Conn.Close()
 }
 
 // Dialer opens connections to server ports from a fixed local address.

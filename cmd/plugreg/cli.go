@@ -258,7 +258,11 @@ func runList(args []string) error {
 		return printJSON(list)
 	}
 	table(pluginHeader, pluginRows(list))
-	fmt.Printf("(%d plugins at index %d)\n", len(list), meta.Index)
+	noun := "plugins"
+	if len(list) == 1 {
+		noun = "plugin"
+	}
+	fmt.Printf("(%d %s at index %d)\n", len(list), noun, meta.Index)
 	return nil
 }
 
