@@ -178,17 +178,20 @@ func TestRestartKeepsState(t *testing.T) {
 func TestPartitionedMinority(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
-	if _, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("before", "a")); err != nil {
+	before, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("before", "a"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	minority := indexOf(c, c.Followers()[0])
-	c.Partition(minority)
 	m := c.Nodes[minority]
+	// A commit needs only a majority: let the future minority apply it too.
+	c.Eventually(10*time.Second, "every node to apply the first write", func() bool { return m.AppliedIndex() >= before.Index })
+	c.Partition(minority)
 	c.Eventually(10*time.Second, "the minority to lose its leader", func() bool { return m.Leader() == "" })
 
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, err := m.Store().RegisterPlugin(short, plugin("lost", "a"))
+	_, err = m.Store().RegisterPlugin(short, plugin("lost", "a"))
 	var ce *cluster.Error
 	if !errors.As(err, &ce) || ce.Outcome() != cluster.NotApplied {
 		t.Fatalf("write on the minority: %v, want a not-applied cluster error", err)

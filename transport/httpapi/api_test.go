@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,9 +155,12 @@ func TestMinorityAnswers503(t *testing.T) {
 			i = j
 		}
 	}
-	call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", ebs)
-	c.Partition(i)
+	first := call(t, "POST", c.Leader().HTTPURL+"/v1/plugins", ebs)
 	n := c.Nodes[i]
+	idx, _ := strconv.ParseUint(first.header.Get("X-Plugreg-Index"), 10, 64)
+	// A commit needs only a majority: let the future minority apply it too.
+	c.Eventually(10*time.Second, "the minority to apply the first write", func() bool { return n.AppliedIndex() >= idx })
+	c.Partition(i)
 	c.Eventually(10*time.Second, "the minority to lose its leader", func() bool { return n.Leader() == "" })
 	r := call(t, "POST", n.HTTPURL+"/v1/plugins", strings.Replace(ebs, `"a1"`, `"a9"`, 1))
 	var eb httpapi.ErrorBody
