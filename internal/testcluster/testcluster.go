@@ -198,7 +198,8 @@ func (c *Cluster) Eventually(d time.Duration, what string, cond func() bool) {
 }
 
 // WaitForLeader waits until the running nodes agree on a leader that has
-// established its term, and returns it.
+// established its term, and returns it. A node cut off by Partition never
+// agrees: take the leader before partitioning.
 func (c *Cluster) WaitForLeader() *Node {
 	c.t.Helper()
 	var leader *Node
