@@ -146,4 +146,3 @@ func TestResumeAfterRestartHasNoDuplicates(t *testing.T) {
 		})
 	}
 }
-
