@@ -45,6 +45,8 @@ type Config struct {
 	// followers' applies (their events, their linearizable reads) trail
 	// the leader's. Zero: 5ms (raft's own default is 50ms).
 	CommitTimeout time.Duration
+	// LogStore chooses the Raft log and stable store: "boltdb" (or "").
+	LogStore string
 	// SnapshotThreshold: log entries between snapshots (zero: 8192).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration // zero: 30s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/transport"
@@ -31,13 +31,14 @@ type Server struct {
 	journal *registry.Journal
 	store   *registry.Store
 
-	mux       *transport.Mux
-	pool      *transport.Pool
-	raft      *raft.Raft
-	trans     *raft.NetworkTransport
-	boltStore *raftboltdb.BoltStore
-	logs      raft.LogStore // the LogCache in front of boltStore
-	raftAddr  string
+	mux         *transport.Mux
+	pool        *transport.Pool
+	raft        *raft.Raft
+	trans       *raft.NetworkTransport
+	stable      raft.StableStore
+	storeCloser io.Closer     // closes the log and stable stores
+	logs        raft.LogStore // the LogCache in front of the log store
+	raftAddr    string
 
 	ml      *memberlist.Memberlist
 	members *members
@@ -181,11 +182,12 @@ func (s *Server) setupRaft() error {
 	}
 
 	var err error
-	s.boltStore, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	var store raft.LogStore
+	store, s.stable, s.storeCloser, err = openStores(cfg)
 	if err != nil {
-		return fmt.Errorf("open raft.db: %w", err)
+		return err
 	}
-	if s.logs, err = raft.NewLogCache(512, s.boltStore); err != nil {
+	if s.logs, err = raft.NewLogCache(512, store); err != nil {
 		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
@@ -198,11 +200,11 @@ func (s *Server) setupRaft() error {
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("raft-net"),
 	})
-	existing, err := raft.HasExistingState(s.logs, s.boltStore, snaps)
+	existing, err := raft.HasExistingState(s.logs, s.stable, snaps)
 	if err != nil {
 		return fmt.Errorf("inspect raft state: %w", err)
 	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.boltStore, snaps, s.trans); err != nil {
+	if s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.stable, snaps, s.trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if !existing && cfg.BootstrapExpect == 1 {
@@ -455,8 +457,8 @@ func (s *Server) Shutdown() error {
 			s.pool.Close()
 		}
 		s.wg.Wait()
-		if s.boltStore != nil {
-			errs = append(errs, s.boltStore.Close())
+		if s.storeCloser != nil {
+			errs = append(errs, s.storeCloser.Close())
 		}
 		if s.store != nil {
 			s.store.Shutdown()
