@@ -72,6 +72,12 @@ type Config struct {
 	// detection); for tests and dev.
 	GossipFast bool
 
+	// ApplyJournal, when set, is a file to which the node appends one JSON
+	// line per log entry its FSM applies (index, term, request ID, command,
+	// result): ground truth for the fault-injection suite. Off in
+	// production.
+	ApplyJournal string
+
 	// JournalSize is the number of events the node's journal keeps (zero:
 	// registry.DefaultJournalSize).
 	JournalSize int

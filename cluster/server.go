@@ -40,6 +40,8 @@ type Server struct {
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
+	applyJournal *journalFSM // nil unless Config.ApplyJournal
+
 	ml      *memberlist.Memberlist
 	members *members
 
@@ -204,7 +206,14 @@ func (s *Server) setupRaft() error {
 	if err != nil {
 		return fmt.Errorf("inspect raft state: %w", err)
 	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, s.logs, s.stable, snaps, s.trans); err != nil {
+	var machine raft.FSM = s.fsm
+	if cfg.ApplyJournal != "" {
+		if s.applyJournal, err = openJournalFSM(s.fsm, cfg.ApplyJournal); err != nil {
+			return err
+		}
+		machine = s.applyJournal
+	}
+	if s.raft, err = raft.NewRaft(rc, machine, s.logs, s.stable, snaps, s.trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if !existing && cfg.BootstrapExpect == 1 {
@@ -457,6 +466,9 @@ func (s *Server) Shutdown() error {
 			s.pool.Close()
 		}
 		s.wg.Wait()
+		if s.applyJournal != nil {
+			errs = append(errs, s.applyJournal.Close())
+		}
 		if s.storeCloser != nil {
 			errs = append(errs, s.storeCloser.Close())
 		}
