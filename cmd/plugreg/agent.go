@@ -33,23 +33,25 @@ func runAgent(args []string) error {
 	}
 	d := cluster.DefaultConfig()
 	var (
-		cfgFile  = fs.String("config", "", "JSON config file with the same keys as the flags")
-		nodeID   = fs.String("node", hostname(), "node ID, unique in the cluster, kept in the data dir")
-		dataDir  = fs.String("data-dir", "", "directory for raft.db and snapshots (required)")
-		bind     = fs.String("bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
-		httpPort = fs.Int("http-port", 8500, "HTTP API port")
-		srvPort  = fs.Int("server-port", d.ServerPort, "Raft and internal RPC port")
-		gosPort  = fs.Int("gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
-		expect   = fs.Int("bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
-		join     listFlag
-		retry    = fs.Bool("retry-join", false, "keep retrying -join until it succeeds")
-		snapThr  = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
-		reap     = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
-		deadSrv  = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
-		journal  = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
-		raftMul  = fs.Int("raft-multiplier", 1, "scale Raft's timeouts (1 is fastest; 5 suits slow or shared machines)")
-		logLevel = fs.String("log-level", "info", "trace, debug, info, warn or error")
-		aclToken = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
+		cfgFile   = fs.String("config", "", "JSON config file with the same keys as the flags")
+		nodeID    = fs.String("node", hostname(), "node ID, unique in the cluster, kept in the data dir")
+		dataDir   = fs.String("data-dir", "", "directory for raft.db and snapshots (required)")
+		bind      = fs.String("bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
+		httpPort  = fs.Int("http-port", 8500, "HTTP API port")
+		srvPort   = fs.Int("server-port", d.ServerPort, "Raft and internal RPC port")
+		gosPort   = fs.Int("gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
+		expect    = fs.Int("bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
+		join      listFlag
+		retry     = fs.Bool("retry-join", false, "keep retrying -join until it succeeds")
+		snapThr   = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+		reap      = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
+		deadSrv   = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
+		journal   = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
+		raftMul   = fs.Int("raft-multiplier", 1, "scale Raft's timeouts (1 is fastest; 5 suits slow or shared machines)")
+		logLevel  = fs.String("log-level", "info", "trace, debug, info, warn or error")
+		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
+		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
+		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +82,10 @@ func runAgent(args []string) error {
 	cfg.JournalSize = *journal
 	mul := time.Duration(*raftMul)
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = mul*1000*time.Millisecond, mul*1000*time.Millisecond, mul*500*time.Millisecond
+	if *hbTimeout > 0 {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = *hbTimeout, *hbTimeout, *hbTimeout/2
+	}
+	cfg.ApplyJournal = *applyLog
 	cfg.Logger = logger
 
 	leaveCh := make(chan struct{})

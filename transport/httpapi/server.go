@@ -441,14 +441,23 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 
 // Health is the body of GET /v1/health.
 type Health struct {
-	Status       string // "ok", or "no_leader"
-	Node         string
-	Leader       string
-	AppliedIndex uint64
+	Status            string // "ok", or "no_leader"
+	Node              string
+	Leader            string
+	AppliedIndex      uint64
+	RaftState         string // Leader, Follower, Candidate, Shutdown
+	Term              uint64
+	CommitIndex       uint64
+	LastSnapshotIndex uint64
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := Health{Status: "ok", Node: s.srv.NodeID(), Leader: s.srv.Leader(), AppliedIndex: s.srv.AppliedIndex()}
+	stats := s.srv.Stats()
+	h.RaftState = stats["state"]
+	h.Term, _ = strconv.ParseUint(stats["term"], 10, 64)
+	h.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
+	h.LastSnapshotIndex, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
 	status := http.StatusOK
 	if h.Leader == "" {
 		h.Status, status = "no_leader", http.StatusServiceUnavailable
