@@ -45,7 +45,9 @@ type Config struct {
 	// followers' applies (their events, their linearizable reads) trail
 	// the leader's. Zero: 5ms (raft's own default is 50ms).
 	CommitTimeout time.Duration
-	// LogStore chooses the Raft log and stable store: "boltdb" (or "").
+	// LogStore chooses the Raft log and stable store: "boltdb" (or ""),
+	// or "wal" (hashicorp/raft-wal). A data dir keeps the store it was
+	// created with.
 	LogStore string
 	// SnapshotThreshold: log entries between snapshots (zero: 8192).
 	SnapshotThreshold uint64
@@ -121,6 +123,11 @@ func (c *Config) Validate() error {
 		if p < 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("port %d out of range", p))
 		}
+	}
+	switch c.LogStore {
+	case "", LogStoreBolt, LogStoreWAL:
+	default:
+		errs = append(errs, fmt.Errorf("log store %q: use %q or %q", c.LogStore, LogStoreBolt, LogStoreWAL))
 	}
 	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
 		errs = append(errs, fmt.Errorf("server and gossip ports are both %d", c.ServerPort))

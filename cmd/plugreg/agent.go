@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -52,6 +54,9 @@ func runAgent(args []string) error {
 		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
 		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
+		logStore  = fs.String("log-store", cluster.LogStoreBolt, "Raft log store: boltdb or wal (a data dir keeps the one it was created with)")
+		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
+		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -86,7 +91,18 @@ func runAgent(args []string) error {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = *hbTimeout, *hbTimeout, *hbTimeout/2
 	}
 	cfg.ApplyJournal = *applyLog
+	if *cmTime > 0 {
+		cfg.CommitTimeout = *cmTime
+	}
+	cfg.LogStore = *logStore
 	cfg.Logger = logger
+	if *pprofAt != "" {
+		stopPprof, err := servePprof(*pprofAt, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 
 	leaveCh := make(chan struct{})
 	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
@@ -148,6 +164,30 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		}
 	}
 	return nil
+}
+
+// servePprof serves the runtime profiles on their own listener, apart
+// from the API, so that profiling is opt-in and never reachable through
+// the API's address.
+func servePprof(addr string, logger hclog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on pprof address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("pprof server stopped", "error", err)
+		}
+	}()
+	logger.Info("serving pprof", "addr", ln.Addr().String())
+	return func() { hs.Close() }, nil
 }
 
 func hostname() string {
