@@ -1,0 +1,211 @@
+package check
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// journal builds a node's apply journal from commands, one per index
+// starting at 1: "reg t n a v", "dereg t n a", "node N".
+func journal(t *testing.T, cmds ...string) []JournalRecord {
+	t.Helper()
+	var out []JournalRecord
+	model := NewRegistry()
+	for i, c := range cmds {
+		f := strings.Fields(c)
+		idx := uint64(i + 1)
+		rec := JournalRecord{Index: idx, Term: 1, Kind: "command", RequestID: fmt.Sprintf("r%d", idx)}
+		var req interface{}
+		switch f[0] {
+		case "reg":
+			rec.Command = "register"
+			req = map[string]interface{}{"Plugin": map[string]interface{}{"Type": f[1], "Name": f[2], "AllocID": f[3], "Version": f[4], "NodeID": "h1",
+				"ConnectionInfo": map[string]string{"SocketPath": "/s"}}}
+		case "dereg":
+			rec.Command = "deregister"
+			req = map[string]string{"Type": f[1], "Name": f[2], "AllocID": f[3]}
+		case "node":
+			rec.Command = "deregister-node"
+			req = map[string]string{"NodeID": f[1]}
+		}
+		rec.Request, _ = json.Marshal(req)
+		rec.Result, _ = model.Apply(idx, rec.Command, rec.Request)
+		out = append(out, rec)
+	}
+	return out
+}
+
+func truth(t *testing.T, cmds ...string) *Truth {
+	t.Helper()
+	tr, vs := Merge(map[string][]JournalRecord{"n1": journal(t, cmds...), "n2": journal(t, cmds...)})
+	if len(vs) > 0 {
+		t.Fatalf("consistent journals flagged: %v", vs)
+	}
+	return tr
+}
+
+var baseLog = []string{"reg t x a1 v1", "reg t x a2 v2", "dereg t x a2", "reg t y a1 v3"}
+
+// writeOps are the acknowledged writes matching baseLog.
+func writeOps() []Op {
+	return []Op{
+		{ID: 1, Process: 0, F: FRegister, Type: "t", Name: "x", Alloc: "a1", Value: "v1", RequestID: "r1", Outcome: OK, Result: "registered", Index: 1, Start: 0, End: 10},
+		{ID: 2, Process: 1, F: FRegister, Type: "t", Name: "x", Alloc: "a2", Value: "v2", RequestID: "r2", Outcome: OK, Result: "registered", Index: 2, Start: 20, End: 30},
+		{ID: 3, Process: 0, F: FDeregister, Type: "t", Name: "x", Alloc: "a2", RequestID: "r3", Outcome: OK, Result: "deregistered", Index: 3, Start: 40, End: 50},
+		{ID: 4, Process: 1, F: FRegister, Type: "t", Name: "y", Alloc: "a1", Value: "v3", RequestID: "r4", Outcome: OK, Result: "registered", Index: 4, Start: 60, End: 70},
+	}
+}
+
+func expectFlagged(t *testing.T, what string, vs []Violation, want string) {
+	t.Helper()
+	for _, v := range vs {
+		if strings.Contains(v.String(), want) {
+			return
+		}
+	}
+	t.Fatalf("%s: not flagged (want %q), got %v", what, want, vs)
+}
+
+func expectClean(t *testing.T, what string, vs []Violation) {
+	t.Helper()
+	if len(vs) > 0 {
+		t.Fatalf("%s: a correct history was flagged: %v", what, vs)
+	}
+}
+
+func TestGroundTruthDisagreement(t *testing.T) {
+	a := journal(t, baseLog...)
+	b := journal(t, baseLog...)
+	b[2] = journal(t, "reg t x a1 v1", "reg t x a2 v2", "reg t z a9 v9")[2]
+	_, vs := Merge(map[string][]JournalRecord{"n1": a, "n2": b})
+	expectFlagged(t, "disagreeing journals", vs, "index 3")
+}
+
+func TestWritesChecker(t *testing.T) {
+	tr := truth(t, baseLog...)
+	expectClean(t, "correct writes", Writes(writeOps(), tr))
+
+	lost := append(writeOps(), Op{ID: 5, F: FRegister, Type: "t", Name: "z", Alloc: "a", Value: "v9", RequestID: "r9", Outcome: OK, Result: "registered", Index: 5})
+	expectFlagged(t, "lost write", Writes(lost, tr), "lost")
+
+	phantom := writeOps()[:3] // r4 is in the log but nobody issued it
+	expectFlagged(t, "phantom write", Writes(phantom, tr), "phantom")
+
+	failed := writeOps()
+	failed[3].Outcome = Fail
+	expectFlagged(t, "applied after a definite failure", Writes(failed, tr), "failed definitely")
+
+	recs := journal(t, baseLog...)
+	dup := recs[3]
+	dup.Index, dup.RequestID = 5, "r2"
+	tr2, _ := Merge(map[string][]JournalRecord{"n1": append(recs, dup)})
+	expectFlagged(t, "duplicated write", Writes(writeOps(), tr2), "duplicated")
+
+	unknown := writeOps()
+	unknown[3].Outcome = Unknown
+	expectClean(t, "unknown write that applied", Writes(unknown, tr))
+}
+
+func TestReadsChecker(t *testing.T) {
+	tr := truth(t, baseLog...)
+	good := append(writeOps(),
+		Op{ID: 10, Process: 2, F: FList, Type: "t", Outcome: OK, Index: 4, Start: 80, End: 90, List: []Item{{"x", "a1", "v1"}, {"y", "a1", "v3"}}},
+		Op{ID: 11, Process: 2, F: FGet, Type: "t", Name: "x", Alloc: "a2", Outcome: OK, Index: 3, Start: 55, End: 58, Found: false},
+	)
+	expectClean(t, "correct reads", ReadsAtIndex(good, tr))
+
+	wrong := append(writeOps(), Op{ID: 10, F: FList, Type: "t", Outcome: OK, Index: 4, Start: 80, End: 90, List: []Item{{"x", "a2", "v2"}}})
+	expectFlagged(t, "read that does not match its index", ReadsAtIndex(wrong, tr), "returned")
+
+	stale := append(writeOps(), Op{ID: 10, F: FList, Type: "t", Outcome: OK, Index: 2, Start: 80, End: 90, List: []Item{{"x", "a2", "v2"}}})
+	expectFlagged(t, "stale read", ReadsAtIndex(stale, tr), "stale linearizable")
+	stale[4].Stale = true
+	expectClean(t, "a stale read asked for as stale", ReadsAtIndex(stale, tr))
+}
+
+func TestLinearizableChecker(t *testing.T) {
+	ok := append(writeOps(), Op{ID: 10, Process: 2, F: FList, Type: "t", Outcome: OK, Index: 4, Start: 80, End: 90, List: []Item{{"x", "a1", "v1"}, {"y", "a1", "v3"}}})
+	expectClean(t, "linearizable history", Linearizable(ok, 10*time.Second, nil, nil))
+
+	// A read after the deregister completed still sees a2: not linearizable.
+	staleRead := append(writeOps(), Op{ID: 10, Process: 2, F: FGet, Type: "t", Name: "x", Alloc: "a2", Outcome: OK, Found: true, Got: "v2", Start: 52, End: 54})
+	expectFlagged(t, "stale read", Linearizable(staleRead, 10*time.Second, nil, nil), "not linearizable")
+
+	// An unknown write may or may not have happened: both reads are fine.
+	unk := writeOps()
+	unk[3].Outcome = Unknown
+	for _, found := range []bool{false, true} {
+		h := append(append([]Op{}, unk...), Op{ID: 10, Process: 2, F: FGet, Type: "t", Name: "y", Alloc: "a1", Outcome: OK, Found: found, Got: map[bool]string{true: "v3"}[found], Start: 100, End: 110})
+		expectClean(t, fmt.Sprintf("unknown write, read found=%v", found), Linearizable(h, 10*time.Second, nil, nil))
+	}
+	// But an acknowledged write with the wrong result is caught.
+	bad := writeOps()
+	bad[1].Result = "updated"
+	expectFlagged(t, "wrong write result", Linearizable(bad, 10*time.Second, nil, nil), "not linearizable")
+}
+
+func session(from uint64, evs ...EventRec) Session {
+	return Session{Subscriber: 1, Seq: 1, Node: "n1", From: from, Events: evs}
+}
+
+func ev(idx uint64, typ, name, alloc, val, cur string) EventRec {
+	e := EventRec{Index: idx, EventType: typ, Info: &Plugin{Type: "t", Name: name, Alloc: alloc, Value: val}}
+	if cur != "" {
+		a, v, _ := strings.Cut(cur, "=")
+		e.Current = &Plugin{Type: "t", Name: name, Alloc: a, Value: v}
+	}
+	return e
+}
+
+func TestEventsChecker(t *testing.T) {
+	tr := truth(t, baseLog...)
+	e1 := ev(1, "registered", "x", "a1", "v1", "a1=v1")
+	e2 := ev(2, "registered", "x", "a2", "v2", "a2=v2")
+	e3 := ev(3, "deregistered", "x", "a2", "v2", "a1=v1")
+	e4 := ev(4, "registered", "y", "a1", "v3", "a1=v3")
+	hb := func(i uint64) EventRec { return EventRec{Index: i, EventType: "heartbeat"} }
+	reset := EventRec{Index: 3, EventType: "reset", Plugins: []Plugin{{Type: "t", Name: "x", Alloc: "a1", Value: "v1", ModifyIndex: 1}}}
+
+	cases := []struct {
+		name string
+		s    Session
+		size int
+		want string // "" = clean
+	}{
+		{"complete stream", session(0, e1, e2, hb(2), e3, e4, hb(4)), 100, ""},
+		{"resumed stream", session(2, e3, e4), 100, ""},
+		{"gap", session(0, e1, e3, e4), 100, "next event"},
+		{"duplicate", session(0, e1, e2, e2, e3), 100, "the log says the next event is 3"},
+		{"reordered", session(0, e2, e1), 100, "next event"},
+		{"resume starts late", session(1, e3, e4), 100, "next event"},
+		{"phantom", session(4, e4), 100, "not in the log"},
+		{"heartbeat ahead", session(0, e1, hb(3), e4), 100, "never delivered"},
+		{"event at a heartbeat's index", session(0, e1, e2, e3, hb(3), e3), 100, "out of order"},
+		{"wrong current", session(2, ev(3, "deregistered", "x", "a2", "v2", "")), 100, "next event"},
+		{"legitimate reset", session(0, reset, e4), 2, ""},
+		{"reset with wrong state", session(0, EventRec{Index: 3, EventType: "reset"}, e4), 2, "carries"},
+		{"reset without cause", session(0, reset, e4), 100, "although the journal"},
+		{"reset going back", session(0, e1, e2, e3, e4, reset), 2, "went back"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := Events([]Session{tc.s}, tr, tc.size)
+			if tc.want == "" {
+				expectClean(t, tc.name, vs)
+			} else {
+				expectFlagged(t, tc.name, vs, tc.want)
+			}
+		})
+	}
+	// A restore on the node past the resume index justifies a reset.
+	tr.Restores["n1"] = []uint64{3}
+	expectClean(t, "reset after a snapshot restore", Events([]Session{session(0, reset, e4)}, tr, 100))
+}
+
+func TestLeadersChecker(t *testing.T) {
+	expectClean(t, "one leader per term", Leaders([]LeaderObs{{"n1", 1, "Leader", 0}, {"n2", 2, "Leader", 1}, {"n1", 2, "Follower", 2}}))
+	expectFlagged(t, "two leaders in a term", Leaders([]LeaderObs{{"n1", 2, "Leader", 0}, {"n2", 2, "Leader", 1}}), "two leaders")
+}

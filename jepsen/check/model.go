@@ -1,0 +1,220 @@
+package check
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// inst is one instance in the model.
+type inst struct {
+	Alloc, Value, NodeID, Socket string
+	Modify                       uint64
+}
+
+// Registry is an independent model of the registry semantics of
+// DESIGN.md: per (type, name) a recency list, newest first. It is what the
+// checkers replay the ground truth with.
+type Registry struct {
+	lists map[[2]string][]inst
+}
+
+// NewRegistry returns the empty registry.
+func NewRegistry() *Registry { return &Registry{lists: map[[2]string][]inst{}} }
+
+// ModelEvent is an event the model says an entry emits.
+type ModelEvent struct {
+	Index     uint64
+	EventType string
+	Info      Plugin
+	Current   *Plugin
+}
+
+func (e ModelEvent) String() string {
+	cur := "-"
+	if e.Current != nil {
+		cur = e.Current.Alloc + "=" + e.Current.Value
+	}
+	return fmt.Sprintf("%d %s %s/%s/%s=%s cur=%s", e.Index, e.EventType, e.Info.Type, e.Info.Name, e.Info.Alloc, e.Info.Value, cur)
+}
+
+// request is the part of a journaled command the model needs.
+type request struct {
+	Plugin *struct {
+		Type, Name, AllocID, Version, NodeID string
+		ConnectionInfo                       *struct{ SocketPath, Address string }
+	}
+	Type, Name, AllocID string // deregister
+	NodeID              string // deregister-node
+}
+
+// Apply applies one journaled command and returns its result and events.
+func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (string, []ModelEvent) {
+	var req request
+	json.Unmarshal(raw, &req)
+	switch command {
+	case "register":
+		if req.Plugin == nil {
+			return "", nil
+		}
+		p := req.Plugin
+		sock := ""
+		if p.ConnectionInfo != nil {
+			sock = p.ConnectionInfo.SocketPath + "|" + p.ConnectionInfo.Address
+		}
+		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock})
+	case "deregister":
+		return r.Deregister(index, req.Type, req.Name, req.AllocID)
+	case "deregister-node":
+		return r.DeregisterNode(index, req.NodeID)
+	}
+	return "", nil
+}
+
+func plug(t, n string, in inst) Plugin {
+	return Plugin{Type: t, Name: n, Alloc: in.Alloc, Value: in.Value, ModifyIndex: in.Modify}
+}
+
+func (r *Registry) front(k [2]string) *Plugin {
+	if l := r.lists[k]; len(l) > 0 {
+		p := plug(k[0], k[1], l[0])
+		return &p
+	}
+	return nil
+}
+
+// Register adds or updates an instance.
+func (r *Registry) Register(index uint64, t, n string, in inst) (string, []ModelEvent) {
+	k := [2]string{t, n}
+	l := r.lists[k]
+	pos := -1
+	for i, x := range l {
+		if x.Alloc == in.Alloc {
+			pos = i
+		}
+	}
+	if pos >= 0 && l[pos].Value == in.Value && l[pos].NodeID == in.NodeID && l[pos].Socket == in.Socket {
+		return "unchanged", nil
+	}
+	in.Modify = index
+	res := "registered"
+	nl := []inst{in}
+	for i, x := range l {
+		if i == pos {
+			res = "updated"
+			continue
+		}
+		nl = append(nl, x)
+	}
+	r.lists[k] = nl
+	return res, []ModelEvent{{Index: index, EventType: res, Info: plug(t, n, in), Current: r.front(k)}}
+}
+
+// Deregister removes an instance.
+func (r *Registry) Deregister(index uint64, t, n, alloc string) (string, []ModelEvent) {
+	k := [2]string{t, n}
+	l := r.lists[k]
+	for i, x := range l {
+		if x.Alloc == alloc {
+			nl := append(append([]inst{}, l[:i]...), l[i+1:]...)
+			if len(nl) == 0 {
+				delete(r.lists, k)
+			} else {
+				r.lists[k] = nl
+			}
+			return "deregistered", []ModelEvent{{Index: index, EventType: "deregistered", Info: plug(t, n, x), Current: r.front(k)}}
+		}
+	}
+	return "absent", nil
+}
+
+// DeregisterNode removes every instance of a node, by (type, name) order.
+func (r *Registry) DeregisterNode(index uint64, node string) (string, []ModelEvent) {
+	var evs []ModelEvent
+	for _, k := range r.keys(nil) {
+		for _, x := range append([]inst{}, r.lists[k]...) {
+			if x.NodeID == node {
+				_, e := r.Deregister(index, k[0], k[1], x.Alloc)
+				evs = append(evs, e...)
+			}
+		}
+	}
+	if len(evs) == 0 {
+		return "absent", nil
+	}
+	return "deregistered", evs
+}
+
+func (r *Registry) keys(types []string) [][2]string {
+	var ks [][2]string
+	for k := range r.lists {
+		if len(types) == 0 || contains(types, k[0]) {
+			ks = append(ks, k)
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i][0] != ks[j][0] {
+			return ks[i][0] < ks[j][0]
+		}
+		return ks[i][1] < ks[j][1]
+	})
+	return ks
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// List is the newest instance of every name of type t, by name.
+func (r *Registry) List(t string) []Item {
+	var out []Item
+	for _, k := range r.keys([]string{t}) {
+		x := r.lists[k][0]
+		out = append(out, Item{Name: k[1], Alloc: x.Alloc, Value: x.Value})
+	}
+	return out
+}
+
+// Get returns an instance's value.
+func (r *Registry) Get(t, n, alloc string) (string, bool) {
+	for _, x := range r.lists[[2]string{t, n}] {
+		if x.Alloc == alloc {
+			return x.Value, true
+		}
+	}
+	return "", false
+}
+
+// All is every instance of the types (all when empty), by type, name,
+// newest first: the content of a reset.
+func (r *Registry) All(types []string) []Plugin {
+	var out []Plugin
+	for _, k := range r.keys(types) {
+		for _, x := range r.lists[k] {
+			out = append(out, plug(k[0], k[1], x))
+		}
+	}
+	return out
+}
+
+func renderItems(items []Item) string {
+	var b strings.Builder
+	for _, it := range items {
+		fmt.Fprintf(&b, "%s/%s=%s ", it.Name, it.Alloc, it.Value)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func renderPlugins(ps []Plugin) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "%s/%s/%s=%s@%d ", p.Type, p.Name, p.Alloc, p.Value, p.ModifyIndex)
+	}
+	return strings.TrimSpace(b.String())
+}

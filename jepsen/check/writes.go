@@ -1,0 +1,54 @@
+package check
+
+// Writes checks that no write was lost, duplicated or invented:
+//   - an acknowledged write is in the ground truth exactly once (one entry
+//     with its request ID that the FSM applied, not answered as a
+//     duplicate), at the index and with the result it was acknowledged with;
+//   - a write that definitely failed is not in it at all;
+//   - a write of unknown outcome is in it at most once;
+//   - every command in it carries a request ID some client issued.
+func Writes(ops []Op, t *Truth) []Violation {
+	var vs []Violation
+	applied := map[string][]uint64{}
+	for _, e := range t.Entries {
+		if e.Kind != "command" || e.Duplicate {
+			continue
+		}
+		applied[e.RequestID] = append(applied[e.RequestID], e.Index)
+	}
+	issued := map[string]bool{}
+	for _, op := range ops {
+		if !op.IsWrite() {
+			continue
+		}
+		issued[op.RequestID] = true
+		at := applied[op.RequestID]
+		switch op.Outcome {
+		case OK:
+			if len(at) == 0 {
+				vs = append(vs, violation("writes", "lost: %s %s/%s/%s (request %s) acknowledged at %d is not in the log",
+					op.F, op.Type, op.Name, op.Alloc, op.RequestID, op.Index))
+				continue
+			}
+			if at[0] != op.Index {
+				vs = append(vs, violation("writes", "request %s acknowledged at %d but applied at %d", op.RequestID, op.Index, at[0]))
+			}
+			if e := t.Entry(at[0]); e != nil && e.Result != op.Result {
+				vs = append(vs, violation("writes", "request %s acknowledged as %q but applied as %q", op.RequestID, op.Result, e.Result))
+			}
+		case Fail:
+			if len(at) > 0 {
+				vs = append(vs, violation("writes", "request %s failed definitely (%s) but was applied at %v", op.RequestID, op.Error, at))
+			}
+		}
+		if len(at) > 1 {
+			vs = append(vs, violation("writes", "duplicated: request %s applied at %v", op.RequestID, at))
+		}
+	}
+	for id, at := range applied {
+		if !issued[id] {
+			vs = append(vs, violation("writes", "phantom: request %q applied at %v was never issued", id, at))
+		}
+	}
+	return vs
+}
