@@ -46,7 +46,7 @@ func runAgent(args []string) error {
 		join      listFlag
 		retry     = fs.Bool("retry-join", false, "keep retrying -join until it succeeds")
 		snapThr   = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
-		snapIvl   = fs.Duration("snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 30s)")
+		snapIvl   = fs.Duration("snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
 		trailing  = fs.Uint64("trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
 		reap      = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
 		deadSrv   = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
