@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/plugreg/plugreg/jepsen/check"
+)
+
+type logger struct {
+	mu sync.Mutex // guards f
+	f  *os.File
+}
+
+func newLog(path string) *logger {
+	f, _ := os.Create(path)
+	return &logger{f: f}
+}
+
+func (l *logger) printf(format string, args ...interface{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := fmt.Sprintf("%s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	os.Stderr.WriteString(line)
+	if l.f != nil {
+		l.f.WriteString(line)
+	}
+}
+
+func (l *logger) close() {
+	if l.f != nil {
+		l.f.Close()
+	}
+}
+
+// convergence is what the nodes reported after the final heal.
+type convergence struct {
+	violations []check.Violation
+	index      uint64
+	lists      map[string][]check.Item // type -> the list every node agreed on
+}
+
+// converge waits until every node reports the same applied index, then
+// compares every type's list across the nodes (stale reads: each node's own
+// state).
+func converge(ctx context.Context, d *db, types int, logf func(string, ...interface{})) convergence {
+	var c convergence
+	deadline := time.Now().Add(60 * time.Second)
+	var idx []uint64
+	for time.Now().Before(deadline) {
+		idx = idx[:0]
+		for i := range d.nodes {
+			if h, err := d.health(ctx, i); err == nil {
+				idx = append(idx, h.AppliedIndex)
+			}
+		}
+		if len(idx) == len(d.nodes) && idx[0] == idx[1] && idx[1] == idx[2] {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(idx) != len(d.nodes) || idx[0] != idx[1] || idx[1] != idx[2] {
+		c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("applied indexes did not converge within 60s: %v", idx)})
+		return c
+	}
+	c.index = idx[0]
+	c.lists = map[string][]check.Item{}
+	for t := 0; t < types; t++ {
+		typ := fmt.Sprintf("t%d", t)
+		var first string
+		for i, n := range d.nodes {
+			items, err := staleList(ctx, d, n.HTTP, typ)
+			if err != nil {
+				c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("list %s on %s: %v", typ, n.Name, err)})
+				continue
+			}
+			b, _ := json.Marshal(items)
+			if i == 0 {
+				first, c.lists[typ] = string(b), items
+			} else if string(b) != first {
+				c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("%s: %s lists %s, %s lists %s", typ, n.Name, b, d.nodes[0].Name, first)})
+			}
+		}
+	}
+	logf("converged at index %d", c.index)
+	return c
+}
+
+func staleList(ctx context.Context, d *db, addr, typ string) ([]check.Item, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/plugins/"+typ+"?consistency=stale", nil)
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var ps []struct{ Name, AllocID, Version string }
+	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
+		return nil, err
+	}
+	items := []check.Item{}
+	for _, p := range ps {
+		items = append(items, check.Item{Name: p.Name, Alloc: p.AllocID, Value: p.Version})
+	}
+	return items, nil
+}
+
+// result is the verdict of a run.
+type result struct {
+	violations []check.Violation
+	invalid    string
+	summary    string
+	vis        []byte
+}
+
+func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, conv convergence, logf func(string, ...interface{})) *result {
+	res := &result{}
+	journals := map[string][]check.JournalRecord{}
+	for _, n := range d.nodes {
+		recs, err := check.ReadJSONL[check.JournalRecord](n.Journal)
+		if err != nil {
+			res.violations = append(res.violations, check.Violation{Checker: "ground-truth", Detail: err.Error()})
+		}
+		journals[n.Name] = recs
+	}
+	truth, vs := check.Merge(journals)
+	add := func(name string, vs []check.Violation) {
+		logf("checker %-14s %d violations", name, len(vs))
+		res.violations = append(res.violations, vs...)
+	}
+	add("ground-truth", vs)
+	add("writes", check.Writes(rec.ops, truth))
+	add("reads", check.ReadsAtIndex(rec.ops, truth))
+	add("events", check.Events(rec.sessions, truth, r.journalSize))
+	add("leaders", check.Leaders(rec.leaders))
+	add("convergence", conv.violations)
+	// The converged lists must be the ground truth's final state.
+	if conv.lists != nil {
+		final := truth.StateAt(conv.index)
+		var cv []check.Violation
+		for typ, items := range conv.lists {
+			want, _ := json.Marshal(nonNil(final.List(typ)))
+			got, _ := json.Marshal(items)
+			if string(want) != string(got) {
+				cv = append(cv, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("%s: the nodes agree on %s, the log says %s", typ, got, want)})
+			}
+		}
+		add("final-state", cv)
+	}
+	var anns []porcupine.Annotation
+	for _, f := range faults {
+		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
+	}
+	var vis strings.Builder
+	t0 := time.Now()
+	add("linearizable", check.Linearizable(rec.ops, r.checkTimeout, anns, &vis))
+	logf("porcupine took %v", time.Since(t0).Round(time.Millisecond))
+	res.vis = []byte(vis.String())
+
+	// Validity: faults took effect, and the cluster did work before them.
+	effective := 0
+	for _, f := range faults {
+		if f.Effect {
+			effective++
+		}
+	}
+	firstFault := int64(r.timeLimit)
+	if len(faults) > 0 {
+		firstFault = faults[0].Start
+	}
+	okBefore := 0
+	for _, op := range rec.ops {
+		if op.Outcome == check.OK && op.End < firstFault {
+			okBefore++
+		}
+	}
+	tput := float64(okBefore) / (float64(firstFault) / 1e9)
+	switch {
+	case len(r.nemesis) > 0 && effective == 0:
+		res.invalid = "no fault took effect"
+	case tput < r.minThroughput:
+		res.invalid = fmt.Sprintf("throughput before the first fault was %.1f ok ops/s, under the floor of %.1f", tput, r.minThroughput)
+	}
+	res.summary = summarize(r, rec, faults, res, truth, tput)
+	return res
+}
+
+func nonNil(items []check.Item) []check.Item {
+	if items == nil {
+		return []check.Item{}
+	}
+	return items
+}
+
+func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers\n", r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers)
+	fmt.Fprintf(&b, "raft heartbeat/election timeout %v, snapshot threshold %d, journal %d events\n\n", r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+	counts := map[string]map[string]int{}
+	for _, op := range rec.ops {
+		if counts[op.F] == nil {
+			counts[op.F] = map[string]int{}
+		}
+		counts[op.F][op.Outcome]++
+	}
+	fmt.Fprintf(&b, "%-11s %7s %7s %7s\n", "operation", "ok", "fail", "unknown")
+	for _, f := range []string{check.FRegister, check.FDeregister, check.FGet, check.FList} {
+		fmt.Fprintf(&b, "%-11s %7d %7d %7d\n", f, counts[f][check.OK], counts[f][check.Fail], counts[f][check.Unknown])
+	}
+	events, resets := 0, 0
+	for _, s := range rec.sessions {
+		for _, e := range s.Events {
+			switch e.EventType {
+			case "reset":
+				resets++
+			case "heartbeat":
+			default:
+				events++
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\nlog: %d entries to index %d; events received: %d in %d sessions, %d resets\n", len(truth.Entries), truth.LastIndex(), events, len(rec.sessions), resets)
+	fmt.Fprintf(&b, "throughput before the first fault: %.1f ok ops/s\n\nnemesis:\n", tput)
+	byName := map[string][2]int{}
+	for _, f := range faults {
+		c := byName[f.Name]
+		c[0]++
+		if f.Effect {
+			c[1]++
+		}
+		byName[f.Name] = c
+		fmt.Fprintf(&b, "  %8.1fs-%6.1fs %-20s effect=%-5v %s\n", float64(f.Start)/1e9, float64(f.End)/1e9, f.Name, f.Effect, f.Detail)
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "\nfaults injected (took effect / total):")
+	for _, n := range names {
+		fmt.Fprintf(&b, " %s %d/%d;", n, byName[n][1], byName[n][0])
+	}
+	fmt.Fprintf(&b, "\n\n")
+	switch {
+	case len(res.violations) > 0:
+		fmt.Fprintf(&b, "VIOLATIONS (%d):\n", len(res.violations))
+		for i, v := range res.violations {
+			if i == 50 {
+				fmt.Fprintf(&b, "  ... %d more in violations.txt\n", len(res.violations)-50)
+				break
+			}
+			fmt.Fprintf(&b, "  %s\n", v)
+		}
+	case res.invalid != "":
+		fmt.Fprintf(&b, "INVALID RUN: %s\n", res.invalid)
+	default:
+		fmt.Fprintf(&b, "VALID: no violation found by any checker\n")
+	}
+	return b.String()
+}
+
+func writeJSONL[T any](path string, xs []T) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for i := range xs {
+		if err := enc.Encode(&xs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeResults(dir string, r *runConfig, rec *recorder, faults []fault, res *result) error {
+	os.Remove(filepath.Join(dir, "plugreg")) // the binary is not a result
+	os.RemoveAll(filepath.Join(dir, "data"))
+	var errs []error
+	errs = append(errs, writeJSONL(filepath.Join(dir, "history.jsonl"), rec.ops))
+	errs = append(errs, writeJSONL(filepath.Join(dir, "events.jsonl"), rec.sessions))
+	errs = append(errs, writeJSONL(filepath.Join(dir, "nemesis.jsonl"), faults))
+	errs = append(errs, writeJSONL(filepath.Join(dir, "leaders.jsonl"), rec.leaders))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "linearizability.html"), res.vis, 0o644))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(res.summary), 0o644))
+	var vs strings.Builder
+	for _, v := range res.violations {
+		vs.WriteString(v.String() + "\n")
+	}
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "violations.txt"), []byte(vs.String()), 0o644))
+	errs = append(errs, os.WriteFile(filepath.Join(dir, "timeline.svg"), timeline(r, rec.ops, faults), 0o644))
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+// Command jepsen is plugreg's fault-injection suite: it builds plugreg,
+// runs three agents as separate processes on 127.0.0.1, .2 and .3, drives
+// them with concurrent clients (from 127.0.0.100) and subscribers while a
+// seeded nemesis kills, pauses, partitions and reconfigures them, records
+// everything on one monotonic clock, and checks the history. It exits
+// non-zero on any violation, or when the run was not valid (no fault took
+// effect, or too little got done before the faults).
+//
+//	go run ./jepsen -time-limit 90s -nemesis all
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type runConfig struct {
+	timeLimit         time.Duration
+	seed              int64
+	nemesis           []string
+	rate              float64
+	concurrency       int
+	subscribers       int
+	types             int
+	staleReads        bool
+	out               string
+	portBase          int
+	heartbeatTimeout  time.Duration
+	snapshotThreshold int
+	journalSize       int
+	checkTimeout      time.Duration
+	minThroughput     float64
+}
+
+func main() {
+	var r runConfig
+	var nem string
+	flag.DurationVar(&r.timeLimit, "time-limit", 90*time.Second, "how long the workload and the nemesis run")
+	flag.Int64Var(&r.seed, "seed", 0, "random seed (0: from the clock); the same seed replays the same schedule of choices")
+	flag.StringVar(&nem, "nemesis", "all", "fault families, comma-separated: "+strings.Join(families, ",")+", or all, or none")
+	flag.Float64Var(&r.rate, "rate", 100, "client operations per second, all clients together")
+	flag.IntVar(&r.concurrency, "concurrency", 8, "client processes")
+	flag.IntVar(&r.subscribers, "subscribers", 3, "event-stream subscribers")
+	flag.IntVar(&r.types, "types", 6, "plugin types (the linearizability checker's partitions)")
+	flag.BoolVar(&r.staleReads, "unsafe-stale-reads", false, "read with consistency=stale but check as linearizable: the checkers must catch it")
+	flag.StringVar(&r.out, "out", "jepsen/results", "results directory (a subdirectory per run)")
+	flag.IntVar(&r.portBase, "port-base", 18500, "HTTP port; server port is one more, gossip two more")
+	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
+	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
+	flag.Parse()
+	if r.seed == 0 {
+		r.seed = time.Now().UnixNano() % 1_000_000
+	}
+	switch nem {
+	case "all":
+		r.nemesis = families
+	case "none", "":
+	default:
+		r.nemesis = strings.Split(nem, ",")
+		for _, f := range r.nemesis {
+			if !contains(families, f) {
+				fmt.Fprintf(os.Stderr, "jepsen: unknown nemesis %q (have %s)\n", f, strings.Join(families, ", "))
+				os.Exit(2)
+			}
+		}
+	}
+	// Randomised per run: short election timeouts and a low snapshot
+	// threshold, so that elections and snapshot installs happen often.
+	rng := rand.New(rand.NewSource(r.seed))
+	r.heartbeatTimeout = time.Duration(300+rng.Intn(400)) * time.Millisecond
+	r.snapshotThreshold = 100 + rng.Intn(200)
+	r.journalSize = 512 + rng.Intn(1024)
+
+	code, err := run(&r)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jepsen: %v\n", err)
+		if code == 0 {
+			code = 2
+		}
+	}
+	os.Exit(code)
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// run performs one test run; the exit code is 0 (valid, no violation), 1
+// (violations) or 3 (invalid run).
+func run(r *runConfig) (int, error) {
+	if _, err := exec.LookPath("iptables"); err != nil && len(r.nemesis) > 0 {
+		return 2, fmt.Errorf("iptables is needed for the partition faults: %w", err)
+	}
+	dir := filepath.Join(r.out, fmt.Sprintf("%s-seed%d", time.Now().Format("20060102-150405"), r.seed))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 2, err
+	}
+	dir, _ = filepath.Abs(dir)
+	logf := newLog(filepath.Join(dir, "run.log"))
+	defer logf.close()
+	logf.printf("run %s: seed %d, nemesis %v, %v, heartbeat timeout %v, snapshot threshold %d, journal %d",
+		dir, r.seed, r.nemesis, r.timeLimit, r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+
+	bin := filepath.Join(dir, "plugreg")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 2, fmt.Errorf("build plugreg: %w", err)
+	}
+	d := newDB(dir, bin, r)
+	nf := &netFaults{ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
+	for _, n := range d.nodes {
+		nf.ips = append(nf.ips, n.IP)
+	}
+	if err := nf.setup(); err != nil {
+		return 2, fmt.Errorf("iptables: %w", err)
+	}
+	// Whatever happens, no rule and no process outlives the run.
+	cleanup := func() {
+		nf.teardown()
+		d.stopAll()
+	}
+	defer cleanup()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		if _, ok := <-sig; ok {
+			cleanup()
+			os.Exit(130)
+		}
+	}()
+
+	start := time.Now()
+	clock := func() int64 { return int64(time.Since(start)) }
+	for i := range d.nodes {
+		if err := d.start(i); err != nil {
+			return 2, err
+		}
+	}
+	ctx := context.Background()
+	if _, err := d.waitLeader(ctx, 60*time.Second); err != nil {
+		return 2, fmt.Errorf("cluster did not come up: %w", err)
+	}
+	logf.printf("cluster up at %v", time.Since(start).Round(time.Millisecond))
+
+	rec := &recorder{}
+	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
+	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
+	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, logf: logf.printf}
+
+	runCtx, stop := context.WithTimeout(ctx, r.timeLimit)
+	defer stop()
+	obsCtx, stopObs := context.WithCancel(ctx)
+	done := make(chan struct{}, 4)
+	go func() { observeLeaders(obsCtx, d, rec, clock); done <- struct{}{} }()
+	subCtx, stopSubs := context.WithCancel(ctx)
+	go func() { subs.run(subCtx); done <- struct{}{} }()
+	go func() { wl.run(runCtx); done <- struct{}{} }()
+	if len(r.nemesis) > 0 {
+		go func() { nm.run(runCtx); done <- struct{}{} }()
+	}
+	<-runCtx.Done()
+	<-done // the workload
+	if len(r.nemesis) > 0 {
+		<-done
+	}
+	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
+
+	// Final heal: everything up, connected, one leader; then let the
+	// subscribers catch up before they stop.
+	nm.recoverAll(ctx)
+	conv := converge(ctx, d, r.types, logf.printf)
+	time.Sleep(6 * time.Second) // a heartbeat on every stream
+	stopSubs()
+	stopObs()
+	<-done
+	<-done
+	d.stopAll()
+
+	res := analyse(dir, r, d, rec, nm.history(), conv, logf.printf)
+	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {
+		logf.printf("writing results: %v", err)
+	}
+	logf.printf("\n%s", res.summary)
+	switch {
+	case len(res.violations) > 0:
+		return 1, nil
+	case res.invalid != "":
+		return 3, nil
+	}
+	return 0, nil
+}

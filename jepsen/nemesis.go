@@ -1,0 +1,427 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// fault is one nemesis action as recorded: what, when, and whether it was
+// seen to take effect.
+type fault struct {
+	Name   string
+	Family string
+	Start  int64 // ns since the run began
+	End    int64
+	Effect bool
+	Detail string
+}
+
+// families of faults, as the -nemesis flag names them.
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer"}
+
+type nemesis struct {
+	db     *db
+	net    *netFaults
+	rng    *rand.Rand
+	clock  func() int64
+	fams   []string
+	logf   func(format string, args ...interface{})
+	mu     sync.Mutex // guards faults
+	faults []fault
+}
+
+func (nm *nemesis) record(f fault) {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	nm.faults = append(nm.faults, f)
+}
+
+func (nm *nemesis) history() []fault {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	return append([]fault(nil), nm.faults...)
+}
+
+func (nm *nemesis) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// run injects faults until ctx is done: a quiet spell, then one fault of a
+// family picked at random (every family in turn first, so a short run
+// still exercises each), healed before the next.
+func (nm *nemesis) run(ctx context.Context) {
+	order := append([]string(nil), nm.fams...)
+	nm.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for k := 0; ; k++ {
+		if !nm.sleep(ctx, time.Duration(1000+nm.rng.Intn(2000))*time.Millisecond) {
+			return
+		}
+		fam := order[k%len(order)]
+		if k >= len(order) {
+			fam = nm.fams[nm.rng.Intn(len(nm.fams))]
+		}
+		nm.inject(ctx, fam)
+	}
+}
+
+func (nm *nemesis) inject(ctx context.Context, fam string) {
+	var actions []func(context.Context) fault
+	switch fam {
+	case "kill":
+		actions = []func(context.Context) fault{nm.killRandom, nm.killLeader, nm.killAll}
+	case "pause":
+		actions = []func(context.Context) fault{nm.pauseLeader, nm.strobe}
+	case "partition":
+		actions = []func(context.Context) fault{nm.isolateLeader, nm.isolateFollower, nm.bridge, nm.flap, nm.loss}
+	case "snapshot":
+		actions = []func(context.Context) fault{nm.snapshotInstall}
+	case "membership":
+		actions = []func(context.Context) fault{nm.removeWipeReadd, nm.restartRemoved}
+	case "transfer":
+		actions = []func(context.Context) fault{nm.transfer}
+	}
+	start := nm.clock()
+	f := actions[nm.rng.Intn(len(actions))](ctx)
+	f.Family, f.Start, f.End = fam, start, nm.clock()
+	nm.logf("nemesis %-22s effect=%-5v %s", f.Name, f.Effect, f.Detail)
+	nm.record(f)
+}
+
+func (nm *nemesis) duration() time.Duration {
+	return time.Duration(2000+nm.rng.Intn(3000)) * time.Millisecond
+}
+
+func (nm *nemesis) leaderOrRandom(ctx context.Context) int {
+	if l, _ := nm.db.leader(ctx); l >= 0 {
+		return l
+	}
+	return nm.rng.Intn(len(nm.db.nodes))
+}
+
+func (nm *nemesis) follower(ctx context.Context) int {
+	l := nm.leaderOrRandom(ctx)
+	return (l + 1 + nm.rng.Intn(len(nm.db.nodes)-1)) % len(nm.db.nodes)
+}
+
+// recoverAll restarts dead nodes, resumes paused ones, heals the network,
+// and waits for a leader.
+func (nm *nemesis) recoverAll(ctx context.Context) {
+	nm.net.heal()
+	for i := range nm.db.nodes {
+		nm.db.resume(i)
+		if !nm.db.running(i) {
+			if err := nm.db.start(i); err != nil {
+				nm.logf("restart %s: %v", nm.db.nodes[i].Name, err)
+			}
+		}
+	}
+	nm.db.waitLeader(ctx, 30*time.Second)
+}
+
+func (nm *nemesis) kill(ctx context.Context, name string, idx []int) fault {
+	f := fault{Name: name}
+	for _, i := range idx {
+		if err := nm.db.kill(i); err != nil {
+			f.Detail = err.Error()
+		}
+	}
+	f.Effect = true
+	for _, i := range idx {
+		f.Effect = f.Effect && !nm.db.running(i)
+		f.Detail += nm.db.nodes[i].Name + " "
+	}
+	nm.sleep(ctx, nm.duration())
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) killRandom(ctx context.Context) fault {
+	return nm.kill(ctx, "kill-random", []int{nm.rng.Intn(3)})
+}
+func (nm *nemesis) killLeader(ctx context.Context) fault {
+	return nm.kill(ctx, "kill-leader", []int{nm.leaderOrRandom(ctx)})
+}
+func (nm *nemesis) killAll(ctx context.Context) fault {
+	return nm.kill(ctx, "kill-all", []int{0, 1, 2})
+}
+
+// newLeaderBeyond waits up to d for a node other than old to lead in a
+// term after term.
+func (nm *nemesis) newLeaderBeyond(ctx context.Context, old int, term uint64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		for i := range nm.db.nodes {
+			if i == old {
+				continue
+			}
+			if h, err := nm.db.health(ctx, i); err == nil && h.RaftState == "Leader" && h.Term > term {
+				return true
+			}
+		}
+		if !nm.sleep(ctx, 50*time.Millisecond) {
+			return false
+		}
+	}
+	return false
+}
+
+func (nm *nemesis) pauseLeader(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	f := fault{Name: "pause-leader"}
+	if l < 0 {
+		f.Detail = "no leader to pause"
+		return f
+	}
+	if err := nm.db.pause(l); err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	// Past the election timeout: the others elect a new leader while the
+	// paused one still believes it leads.
+	f.Effect = nm.newLeaderBeyond(ctx, l, term, 10*nm.db.hbTimeout+2*time.Second)
+	f.Detail = fmt.Sprintf("%s paused in term %d; new leader elected: %v", nm.db.nodes[l].Name, term, f.Effect)
+	nm.sleep(ctx, nm.duration()/2)
+	nm.db.resume(l)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) strobe(ctx context.Context) fault {
+	i := nm.rng.Intn(3)
+	f := fault{Name: "strobe"}
+	end := time.Now().Add(nm.duration())
+	cycles := 0
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if nm.db.pause(i) != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+		nm.db.resume(i)
+		time.Sleep(50 * time.Millisecond)
+		cycles++
+	}
+	nm.db.resume(i)
+	f.Effect = cycles > 0
+	f.Detail = fmt.Sprintf("%s stopped 50ms of every 100ms, %d cycles", nm.db.nodes[i].Name, cycles)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) isolateLeader(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	f := fault{Name: "isolate-leader"}
+	if l < 0 {
+		f.Detail = "no leader"
+		return f
+	}
+	nm.net.isolate(nm.db.nodes[l].IP)
+	f.Effect = nm.net.rules() > 0 && nm.newLeaderBeyond(ctx, l, term, 10*nm.db.hbTimeout+2*time.Second)
+	f.Detail = fmt.Sprintf("%s cut off in term %d; majority elected another: %v", nm.db.nodes[l].Name, term, f.Effect)
+	nm.sleep(ctx, nm.duration()/2)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) isolateFollower(ctx context.Context) fault {
+	i := nm.follower(ctx)
+	f := fault{Name: "isolate-follower"}
+	nm.net.isolate(nm.db.nodes[i].IP)
+	// The follower loses its leader once it misses heartbeats.
+	deadline := time.Now().Add(10*nm.db.hbTimeout + 2*time.Second)
+	for time.Now().Before(deadline) && !f.Effect {
+		if h, err := nm.db.health(ctx, i); err == nil && (h.Leader == "" || h.RaftState == "Candidate") {
+			f.Effect = nm.net.rules() > 0
+		}
+		nm.sleep(ctx, 50*time.Millisecond)
+	}
+	f.Detail = fmt.Sprintf("%s cut off; lost its leader: %v", nm.db.nodes[i].Name, f.Effect)
+	nm.sleep(ctx, nm.duration()/2)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) bridge(ctx context.Context) fault {
+	p := nm.rng.Perm(3)
+	a, b, c := nm.db.nodes[p[0]], nm.db.nodes[p[1]], nm.db.nodes[p[2]]
+	nm.net.cut(a.IP, c.IP)
+	f := fault{Name: "bridge", Effect: nm.net.rules() == 2*rulesPerCut,
+		Detail: fmt.Sprintf("%s-%s and %s-%s connected, %s-%s cut", a.Name, b.Name, b.Name, c.Name, a.Name, c.Name)}
+	nm.sleep(ctx, nm.duration())
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) flap(ctx context.Context) fault {
+	f := fault{Name: "flapping"}
+	end := time.Now().Add(nm.duration())
+	flips := 0
+	for time.Now().Before(end) && ctx.Err() == nil {
+		i := nm.rng.Intn(3)
+		nm.net.isolate(nm.db.nodes[i].IP)
+		if nm.net.rules() > 0 {
+			flips++
+		}
+		time.Sleep(time.Duration(200+nm.rng.Intn(300)) * time.Millisecond)
+		nm.net.heal()
+		time.Sleep(time.Duration(200+nm.rng.Intn(300)) * time.Millisecond)
+	}
+	f.Effect, f.Detail = flips > 0, fmt.Sprintf("%d partitions of 200-500ms", flips)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) loss(ctx context.Context) fault {
+	nm.net.loss(0.2)
+	f := fault{Name: "packet-loss", Effect: nm.net.rules() == 6*rulesPerCut, Detail: "20% of packets between nodes dropped"}
+	nm.sleep(ctx, nm.duration())
+	nm.recoverAll(ctx)
+	return f
+}
+
+// snapshotInstall cuts a follower off until the leader has snapshotted
+// (and compacted) past it, then heals: the follower must install the
+// snapshot.
+func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
+	l, _ := nm.db.leader(ctx)
+	f := fault{Name: "snapshot-install"}
+	if l < 0 {
+		f.Detail = "no leader"
+		return f
+	}
+	i := (l + 1 + nm.rng.Intn(2)) % 3
+	before, err := nm.db.health(ctx, i)
+	if err != nil {
+		f.Detail = err.Error()
+		nm.recoverAll(ctx)
+		return f
+	}
+	nm.net.isolate(nm.db.nodes[i].IP)
+	deadline := time.Now().Add(30 * time.Second)
+	past := false
+	for time.Now().Before(deadline) && !past {
+		if h, err := nm.db.health(ctx, l); err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr) {
+			past = true
+		}
+		nm.sleep(ctx, 100*time.Millisecond)
+	}
+	nm.net.heal()
+	deadline = time.Now().Add(20 * time.Second)
+	for past && time.Now().Before(deadline) && !f.Effect {
+		if h, err := nm.db.health(ctx, i); err == nil && h.LastSnapshotIndex > before.LastSnapshotIndex && h.LastSnapshotIndex > before.AppliedIndex {
+			f.Effect = true
+		}
+		nm.sleep(ctx, 100*time.Millisecond)
+	}
+	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; follower installed a snapshot: %v", nm.db.nodes[i].Name, before.AppliedIndex, past, f.Effect)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) peers(ctx context.Context, i int) int {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nm.db.nodes[i].HTTP+"/v1/status/peers", nil)
+	resp, err := nm.db.hc.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var ps []string
+	json.NewDecoder(resp.Body).Decode(&ps)
+	return len(ps)
+}
+
+// memberFailed waits until the leader's gossip reports node i failed, so
+// the leader does not add it straight back.
+func (nm *nemesis) memberFailed(ctx context.Context, l, i int) bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nm.db.nodes[l].HTTP+"/v1/members", nil)
+		if resp, err := nm.db.hc.Do(req); err == nil {
+			var ms []struct{ Name, Status string }
+			json.NewDecoder(resp.Body).Decode(&ms)
+			resp.Body.Close()
+			for _, m := range ms {
+				if m.Name == nm.db.nodes[i].Name && m.Status != "alive" {
+					return true
+				}
+			}
+		}
+		if !nm.sleep(ctx, 200*time.Millisecond) {
+			return false
+		}
+	}
+	return false
+}
+
+// remove kills a follower and removes it from the Raft configuration;
+// then wipe (or not) and restart it, and see the leader add it back.
+func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
+	f := fault{Name: name}
+	l, _ := nm.db.leader(ctx)
+	if l < 0 {
+		f.Detail = "no leader"
+		return f
+	}
+	i := (l + 1 + nm.rng.Intn(2)) % 3
+	nm.db.kill(i)
+	if !nm.memberFailed(ctx, l, i) {
+		f.Detail = "gossip never reported the node failed"
+		nm.recoverAll(ctx)
+		return f
+	}
+	if err := nm.db.operator(ctx, l, http.MethodDelete, "/v1/operator/peers/"+nm.db.nodes[i].Name); err != nil {
+		f.Detail = err.Error()
+		nm.recoverAll(ctx)
+		return f
+	}
+	removed := nm.peers(ctx, l) == 2
+	if wipe {
+		nm.db.wipe(i)
+	}
+	nm.sleep(ctx, nm.duration()/2)
+	nm.db.start(i)
+	readded := false
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && !readded {
+		if ll, _ := nm.db.leader(ctx); ll >= 0 && nm.peers(ctx, ll) == 3 {
+			readded = true
+		}
+		nm.sleep(ctx, 200*time.Millisecond)
+	}
+	f.Effect = removed && readded
+	f.Detail = fmt.Sprintf("%s removed: %v, wiped: %v, voter again: %v", nm.db.nodes[i].Name, removed, wipe, readded)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) removeWipeReadd(ctx context.Context) fault {
+	return nm.remove(ctx, "remove-wipe-readd", true)
+}
+func (nm *nemesis) restartRemoved(ctx context.Context) fault {
+	return nm.remove(ctx, "restart-removed", false)
+}
+
+func (nm *nemesis) transfer(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	f := fault{Name: "leadership-transfer"}
+	if l < 0 {
+		f.Detail = "no leader"
+		return f
+	}
+	if err := nm.db.operator(ctx, l, http.MethodPost, "/v1/operator/leadership-transfer"); err != nil {
+		f.Detail = err.Error()
+	}
+	f.Effect = nm.newLeaderBeyond(ctx, l, term, 10*time.Second)
+	f.Detail += fmt.Sprintf(" from %s in term %d; moved: %v", nm.db.nodes[l].Name, term, f.Effect)
+	nm.recoverAll(ctx)
+	return f
+}

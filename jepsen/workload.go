@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/plugreg/plugreg/jepsen/check"
+)
+
+// recorder keeps the history; every completion is recorded with the
+// invocation it completes.
+type recorder struct {
+	mu       sync.Mutex // guards ops, sessions, leaders
+	ops      []check.Op
+	sessions []check.Session
+	leaders  []check.LeaderObs
+	nextID   int
+}
+
+func (r *recorder) add(op check.Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op.ID = r.nextID
+	r.nextID++
+	r.ops = append(r.ops, op)
+}
+
+// workload drives the clients.
+type workload struct {
+	db          *db
+	rec         *recorder
+	clock       func() int64
+	types       int
+	concurrency int
+	rate        float64
+	staleReads  bool
+	seed        int64
+}
+
+func (w *workload) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for p := 0; p < w.concurrency; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			w.process(ctx, p)
+		}(p)
+	}
+	wg.Wait()
+}
+
+// process is one client: the first half are pinned to one node, the rest
+// move to another node after every failure and now and then at random.
+func (w *workload) process(ctx context.Context, p int) {
+	rng := rand.New(rand.NewSource(w.seed*1000 + int64(p)))
+	hc := clientFrom(clientIP, 2*time.Second)
+	pinned := p < w.concurrency/2
+	nodeIdx := p % len(w.db.nodes)
+	interval := time.Duration(float64(time.Second) * float64(w.concurrency) / w.rate)
+	for seq := 0; ctx.Err() == nil; seq++ {
+		t0 := time.Now()
+		op := check.Op{Process: p, Node: w.db.nodes[nodeIdx].Name, Type: fmt.Sprintf("t%d", rng.Intn(w.types)),
+			Name: fmt.Sprintf("n%d", rng.Intn(3)), Alloc: fmt.Sprintf("a%d", rng.Intn(3))}
+		switch x := rng.Intn(100); {
+		case x < 40:
+			op.F, op.Value, op.RequestID = check.FRegister, fmt.Sprintf("p%d-%d", p, seq), fmt.Sprintf("s%d-p%d-%d", w.seed, p, seq)
+		case x < 60:
+			op.F, op.RequestID = check.FDeregister, fmt.Sprintf("s%d-p%d-%d", w.seed, p, seq)
+		case x < 80:
+			op.F = check.FGet
+		default:
+			op.F, op.Name, op.Alloc = check.FList, "", ""
+		}
+		op.Stale = w.staleReads && !op.IsWrite()
+		w.do(ctx, hc, w.db.nodes[nodeIdx].HTTP, &op)
+		w.rec.add(op)
+		if !pinned && (op.Outcome != check.OK || rng.Intn(10) == 0) {
+			nodeIdx = (nodeIdx + 1) % len(w.db.nodes)
+		}
+		if d := interval - time.Since(t0); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+	}
+}
+
+// do performs op against addr and fills in its completion. The outcome is
+// honest: a write whose request may have reached the cluster and whose
+// answer did not come back is unknown, never failed.
+func (w *workload) do(ctx context.Context, hc *http.Client, addr string, op *check.Op) {
+	var (
+		method = http.MethodGet
+		path   string
+		body   []byte
+	)
+	q := url.Values{}
+	if op.Stale {
+		q.Set("consistency", "stale")
+	}
+	switch op.F {
+	case check.FRegister:
+		method, path = http.MethodPost, "/v1/plugins"
+		body, _ = json.Marshal(map[string]interface{}{"Type": op.Type, "Name": op.Name, "AllocID": op.Alloc, "Version": op.Value,
+			"NodeID": "h1", "ConnectionInfo": map[string]string{"SocketPath": "/run/p.sock"}})
+	case check.FDeregister:
+		method, path = http.MethodDelete, "/v1/plugins/"+op.Type+"/"+op.Name+"/"+op.Alloc
+	case check.FGet:
+		path = "/v1/plugins/" + op.Type + "/" + op.Name + "/" + op.Alloc
+	case check.FList:
+		path = "/v1/plugins/" + op.Type
+	}
+	u := "http://" + addr + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), method, u, bytes.NewReader(body))
+	if op.RequestID != "" {
+		req.Header.Set("X-Plugreg-Request-Id", op.RequestID)
+	}
+	op.Start = w.clock()
+	resp, err := hc.Do(req)
+	if err != nil {
+		op.End = w.clock()
+		op.Error = err.Error()
+		op.Outcome = check.Unknown
+		if !op.IsWrite() || notSent(err) {
+			op.Outcome = check.Fail
+		}
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	op.End = w.clock()
+	op.Index, _ = strconv.ParseUint(resp.Header.Get("X-Plugreg-Index"), 10, 64)
+	if err != nil {
+		op.Error, op.Outcome = err.Error(), check.Unknown
+		if !op.IsWrite() {
+			op.Outcome = check.Fail
+		}
+		return
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		op.Outcome = check.OK
+		switch op.F {
+		case check.FRegister, check.FDeregister:
+			var r struct {
+				Index  uint64
+				Result string
+			}
+			json.Unmarshal(b, &r)
+			op.Index, op.Result = r.Index, r.Result
+		case check.FGet:
+			var p struct{ Version string }
+			json.Unmarshal(b, &p)
+			op.Found, op.Got = true, p.Version
+		case check.FList:
+			var ps []struct{ Name, AllocID, Version string }
+			json.Unmarshal(b, &ps)
+			for _, p := range ps {
+				op.List = append(op.List, check.Item{Name: p.Name, Alloc: p.AllocID, Value: p.Version})
+			}
+		}
+	case resp.StatusCode == http.StatusNotFound && op.F == check.FGet:
+		op.Outcome, op.Found = check.OK, false
+	default:
+		var e struct {
+			Error   string `json:"error"`
+			Code    string `json:"code"`
+			Outcome string `json:"outcome"`
+		}
+		json.Unmarshal(b, &e)
+		op.Error = fmt.Sprintf("%d %s: %s", resp.StatusCode, e.Code, e.Error)
+		op.Outcome = check.Fail
+		if op.IsWrite() && resp.StatusCode >= 500 && e.Outcome != "not_applied" {
+			op.Outcome = check.Unknown
+		}
+	}
+}
+
+// notSent reports whether err means the request never left: the
+// connection was refused or could not be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// subscribers follow the event stream and record every session.
+type subscribers struct {
+	db    *db
+	rec   *recorder
+	clock func() int64
+	n     int
+	types int
+	stall time.Duration
+}
+
+func (s *subscribers) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := 0; i < s.n; i++ {
+		var types []string
+		switch i % 3 {
+		case 0: // all types
+		case 1:
+			types = []string{"t0"}
+		case 2:
+			types = []string{"t1", "t2"}
+		}
+		wg.Add(1)
+		go func(i int, types []string) {
+			defer wg.Done()
+			s.follow(ctx, i, types)
+		}(i, types)
+	}
+	wg.Wait()
+}
+
+// follow keeps one subscriber connected: it resumes from the last index up
+// to which it has every event, on the next node after a failure (or the
+// same node, for pinned subscribers), as the Go client does.
+func (s *subscribers) follow(ctx context.Context, id int, types []string) {
+	hc := &http.Client{Transport: clientFrom(clientIP, 2*time.Second).Transport} // no overall timeout: a stream
+	nodeIdx := id % len(s.db.nodes)
+	pinned := id%2 == 1
+	var complete uint64
+	for seq := 0; ctx.Err() == nil; seq++ {
+		sess := check.Session{Subscriber: id, Seq: seq, Node: s.db.nodes[nodeIdx].Name, Types: types, From: complete, Start: s.clock()}
+		complete = s.session(ctx, hc, s.db.nodes[nodeIdx].HTTP, &sess, complete)
+		sess.End = s.clock()
+		s.rec.mu.Lock()
+		s.rec.sessions = append(s.rec.sessions, sess)
+		s.rec.mu.Unlock()
+		if !pinned {
+			nodeIdx = (nodeIdx + 1) % len(s.db.nodes)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// session reads one connection until it fails, stalls, or ctx ends, and
+// returns the new resume point.
+func (s *subscribers) session(ctx context.Context, hc *http.Client, addr string, sess *check.Session, complete uint64) uint64 {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	q := url.Values{"index": {strconv.FormatUint(complete, 10)}}
+	if len(sess.Types) > 0 {
+		q.Set("type", strings.Join(sess.Types, ","))
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/events?"+q.Encode(), nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		sess.EndReason = err.Error()
+		return complete
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		sess.EndReason = resp.Status
+		return complete
+	}
+	alive := make(chan struct{}, 1)
+	go func() { // stall detection
+		t := time.NewTimer(s.stall)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-alive:
+				t.Reset(s.stall)
+			case <-t.C:
+				cancel()
+				return
+			}
+		}
+	}()
+	var partial uint64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<28)
+	for sc.Scan() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		var raw struct {
+			Index     uint64
+			EventType string
+			Info      *wirePlugin
+			Current   *wirePlugin
+			Plugins   []wirePlugin
+		}
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+			sess.EndReason = "bad line: " + err.Error()
+			return complete
+		}
+		ev := check.EventRec{Index: raw.Index, EventType: raw.EventType, At: s.clock(), Info: raw.Info.plugin(), Current: raw.Current.plugin()}
+		for _, p := range raw.Plugins {
+			ev.Plugins = append(ev.Plugins, *p.plugin())
+		}
+		sess.Events = append(sess.Events, ev)
+		switch ev.EventType {
+		case "heartbeat", "reset":
+			complete, partial = max(complete, ev.Index), 0
+		default:
+			if ev.Index != partial && partial > complete {
+				complete = partial // the previous index is whole
+			}
+			partial = ev.Index
+		}
+	}
+	sess.EndReason = "closed"
+	if err := sc.Err(); err != nil {
+		sess.EndReason = err.Error()
+	}
+	return complete
+}
+
+type wirePlugin struct {
+	Type, Name, AllocID, Version string
+	ModifyIndex                  uint64
+}
+
+func (w *wirePlugin) plugin() *check.Plugin {
+	if w == nil {
+		return nil
+	}
+	return &check.Plugin{Type: w.Type, Name: w.Name, Alloc: w.AllocID, Value: w.Version, ModifyIndex: w.ModifyIndex}
+}
+
+// observeLeaders records every node's Raft state and term, for the
+// one-leader-per-term check.
+func observeLeaders(ctx context.Context, d *db, rec *recorder, clock func() int64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i := range d.nodes {
+			if h, err := d.health(ctx, i); err == nil {
+				rec.mu.Lock()
+				rec.leaders = append(rec.leaders, check.LeaderObs{Node: d.nodes[i].Name, Term: h.Term, State: h.RaftState, At: clock()})
+				rec.mu.Unlock()
+			}
+		}
+	}
+}
