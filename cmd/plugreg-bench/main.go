@@ -1,0 +1,468 @@
+// Command plugreg-bench measures plugreg against etcd on the same machine,
+// in the same run, with the same load generator: it starts a three-member
+// etcd cluster (Debian's etcd-server, installed when missing) and a
+// three-node plugreg cluster as real processes on loopback, drives both
+// with the same workloads at several concurrencies, and prints both
+// systems' throughput and latency percentiles with the plugreg/etcd ratio.
+//
+// Every process and temp dir it creates is removed at the end, also on
+// error and on Ctrl-C.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	duration     time.Duration
+	clients      []int
+	workloads    map[string]bool
+	rounds       int
+	watchers     int
+	jsonOut      bool
+	keep         bool
+	dir          string
+	plugregBin   string
+	plugregFlags []string
+	etcdFlags    []string
+	profileDir   string
+	profileSecs  int
+	scale        bool
+	scaleNames   int
+	scaleAllocs  int
+	scaleTypes   int
+	scaleClients int
+	scaleEtcd    bool
+}
+
+var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "plugreg-bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "plugreg-bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("plugreg-bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: plugreg-bench [flags]\n\nRuns plugreg and etcd side by side (3 members each, loopback) and prints one table.\nRun it from the plugreg module (it builds ./cmd/plugreg) or pass -plugreg-bin.\n\n")
+		fs.PrintDefaults()
+	}
+	o := &options{}
+	var clients, workloads, pflags, eflags string
+	quick := fs.Bool("quick", false, "a one-minute smoke run: 1s cells at 1 and 64 clients, 3 failover rounds")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "duration of each cell (one system, one workload, one concurrency)")
+	fs.StringVar(&clients, "clients", "1,16,64,256", "comma-separated concurrencies")
+	fs.StringVar(&workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads: "+strings.Join(allWorkloads, ", "))
+	fs.IntVar(&o.rounds, "failover-rounds", 10, "leader kills per system")
+	fs.IntVar(&o.watchers, "watchers", 100, "watchers per system in the watch workload, spread over the nodes")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data and logs) for inspection")
+	fs.StringVar(&o.dir, "dir", "", "parent of the temp dir (default: the system temp dir); both systems' data go there, on the same disk")
+	fs.StringVar(&o.plugregBin, "plugreg-bin", "", "prebuilt plugreg binary (default: go build ./cmd/plugreg)")
+	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\")")
+	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
+	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
+	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile register cell")
+	fs.BoolVar(&o.scale, "scale", false, "run the scale test instead: 1M instances, memory, snapshot, restart")
+	fs.IntVar(&o.scaleNames, "scale-names", 10000, "scale: names in total, spread over -scale-types types")
+	fs.IntVar(&o.scaleAllocs, "scale-allocs", 100, "scale: instances (allocations) per name")
+	fs.IntVar(&o.scaleTypes, "scale-types", 10, "scale: plugin types")
+	fs.IntVar(&o.scaleClients, "scale-clients", 128, "scale: concurrent writers while loading")
+	fs.BoolVar(&o.scaleEtcd, "scale-etcd", true, "scale: load etcd with the same instances and report its figures too")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		if !set["duration"] {
+			o.duration = time.Second
+		}
+		if !set["clients"] {
+			clients = "1,64"
+		}
+		if !set["failover-rounds"] {
+			o.rounds = 3
+		}
+		if !set["watchers"] {
+			o.watchers = 30
+		}
+	}
+	for _, c := range strings.Split(clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-clients: bad concurrency %q", c)
+		}
+		o.clients = append(o.clients, n)
+	}
+	o.workloads = map[string]bool{}
+	for _, w := range strings.Split(workloads, ",") {
+		w = strings.TrimSpace(w)
+		ok := false
+		for _, a := range allWorkloads {
+			ok = ok || a == w
+		}
+		if !ok {
+			return nil, fmt.Errorf("-workloads: unknown workload %q", w)
+		}
+		o.workloads[w] = true
+	}
+	if o.workloads["deregister"] && !o.workloads["register"] {
+		return nil, errors.New("-workloads: deregister removes what register added; select both")
+	}
+	o.plugregFlags, o.etcdFlags = strings.Fields(pflags), strings.Fields(eflags)
+	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
+		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
+	}
+	return o, nil
+}
+
+// report is what -json prints.
+type report struct {
+	Date         string               `json:"date"`
+	GoVersion    string               `json:"go_version"`
+	CPUs         int                  `json:"cpus"`
+	EtcdVersion  string               `json:"etcd_version"`
+	Args         []string             `json:"args"`
+	RecordBytes  int                  `json:"record_bytes"`
+	Cells        []*cell              `json:"cells,omitempty"`
+	Failover     map[string]stats     `json:"failover,omitempty"`
+	FailoverRaw  map[string][]float64 `json:"failover_samples_ms,omitempty"`
+	FailoverRate ratio                `json:"failover_ratio_plugreg_over_etcd"`
+	Scale        *scaleReport         `json:"scale,omitempty"`
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+func run(ctx context.Context, o *options, out io.Writer) (err error) {
+	etcdBin, err := ensureEtcd(logf)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(o.dir, "plugreg-bench-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	var pc *plugregCluster
+	var ec *etcdCluster
+	defer func() {
+		// Stop every process before removing their data, also when the
+		// run failed or was interrupted.
+		if pc != nil {
+			pc.stop()
+		}
+		if ec != nil {
+			ec.stop()
+		}
+		if o.keep {
+			logf("kept %s", dir)
+			return
+		}
+		if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
+			err = fmt.Errorf("remove %s: %w", dir, rerr)
+		}
+	}()
+
+	bin := o.plugregBin
+	if bin == "" {
+		if bin, err = buildPlugreg(ctx, dir); err != nil {
+			return err
+		}
+	}
+	rep := &report{Date: time.Now().Format("2006-01-02"), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Args: os.Args[1:]}
+	if v, verr := exec.Command(etcdBin, "--version").Output(); verr == nil {
+		rep.EtcdVersion = strings.TrimPrefix(strings.SplitN(string(v), "\n", 2)[0], "etcd Version: ")
+	}
+	if b, merr := json.Marshal(rec{Type: "bench", Name: "name-00042", Alloc: "c0064-0000042"}.pluginInfo()); merr == nil {
+		rep.RecordBytes = len(b)
+	}
+
+	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
+	if ec, err = startEtcd(etcdBin, dir, o.etcdFlags); err != nil {
+		return err
+	}
+	if pc, err = startPlugreg(bin, dir, o.plugregFlags); err != nil {
+		return err
+	}
+	if err := ec.waitReady(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	if err := pc.waitReady(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	logf("both clusters ready")
+	systems := []system{&plugregSystem{c: pc}, &etcdSystem{c: ec}}
+
+	if o.scale {
+		if rep.Scale, err = runScale(ctx, o, systems, dir); err != nil {
+			return err
+		}
+	} else if o.profileDir != "" {
+		if err := runProfile(ctx, o, systems[0].(*plugregSystem)); err != nil {
+			return err
+		}
+	} else {
+		if err := runTable(ctx, o, systems, rep); err != nil {
+			return err
+		}
+	}
+
+	if o.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Fprintf(out, "plugreg vs etcd %s: %s, %d CPUs, %s, record %d bytes, %s per cell\n\n",
+		rep.EtcdVersion, rep.Date, rep.CPUs, rep.GoVersion, rep.RecordBytes, o.duration)
+	if len(rep.Cells) > 0 {
+		printTable(out, rep.Cells)
+	}
+	if rep.Failover != nil {
+		p, e := rep.Failover["plugreg"], rep.Failover["etcd"]
+		fmt.Fprintf(out, "\nfailover (kill -9 of the leader -> first acknowledged write), %d rounds each, ms:\n", o.rounds)
+		fmt.Fprintf(out, "  plugreg p50 %s  max %s  samples %v\n", f(p.P50, 0), f(p.Max, 0), rep.FailoverRaw["plugreg"])
+		fmt.Fprintf(out, "  etcd    p50 %s  max %s  samples %v\n", f(e.P50, 0), f(e.Max, 0), rep.FailoverRaw["etcd"])
+		fmt.Fprintf(out, "  ratio plugreg/etcd: p50 %s  max %s\n", f(rep.FailoverRate.P50, 2), f(div(p.Max, e.Max), 2))
+	}
+	if rep.Scale != nil {
+		printScale(out, rep.Scale)
+	}
+	return nil
+}
+
+// buildPlugreg builds ./cmd/plugreg of the module the bench runs in.
+func buildPlugreg(ctx context.Context, dir string) (string, error) {
+	modOut, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(modOut))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("run plugreg-bench inside the plugreg module, or pass -plugreg-bin (go env GOMOD: %q, %v)", gomod, err)
+	}
+	bin := filepath.Join(dir, "plugreg")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/plugreg")
+	cmd.Dir = filepath.Dir(gomod)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/plugreg: %w\n%s", err, b)
+	}
+	return bin, nil
+}
+
+// runTable runs every selected workload at every concurrency on both
+// systems, one cell after the other, alternating which system goes first
+// so that drift in the machine's load favours neither.
+func runTable(ctx context.Context, o *options, systems []system, rep *report) error {
+	for _, s := range systems {
+		if o.workloads["list"] || o.workloads["list-stale"] {
+			if err := populateList(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+	order := func(k int) []system {
+		if k%2 == 0 {
+			return systems
+		}
+		return []system{systems[1], systems[0]}
+	}
+	k := 0
+	for _, conc := range o.clients {
+		registered := map[string][]rec{}
+		var cells []*cell
+		add := func(workload string, run func(s system) (stats, error)) error {
+			c := &cell{Workload: workload, Clients: conc, Results: map[string]stats{}}
+			for _, s := range order(k) {
+				st, err := run(s)
+				if err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				c.Results[s.name()] = st
+				logf("%-10s %3d clients %-8s %8.0f %s/s p50 %6.2fms p99 %7.2fms p999 %7.2fms errors %d missed %d %s",
+					workload, conc, s.name(), st.Throughput, st.Unit, st.P50, st.P99, st.P999, st.Errors, st.Missed, st.FirstErr)
+			}
+			k++
+			c.computeRatio()
+			cells = append(cells, c)
+			return nil
+		}
+		wpools := map[string]*clientPool[writer]{}
+		closeAll := func() {
+			for _, p := range wpools {
+				p.close()
+			}
+		}
+		for _, s := range systems {
+			p, err := newWriters(s, conc)
+			if err != nil {
+				closeAll()
+				return err
+			}
+			wpools[s.name()] = p
+		}
+		err := func() error {
+			defer closeAll()
+			tag := fmt.Sprintf("c%04d", conc)
+			if o.workloads["register"] {
+				if err := add("register", func(s system) (stats, error) {
+					st, done := registerCell(ctx, s, wpools[s.name()], conc, o.duration, tag)
+					registered[s.name()] = done
+					return st, nil
+				}); err != nil {
+					return err
+				}
+			}
+			if o.workloads["deregister"] {
+				if err := add("deregister", func(s system) (stats, error) {
+					return deregisterCell(ctx, wpools[s.name()], conc, o.duration, registered[s.name()]), nil
+				}); err != nil {
+					return err
+				}
+			}
+			for _, stale := range []bool{false, true} {
+				name := map[bool]string{false: "list", true: "list-stale"}[stale]
+				if !o.workloads[name] {
+					continue
+				}
+				label := map[bool]string{false: "list-lin-follower", true: "list-stale-follower"}[stale]
+				if err := add(label, func(s system) (stats, error) {
+					l, err := s.leader(ctx)
+					if err != nil {
+						return stats{}, err
+					}
+					rs, err := newReaders(s, conc, (l+1)%members)
+					if err != nil {
+						return stats{}, err
+					}
+					defer rs.close()
+					return listCell(ctx, rs, conc, o.duration, stale), nil
+				}); err != nil {
+					return err
+				}
+			}
+			if o.workloads["watch"] {
+				if err := add("watch", func(s system) (stats, error) {
+					return watchCell(ctx, s, wpools[s.name()], conc, o.watchers, o.duration, tag)
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		rep.Cells = append(rep.Cells, cells...)
+		if err != nil {
+			return err
+		}
+	}
+	if o.workloads["failover"] {
+		rep.Failover, rep.FailoverRaw = map[string]stats{}, map[string][]float64{}
+		samples := map[string][]time.Duration{}
+		for r := 0; r < o.rounds; r++ {
+			for _, s := range order(r) {
+				d, err := failoverRound(ctx, s, r)
+				if err != nil {
+					return err
+				}
+				logf("failover round %d %-8s %v", r+1, s.name(), d.Round(time.Millisecond))
+				samples[s.name()] = append(samples[s.name()], d)
+				rep.FailoverRaw[s.name()] = append(rep.FailoverRaw[s.name()], float64(d.Round(time.Millisecond))/1e6)
+			}
+		}
+		for name, ds := range samples {
+			rep.Failover[name] = summarize(ds, 0, 0, "ms")
+		}
+		p, e := rep.Failover["plugreg"], rep.Failover["etcd"]
+		rep.FailoverRate = ratio{P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+	}
+	return nil
+}
+
+// runProfile runs a 64-client register cell against plugreg while taking a
+// CPU profile of the leader, then saves the leader's allocation profile.
+func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
+	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+		return fmt.Errorf("profile dir: %w", err)
+	}
+	l, err := s.leader(ctx)
+	if err != nil {
+		return err
+	}
+	ws, err := newWriters(s, 64)
+	if err != nil {
+		return err
+	}
+	defer ws.close()
+	base := "http://" + s.c.nodes[l].pprofAddr() + "/debug/pprof/"
+	errCh := make(chan error, 1)
+	go func() {
+		errCh <- fetch(ctx, base+"profile?seconds="+strconv.Itoa(o.profileSecs-1), filepath.Join(o.profileDir, "leader-cpu.pprof"))
+	}()
+	st, _ := registerCell(ctx, s, ws, 64, time.Duration(o.profileSecs)*time.Second, "prof")
+	logf("profiled register, 64 clients: %.0f writes/s p50 %.2fms p99 %.2fms errors %d", st.Throughput, st.P50, st.P99, st.Errors)
+	if err := <-errCh; err != nil {
+		return err
+	}
+	if err := fetch(ctx, base+"allocs", filepath.Join(o.profileDir, "leader-allocs.pprof")); err != nil {
+		return err
+	}
+	logf("profiles in %s (go tool pprof -top %s/leader-cpu.pprof)", o.profileDir, o.profileDir)
+	return nil
+}
+
+func fetch(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch %s: %s", url, resp.Status)
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := io.Copy(fh, resp.Body); err != nil {
+		fh.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return fh.Close()
+}

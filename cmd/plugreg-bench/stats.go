@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// stats summarises one cell: one system, one workload, one concurrency.
+// Latencies are in milliseconds.
+type stats struct {
+	Ops        int     `json:"ops"`
+	Errors     int     `json:"errors"`
+	Seconds    float64 `json:"seconds"`
+	Throughput float64 `json:"ops_per_sec"`
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	P999       float64 `json:"p999_ms"`
+	Max        float64 `json:"max_ms"`
+	// Missed counts watch deliveries that never arrived.
+	Missed   int    `json:"missed,omitempty"`
+	FirstErr string `json:"first_error,omitempty"`
+	Unit     string `json:"unit"`
+}
+
+func summarize(lat []time.Duration, errs int, elapsed time.Duration, unit string) stats {
+	slices.Sort(lat)
+	s := stats{Ops: len(lat), Errors: errs, Seconds: elapsed.Seconds(), Unit: unit}
+	if elapsed > 0 {
+		s.Throughput = float64(len(lat)) / elapsed.Seconds()
+	}
+	s.P50, s.P99, s.P999 = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
+	if len(lat) > 0 {
+		s.Max = ms(lat[len(lat)-1])
+	}
+	return s
+}
+
+// pct is the nearest-rank percentile of sorted lat, in milliseconds.
+func pct(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p*float64(len(lat)))) - 1
+	i = max(0, min(i, len(lat)-1))
+	return ms(lat[i])
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cell is one row of the table: both systems on one workload at one
+// concurrency, with plugreg/etcd ratios (throughput: higher is better for
+// plugreg; latency: lower is).
+type cell struct {
+	Workload string           `json:"workload"`
+	Clients  int              `json:"clients"`
+	Results  map[string]stats `json:"results"`
+	Ratio    ratio            `json:"ratio_plugreg_over_etcd"`
+}
+
+type ratio struct {
+	Throughput float64 `json:"throughput"`
+	P50        float64 `json:"p50"`
+	P99        float64 `json:"p99"`
+	P999       float64 `json:"p999"`
+}
+
+func (c *cell) computeRatio() {
+	p, e := c.Results["plugreg"], c.Results["etcd"]
+	c.Ratio = ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+}
+
+func div(a, b float64) float64 {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return math.NaN()
+	}
+	return a / b
+}
+
+func f(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func printTable(w io.Writer, cells []*cell) {
+	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s | %s\n",
+		"workload", "cli", "plugreg/s", "p50ms", "p99ms", "p999ms", "etcd/s", "p50ms", "p99ms", "p999ms",
+		"x/s", "x p50", "x p99", "x p999", "errors/missed (plugreg, etcd)")
+	fmt.Fprintln(w, strings.Repeat("-", 150))
+	for _, c := range cells {
+		p, e := c.Results["plugreg"], c.Results["etcd"]
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s | %d/%d, %d/%d\n",
+			c.Workload, c.Clients,
+			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2), f(p.P999, 2),
+			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
+			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2),
+			p.Errors, p.Missed, e.Errors, e.Missed)
+	}
+}
