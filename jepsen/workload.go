@@ -85,7 +85,6 @@ func (w *workload) process(ctx context.Context, p int) {
 		default:
 			op.F, op.Name, op.Alloc = check.FList, "", ""
 		}
-		op.Stale = w.staleReads && !op.IsWrite()
 		w.do(ctx, hc, w.db.nodes[nodeIdx].HTTP, &op)
 		w.rec.add(op)
 		if !pinned && (op.Outcome != check.OK || rng.Intn(10) == 0) {
@@ -110,7 +109,9 @@ func (w *workload) do(ctx context.Context, hc *http.Client, addr string, op *che
 		body   []byte
 	)
 	q := url.Values{}
-	if op.Stale {
+	if w.staleReads && !op.IsWrite() {
+		// -unsafe-stale-reads: read stale, but record the read as an
+		// ordinary (linearizable) one. The checkers must object.
 		q.Set("consistency", "stale")
 	}
 	switch op.F {

@@ -209,3 +209,17 @@ func TestLeadersChecker(t *testing.T) {
 	expectClean(t, "one leader per term", Leaders([]LeaderObs{{"n1", 1, "Leader", 0}, {"n2", 2, "Leader", 1}, {"n1", 2, "Follower", 2}}))
 	expectFlagged(t, "two leaders in a term", Leaders([]LeaderObs{{"n1", 2, "Leader", 0}, {"n2", 2, "Leader", 1}}), "two leaders")
 }
+
+func TestJoinedSessions(t *testing.T) {
+	tr := truth(t, baseLog...)
+	e1 := ev(1, "registered", "x", "a1", "v1", "a1=v1")
+	e2 := ev(2, "registered", "x", "a2", "v2", "a2=v2")
+	e4 := ev(4, "registered", "y", "a1", "v3", "a1=v3")
+	a := session(0, e1, e2)
+	b := session(1, ev(2, "registered", "x", "a2", "v2", "a2=v2"), ev(3, "deregistered", "x", "a2", "v2", "a1=v1"), e4)
+	b.Seq = 2
+	expectClean(t, "resume from a complete index", Events([]Session{a, b}, tr, 100))
+	skip := session(3, e4)
+	skip.Seq = 2
+	expectFlagged(t, "resume past what was reached", Events([]Session{a, skip}, tr, 100), "only reached 2")
+}

@@ -33,6 +33,28 @@ func Events(sessions []Session, t *Truth, journalSize int) []Violation {
 			vs = append(vs, *v)
 		}
 	}
+	return append(vs, joined(sessions)...)
+}
+
+// joined checks that each subscriber's sessions join into one stream: a
+// session resumes no later than the highest index its predecessor had
+// reached (so nothing between them is skipped).
+func joined(sessions []Session) []Violation {
+	var vs []Violation
+	last := map[int]*Session{}
+	for i := range sessions {
+		s := &sessions[i]
+		if prev, ok := last[s.Subscriber]; ok {
+			reached := prev.From
+			for _, e := range prev.Events {
+				reached = max(reached, e.Index)
+			}
+			if s.From > reached {
+				vs = append(vs, violation("events", "subscriber %d: session %d resumes from %d, but session %d only reached %d", s.Subscriber, s.Seq, s.From, prev.Seq, reached))
+			}
+		}
+		last[s.Subscriber] = s
+	}
 	return vs
 }
 

@@ -60,13 +60,13 @@ func (o *Op) IsWrite() bool { return o.F == FRegister || o.F == FDeregister }
 // Plugin is an instance in an event or reset.
 type Plugin struct {
 	Type, Name, Alloc, Value string
-	ModifyIndex             uint64
+	ModifyIndex              uint64
 }
 
 // EventRec is one line a subscriber received.
 type EventRec struct {
 	Index     uint64
-	EventType string // registered, updated, deregistered, reset, heartbeat
+	EventType string   // registered, updated, deregistered, reset, heartbeat
 	Info      *Plugin  `json:",omitempty"`
 	Current   *Plugin  `json:",omitempty"`
 	Plugins   []Plugin `json:",omitempty"`
