@@ -122,7 +122,7 @@ func run(r *runConfig) (int, error) {
 		return 2, fmt.Errorf("build plugreg: %w", err)
 	}
 	d := newDB(dir, bin, r)
-	nf := &netFaults{ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
+	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
 	for _, n := range d.nodes {
 		nf.ips = append(nf.ips, n.IP)
 	}

@@ -7,11 +7,12 @@ import (
 	"sync"
 )
 
-// chain is the harness's own iptables chain, hooked into INPUT and OUTPUT.
-// Every rule lives in it, so removing it removes every fault.
-const chain = "PLUGREG-JEPSEN"
+// The harness's own iptables chain (one per port base, so runs on other
+// ports do not touch it), hooked into INPUT and OUTPUT. Every rule lives in
+// it, so removing it removes every fault.
 
 type netFaults struct {
+	chain string
 	mu    sync.Mutex // serialises iptables calls
 	ips   []string
 	ports string // the cluster's server and gossip ports: rules touch nothing else
@@ -37,11 +38,11 @@ func (n *netFaults) setup() error {
 	n.teardown()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := iptables("-N", chain); err != nil {
+	if err := iptables("-N", n.chain); err != nil {
 		return err
 	}
 	for _, hook := range []string{"INPUT", "OUTPUT"} {
-		if err := iptables("-I", hook, "-j", chain); err != nil {
+		if err := iptables("-I", hook, "-j", n.chain); err != nil {
 			return err
 		}
 	}
@@ -54,11 +55,11 @@ func (n *netFaults) teardown() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, hook := range []string{"INPUT", "OUTPUT"} {
-		for iptables("-D", hook, "-j", chain) == nil {
+		for iptables("-D", hook, "-j", n.chain) == nil {
 		}
 	}
-	iptables("-F", chain)
-	iptables("-X", chain)
+	iptables("-F", n.chain)
+	iptables("-X", n.chain)
 	n.hooks = false
 }
 
@@ -66,7 +67,7 @@ func (n *netFaults) teardown() {
 func (n *netFaults) heal() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return iptables("-F", chain)
+	return iptables("-F", n.chain)
 }
 
 // cut drops traffic between a and b, both ways.
@@ -75,7 +76,7 @@ func (n *netFaults) cut(a, b string) error {
 	defer n.mu.Unlock()
 	for _, p := range [][2]string{{a, b}, {b, a}} {
 		for _, proto := range protos {
-			if err := iptables("-A", chain, "-s", p[0], "-d", p[1], "-p", proto, "-m", "multiport", "--ports", n.ports, "-j", "DROP"); err != nil {
+			if err := iptables("-A", n.chain, "-s", p[0], "-d", p[1], "-p", proto, "-m", "multiport", "--ports", n.ports, "-j", "DROP"); err != nil {
 				return err
 			}
 		}
@@ -105,7 +106,7 @@ func (n *netFaults) loss(p float64) error {
 				continue
 			}
 			for _, proto := range protos {
-				if err := iptables("-A", chain, "-s", a, "-d", b, "-p", proto, "-m", "multiport", "--ports", n.ports,
+				if err := iptables("-A", n.chain, "-s", a, "-d", b, "-p", proto, "-m", "multiport", "--ports", n.ports,
 					"-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%.2f", p), "-j", "DROP"); err != nil {
 					return err
 				}
@@ -117,9 +118,9 @@ func (n *netFaults) loss(p float64) error {
 
 // rules counts the rules in the chain: the proof that a fault is in place.
 func (n *netFaults) rules() int {
-	out, err := exec.Command("iptables", "-w", "-S", chain).Output()
+	out, err := exec.Command("iptables", "-w", "-S", n.chain).Output()
 	if err != nil {
 		return 0
 	}
-	return strings.Count(string(out), "-A "+chain)
+	return strings.Count(string(out), "-A "+n.chain)
 }
