@@ -100,6 +100,11 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	cur := f.state.Load()
 	next := *cur // a private copy: its trees are replaced, never changed
+	if len(logs) > 1 {
+		// One entry gains nothing from a transaction and pays for
+		// opening it.
+		next.beginBatch()
+	}
 	out := make([]interface{}, len(logs))
 	var events []Event
 	for i, l := range logs {
@@ -113,6 +118,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = res
 		events = append(events, evs...)
 	}
+	next.commitBatch()
 	f.state.Store(&next)
 	if f.sink != nil {
 		f.sink.Applied(&next, events)
@@ -149,7 +155,14 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 	case *DeregisterRequest:
 		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
 	case *DeregisterNodeRequest:
+		// It walks the whole state, which reads the committed trees:
+		// close the batch's transactions first and reopen them after.
+		inBatch := s.batch != nil
+		s.commitBatch()
 		res, evs = s.deregisterNode(index, r.NodeID)
+		if inBatch {
+			s.beginBatch()
+		}
 	}
 	ar := &ApplyResult{Index: index, Result: res}
 	if res == ResultDeregistered {

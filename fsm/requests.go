@@ -27,6 +27,26 @@ type RequestRecord struct {
 type requests struct {
 	byID    *iradix.Tree[RequestRecord]
 	byIndex *iradix.Tree[string]
+	// txID and txIndex are open during an ApplyBatch (see State.batch),
+	// with n the size of txID; nil in a published State.
+	txID    *iradix.Txn[RequestRecord]
+	txIndex *iradix.Txn[string]
+	n       int
+}
+
+func (r *requests) begin() {
+	if r.byID == nil {
+		*r = newRequests()
+	}
+	r.txID, r.txIndex, r.n = r.byID.Txn(), r.byIndex.Txn(), r.byID.Len()
+}
+
+func (r *requests) commit() {
+	if r.txID == nil {
+		return
+	}
+	r.byID, r.byIndex = r.txID.Commit(), r.txIndex.Commit()
+	r.txID, r.txIndex = nil, nil
 }
 
 func newRequests() requests {
@@ -40,6 +60,9 @@ func indexKey(i uint64) []byte {
 }
 
 func (r requests) get(id string) (RequestRecord, bool) {
+	if r.txID != nil {
+		return r.txID.Get([]byte(id))
+	}
 	if r.byID == nil {
 		return RequestRecord{}, false
 	}
@@ -48,6 +71,20 @@ func (r requests) get(id string) (RequestRecord, bool) {
 
 // add records rec and evicts the oldest records past RequestWindow.
 func (r *requests) add(rec RequestRecord) {
+	if r.txID != nil {
+		if _, replaced := r.txID.Insert([]byte(rec.ID), rec); !replaced {
+			r.n++
+		}
+		r.txIndex.Insert(indexKey(rec.Index), rec.ID)
+		for r.n > RequestWindow {
+			k, id, _ := r.txIndex.Root().Minimum()
+			r.txIndex.Delete(k)
+			if _, ok := r.txID.Delete([]byte(id)); ok {
+				r.n--
+			}
+		}
+		return
+	}
 	if r.byID == nil {
 		*r = newRequests()
 	}

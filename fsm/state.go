@@ -49,6 +49,47 @@ type State struct {
 	index     uint64
 	instances int
 	requests  requests
+	// batch holds the open radix transactions while ApplyBatch builds
+	// this State; nil in every State anyone else can see.
+	batch *batch
+}
+
+// batch is one ApplyBatch's transactions over the state's trees. One
+// transaction per tree for the whole batch copies each tree path once and
+// then changes the copied nodes in place, instead of copying the path
+// from the root again for every entry (a radix Insert on a Tree is a
+// transaction of its own). The published trees are never touched: a
+// transaction only changes nodes it created itself.
+type batch struct {
+	types *iradix.Txn[*nameTree]
+	names map[string]*iradix.Txn[recency] // open name trees, by type
+}
+
+// beginBatch opens the transactions; commitBatch closes them into new
+// trees. Between the two, reads and writes of s go through them.
+func (s *State) beginBatch() {
+	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}}
+	s.requests.begin()
+}
+
+func (s *State) commitBatch() {
+	b := s.batch
+	if b == nil {
+		return
+	}
+	s.batch = nil
+	// The final trees depend only on their keys and values, not on the
+	// order of these inserts, so the map's random order is harmless.
+	for t, nt := range b.names {
+		names := nt.Commit()
+		if names.Len() == 0 {
+			b.types.Delete([]byte(t))
+		} else {
+			b.types.Insert([]byte(t), names)
+		}
+	}
+	s.types = b.types.Commit()
+	s.requests.commit()
 }
 
 // NewState returns the empty state at index 0.
@@ -149,6 +190,18 @@ func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*Pl
 func (s *State) Request(id string) (RequestRecord, bool) { return s.requests.get(id) }
 
 func (s *State) recency(ptype, name string) recency {
+	if s.batch != nil {
+		if nt, ok := s.batch.names[ptype]; ok {
+			r, _ := nt.Get([]byte(name))
+			return r
+		}
+		names, ok := s.batch.types.Get([]byte(ptype))
+		if !ok {
+			return nil
+		}
+		r, _ := names.Get([]byte(name))
+		return r
+	}
 	names, ok := s.types.Get([]byte(ptype))
 	if !ok {
 		return nil
@@ -161,6 +214,23 @@ func (s *State) recency(ptype, name string) recency {
 // name, and the type with its last name.
 func (s *State) put(ptype, name string, r recency) {
 	tk, nk := []byte(ptype), []byte(name)
+	if b := s.batch; b != nil {
+		nt, ok := b.names[ptype]
+		if !ok {
+			names, ok := b.types.Get(tk)
+			if !ok {
+				names = iradix.New[recency]()
+			}
+			nt = names.Txn()
+			b.names[ptype] = nt
+		}
+		if len(r) == 0 {
+			nt.Delete(nk)
+		} else {
+			nt.Insert(nk, r)
+		}
+		return // commitBatch puts the name tree into the type tree
+	}
 	names, ok := s.types.Get(tk)
 	if !ok {
 		names = iradix.New[recency]()
