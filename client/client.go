@@ -393,16 +393,11 @@ func (c *Client) Leave(ctx context.Context) error {
 	return c.decode(resp, &out)
 }
 
-type requestIDKey struct{}
-
 // WithRequestID makes the write it is passed to carry id instead of a fresh
 // one: use it to retry a write across process restarts.
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	return registry.WithRequestID(ctx, id)
 }
 
 // RequestID returns the ID set by WithRequestID, or "".
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
+func RequestID(ctx context.Context) string { return registry.RequestID(ctx) }

@@ -83,6 +83,22 @@ func (cf *clientFlags) parse(args []string, nargs ...int) error {
 	return nil
 }
 
+// withClient parses args (expecting one of nargs positional arguments;
+// none given: any number), builds the client and the command's context, and
+// runs fn.
+func (cf *clientFlags) withClient(args []string, nargs []int, fn func(ctx context.Context, c *client.Client) error) error {
+	if err := cf.parse(args, nargs...); err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	return fn(ctx, c)
+}
+
 func (cf *clientFlags) client() (*client.Client, error) {
 	return client.New(client.Config{Addrs: strings.Split(*cf.addr, ","), Token: *cf.token})
 }
@@ -241,90 +257,69 @@ const pluginHeader = "NAME\tALLOC\tVERSION\tNODE\tCONNECTION\tINDEX"
 func runList(args []string) error {
 	cf := newClientFlags("list", "TYPE", "Lists the newest instance of every plugin of TYPE, sorted by name.")
 	stale := queryFlags(cf)
-	if err := cf.parse(args, 1); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	list, meta, err := c.List(ctx, cf.args[0], &client.QueryOptions{Stale: *stale})
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(list)
-	}
-	table(pluginHeader, pluginRows(list))
-	noun := "plugins"
-	if len(list) == 1 {
-		noun = "plugin"
-	}
-	fmt.Printf("(%d %s at index %d)\n", len(list), noun, meta.Index)
-	return nil
+	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
+		list, meta, err := c.List(ctx, cf.args[0], &client.QueryOptions{Stale: *stale})
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(list)
+		}
+		table(pluginHeader, pluginRows(list))
+		noun := "plugins"
+		if len(list) == 1 {
+			noun = "plugin"
+		}
+		fmt.Printf("(%d %s at index %d)\n", len(list), noun, meta.Index)
+		return nil
+	})
 }
 
 func runGet(args []string) error {
 	cf := newClientFlags("get", "TYPE NAME [ALLOC]", "Shows a plugin's instances, newest first, or one instance.")
 	stale := queryFlags(cf)
-	if err := cf.parse(args, 2, 3); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	q := &client.QueryOptions{Stale: *stale}
-	a := cf.args
-	if len(a) == 3 {
-		p, _, err := c.Get(ctx, a[0], a[1], a[2], q)
+	return cf.withClient(args, []int{2, 3}, func(ctx context.Context, c *client.Client) error {
+		q := &client.QueryOptions{Stale: *stale}
+		a := cf.args
+		if len(a) == 3 {
+			p, _, err := c.Get(ctx, a[0], a[1], a[2], q)
+			if err != nil {
+				return err
+			}
+			if *cf.json {
+				return printJSON(p)
+			}
+			table(pluginHeader, pluginRows([]*client.PluginInfo{p}))
+			return nil
+		}
+		list, _, err := c.Instances(ctx, a[0], a[1], q)
 		if err != nil {
 			return err
 		}
 		if *cf.json {
-			return printJSON(p)
+			return printJSON(list)
 		}
-		table(pluginHeader, pluginRows([]*client.PluginInfo{p}))
+		table(pluginHeader, pluginRows(list))
 		return nil
-	}
-	list, _, err := c.Instances(ctx, a[0], a[1], q)
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(list)
-	}
-	table(pluginHeader, pluginRows(list))
-	return nil
+	})
 }
 
 func runTypes(args []string) error {
 	cf := newClientFlags("types", "", "Lists the plugin types that have at least one instance.")
 	stale := queryFlags(cf)
-	if err := cf.parse(args, 0); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	types, _, err := c.Types(ctx, &client.QueryOptions{Stale: *stale})
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(types)
-	}
-	for _, t := range types {
-		fmt.Println(t)
-	}
-	return nil
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		types, _, err := c.Types(ctx, &client.QueryOptions{Stale: *stale})
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(types)
+		}
+		for _, t := range types {
+			fmt.Println(t)
+		}
+		return nil
+	})
 }
 
 func runWatch(args []string) error {
@@ -391,98 +386,70 @@ func printEvent(ev *client.Event) {
 
 func runMembers(args []string) error {
 	cf := newClientFlags("members", "", "Lists the servers the answering node knows of.")
-	if err := cf.parse(args, 0); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	ms, err := c.Members(ctx)
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(ms)
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
-	var rows [][]string
-	for _, m := range ms {
-		role := "follower"
-		if m.Leader {
-			role = "leader"
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return err
 		}
-		if !m.Voter {
-			role = "-"
+		if *cf.json {
+			return printJSON(ms)
 		}
-		rows = append(rows, []string{m.Name, m.Status, role, m.HTTPAddr, m.RaftAddr, m.GossipAddr})
-	}
-	table("NODE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP", rows)
-	return nil
+		sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+		var rows [][]string
+		for _, m := range ms {
+			role := "follower"
+			if m.Leader {
+				role = "leader"
+			}
+			if !m.Voter {
+				role = "-"
+			}
+			rows = append(rows, []string{m.Name, m.Status, role, m.HTTPAddr, m.RaftAddr, m.GossipAddr})
+		}
+		table("NODE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP", rows)
+		return nil
+	})
 }
 
 func runPeers(args []string) error {
 	cf := newClientFlags("peers", "", "Lists the server addresses in the Raft configuration.")
-	if err := cf.parse(args, 0); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	peers, err := c.Peers(ctx)
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(peers)
-	}
-	for _, p := range peers {
-		fmt.Println(p)
-	}
-	return nil
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		peers, err := c.Peers(ctx)
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(peers)
+		}
+		for _, p := range peers {
+			fmt.Println(p)
+		}
+		return nil
+	})
 }
 
 func runLeader(args []string) error {
 	cf := newClientFlags("leader", "", "Shows the leader's server address (empty when there is none).")
-	if err := cf.parse(args, 0); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	l, err := c.Leader(ctx)
-	if err != nil {
-		return err
-	}
-	if *cf.json {
-		return printJSON(l)
-	}
-	fmt.Println(l)
-	return nil
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		l, err := c.Leader(ctx)
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(l)
+		}
+		fmt.Println(l)
+		return nil
+	})
 }
 
 func runLeave(args []string) error {
 	cf := newClientFlags("leave", "", "Makes the node at -addr (the first address) leave the cluster gracefully:\nit hands over leadership if it leads, is removed from Raft, and stops.")
-	if err := cf.parse(args, 0); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := cf.ctx()
-	defer cancel()
-	if err := c.Leave(ctx); err != nil {
-		return err
-	}
-	fmt.Printf("%s is leaving the cluster\n", c.Addrs()[0])
-	return nil
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		if err := c.Leave(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("%s is leaving the cluster\n", c.Addrs()[0])
+		return nil
+	})
 }
