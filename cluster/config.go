@@ -51,7 +51,7 @@ type Config struct {
 	LogStore string
 	// SnapshotThreshold: log entries between snapshots (zero: 8192).
 	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration // zero: 30s
+	SnapshotInterval  time.Duration // zero: 120s (raft's default)
 	TrailingLogs      uint64        // zero: 10240
 	// ApplyTimeout bounds the wait to enqueue a write on the leader (zero:
 	// 5s). Past it the write was definitely not applied.
