@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseArgsIntersperses(t *testing.T) {
+	cases := []struct {
+		args []string
+		pos  string
+		json bool
+	}{
+		{[]string{"csi", "ebs"}, "csi ebs", false},
+		{[]string{"-json", "csi", "ebs"}, "csi ebs", true},
+		{[]string{"csi", "-json", "ebs"}, "csi ebs", true},
+		{[]string{"csi", "ebs", "-json"}, "csi ebs", true},
+		{[]string{"--", "-odd-name"}, "-odd-name", false},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cf := newClientFlags("get", "", "")
+			if err := cf.parseArgs(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(cf.args, " "); got != tc.pos || *cf.json != tc.json {
+				t.Fatalf("positional %q json %v; want %q %v", got, *cf.json, tc.pos, tc.json)
+			}
+		})
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.json")
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	newFS := func() (*flag.FlagSet, *string, *int, *listFlag) {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		node := fs.String("node", "", "")
+		port := fs.Int("http-port", 8500, "")
+		var join listFlag
+		fs.Var(&join, "join", "")
+		return fs, node, port, &join
+	}
+	fs, node, port, join := newFS()
+	fs.Parse([]string{"-node", "cli"})
+	if err := applyConfigFile(fs, write(`{"node":"file","http-port":9500,"join":["a:1","b:2"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if *node != "cli" || *port != 9500 || join.String() != "a:1,b:2" {
+		t.Fatalf("node %q port %d join %q: the command line must win, the file fill the rest", *node, *port, join)
+	}
+	for _, bad := range []string{`{"nodes":"x"}`, `{"http-port":"many"}`, `not json`} {
+		fs, _, _, _ := newFS()
+		if err := applyConfigFile(fs, write(bad)); err == nil {
+			t.Fatalf("config %s accepted", bad)
+		}
+	}
+}
