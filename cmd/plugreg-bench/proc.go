@@ -110,6 +110,39 @@ func (p *proc) signalAndWait(sig syscall.Signal, grace time.Duration) {
 	<-done
 }
 
+// cpuTime is the user+system CPU time pid has used, from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read stat of %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces; fields count from the
+	// closing parenthesis.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat utime/stime", pid)
+	}
+	// USER_HZ is 100 on every Linux the bench targets.
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// clusterCPU sums the CPU time of a system's three server processes.
+func clusterCPU(s system) time.Duration {
+	var sum time.Duration
+	for i := 0; i < members; i++ {
+		if d, err := cpuTime(s.pid(i)); err == nil {
+			sum += d
+		}
+	}
+	return sum
+}
+
 // procStatus reads a size field (VmRSS:, VmHWM:) of pid from /proc, in
 // bytes.
 func procStatus(pid int, field string) (int64, error) {

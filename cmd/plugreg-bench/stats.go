@@ -21,9 +21,14 @@ type stats struct {
 	P999       float64 `json:"p999_ms"`
 	Max        float64 `json:"max_ms"`
 	// Missed counts watch deliveries that never arrived.
-	Missed   int    `json:"missed,omitempty"`
-	FirstErr string `json:"first_error,omitempty"`
-	Unit     string `json:"unit"`
+	Missed int `json:"missed,omitempty"`
+	// ServerCPUPerOp is the CPU time the system's three server
+	// processes used during the cell, per operation (ms): what one
+	// operation costs the cluster, independent of how busy the shared
+	// machine was.
+	ServerCPUPerOp float64 `json:"server_cpu_ms_per_op"`
+	FirstErr       string  `json:"first_error,omitempty"`
+	Unit           string  `json:"unit"`
 }
 
 func summarize(lat []time.Duration, errs int, elapsed time.Duration, unit string) stats {
@@ -66,11 +71,12 @@ type ratio struct {
 	P50        float64 `json:"p50"`
 	P99        float64 `json:"p99"`
 	P999       float64 `json:"p999"`
+	CPUPerOp   float64 `json:"server_cpu_per_op"`
 }
 
 func (c *cell) computeRatio() {
 	p, e := c.Results["plugreg"], c.Results["etcd"]
-	c.Ratio = ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+	c.Ratio = ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp)}
 }
 
 func div(a, b float64) float64 {
@@ -88,17 +94,17 @@ func f(v float64, prec int) string {
 }
 
 func printTable(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s | %s\n",
+	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s | %s\n",
 		"workload", "cli", "plugreg/s", "p50ms", "p99ms", "p999ms", "etcd/s", "p50ms", "p99ms", "p999ms",
-		"x/s", "x p50", "x p99", "x p999", "errors/missed (plugreg, etcd)")
-	fmt.Fprintln(w, strings.Repeat("-", 150))
+		"x/s", "x p50", "x p99", "x p999", "x cpu", "errors/missed (plugreg, etcd)")
+	fmt.Fprintln(w, strings.Repeat("-", 157))
 	for _, c := range cells {
 		p, e := c.Results["plugreg"], c.Results["etcd"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s | %d/%d, %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s | %d/%d, %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2), f(p.P999, 2),
 			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
-			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2),
+			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2),
 			p.Errors, p.Missed, e.Errors, e.Missed)
 	}
 }
