@@ -105,8 +105,13 @@ func run(r *runConfig) (int, error) {
 	if _, err := exec.LookPath("iptables"); err != nil && len(r.nemesis) > 0 {
 		return 2, fmt.Errorf("iptables is needed for the partition faults: %w", err)
 	}
-	dir := filepath.Join(r.out, fmt.Sprintf("%s-seed%d", time.Now().Format("20060102-150405"), r.seed))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(r.out, 0o755); err != nil {
+		return 2, err
+	}
+	// A directory of its own even when two runs start in the same second
+	// with the same seed.
+	dir, err := os.MkdirTemp(r.out, fmt.Sprintf("%s-seed%d-", time.Now().Format("20060102-150405"), r.seed))
+	if err != nil {
 		return 2, err
 	}
 	dir, _ = filepath.Abs(dir)
