@@ -21,15 +21,19 @@ func ReadsAtIndex(ops []Op, t *Truth) []Violation {
 	}
 	// Index floor: the highest index acknowledged before each read began.
 	sort.Slice(writes, func(i, j int) bool { return writes[i].End < writes[j].End })
-	floorAt := func(start int64) uint64 {
-		var f uint64
-		for _, w := range writes {
-			if w.End >= start {
-				break
-			}
-			f = max(f, w.Index)
+	prefixMax := make([]uint64, len(writes)) // highest index among writes[:i+1]
+	for i, w := range writes {
+		prefixMax[i] = w.Index
+		if i > 0 {
+			prefixMax[i] = max(prefixMax[i], prefixMax[i-1])
 		}
-		return f
+	}
+	floorAt := func(start int64) uint64 {
+		n := sort.Search(len(writes), func(i int) bool { return writes[i].End >= start })
+		if n == 0 {
+			return 0
+		}
+		return prefixMax[n-1]
 	}
 	sort.Slice(reads, func(i, j int) bool { return reads[i].Index < reads[j].Index })
 	model := NewRegistry()
