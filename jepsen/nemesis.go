@@ -378,7 +378,19 @@ func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
 		nm.recoverAll(ctx)
 		return f
 	}
-	if err := nm.db.operator(ctx, l, http.MethodDelete, "/v1/operator/peers/"+nm.db.nodes[i].Name); err != nil {
+	// The leader may move meanwhile (short election timeouts on a busy
+	// machine): ask whichever node leads now, a few times.
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if ll, _ := nm.db.leader(ctx); ll >= 0 && ll != i {
+			l = ll
+		}
+		if err = nm.db.operator(ctx, l, http.MethodDelete, "/v1/operator/peers/"+nm.db.nodes[i].Name); err == nil {
+			break
+		}
+		nm.sleep(ctx, 300*time.Millisecond)
+	}
+	if err != nil {
 		f.Detail = err.Error()
 		nm.recoverAll(ctx)
 		return f
