@@ -46,16 +46,15 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 }
 
 func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
-	f := s.raft.Apply(cmd, s.cfg.ApplyTimeout)
-	errCh := make(chan error, 1)
-	// Raft resolves every future, at the latest on Shutdown.
-	go func() { errCh <- f.Error() }()
-	var err error
-	select {
-	case err = <-errCh:
-	case <-ctx.Done():
-		return nil, unknown(CodeTimeout, fmt.Errorf("waiting for commit: %w", ctx.Err()))
+	if err := ctx.Err(); err != nil {
+		return nil, notApplied(CodeTimeout, err)
 	}
+	// No goroutine per write to watch ctx: raft resolves every future
+	// within the enqueue timeout plus, once enqueued, a commit or the
+	// leader lease running out (ErrLeadershipLost), both far shorter than
+	// any request deadline.
+	f := s.raft.Apply(cmd, s.cfg.ApplyTimeout)
+	err := f.Error()
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):

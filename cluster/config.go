@@ -45,6 +45,9 @@ type Config struct {
 	// followers' applies (their events, their linearizable reads) trail
 	// the leader's. Zero: 5ms (raft's own default is 50ms).
 	CommitTimeout time.Duration
+	// MaxAppendEntries bounds the entries per AppendEntries RPC and per
+	// batch raft hands the FSM (zero: raft's 64).
+	MaxAppendEntries int
 	// LogStore chooses the Raft log and stable store: "boltdb" (or ""),
 	// or "wal" (hashicorp/raft-wal). A data dir keeps the store it was
 	// created with.

@@ -173,6 +173,9 @@ func (s *Server) setupRaft() error {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
+	if cfg.MaxAppendEntries > 0 {
+		rc.MaxAppendEntries = cfg.MaxAppendEntries
+	}
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
 	}

@@ -107,7 +107,11 @@ type Pool struct {
 	closed bool
 }
 
-const maxIdlePerPeer = 4
+// maxIdlePerPeer bounds the idle connections kept per peer. Forwarded
+// writes hold a connection for a whole commit, so a follower under load
+// needs about as many as it has writes in flight; with too few it dials
+// and the leader accepts a connection per write.
+const maxIdlePerPeer = 64
 
 // NewPool returns a Pool dialling from bindIP.
 func NewPool(bindIP string, dialTimeout time.Duration) *Pool {

@@ -48,6 +48,7 @@ func runAgent(args []string) error {
 		snapThr   = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
 		snapIvl   = fs.Duration("snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
 		trailing  = fs.Uint64("trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
+		maxAppend = fs.Int("max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
 		reap      = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
 		deadSrv   = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
 		journal   = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
@@ -85,6 +86,7 @@ func runAgent(args []string) error {
 	cfg.ServerPort, cfg.GossipPort = *srvPort, *gosPort
 	cfg.BootstrapExpect, cfg.Join, cfg.RetryJoin = *expect, join, *retry
 	cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = *snapThr, *snapIvl, *trailing
+	cfg.MaxAppendEntries = *maxAppend
 	cfg.NodeReapAfter, cfg.DeadServerCleanup = *reap, *deadSrv
 	cfg.JournalSize = *journal
 	mul := time.Duration(*raftMul)
