@@ -11,14 +11,7 @@ import (
 // the sink (the agent: Prometheus).
 func (s *Server) emitMetrics() {
 	labels := []metrics.Label{{Name: "node", Value: s.cfg.NodeID}}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.every(time.Second, func() bool {
 		st := s.fsm.State()
 		metrics.SetGaugeWithLabels([]string{"fsm", "applied_index"}, float32(st.Index()), labels)
 		metrics.SetGaugeWithLabels([]string{"fsm", "instances"}, float32(st.Len()), labels)
@@ -27,5 +20,6 @@ func (s *Server) emitMetrics() {
 			leader = 1
 		}
 		metrics.SetGaugeWithLabels([]string{"server", "is_leader"}, leader, labels)
-	}
+		return true
+	})
 }

@@ -158,30 +158,15 @@ func (s *Server) setupRaft() error {
 	rc.Logger = s.logger.Named("raft")
 	rc.NotifyCh = s.leaderNotify
 	rc.BatchApplyCh = true
-	if cfg.HeartbeatTimeout > 0 {
-		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	}
-	if cfg.ElectionTimeout > 0 {
-		rc.ElectionTimeout = cfg.ElectionTimeout
-	}
-	if cfg.LeaderLeaseTimeout > 0 {
-		rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	}
-	if cfg.CommitTimeout > 0 {
-		rc.CommitTimeout = cfg.CommitTimeout
-	}
-	if cfg.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = cfg.SnapshotThreshold
-	}
-	if cfg.MaxAppendEntries > 0 {
-		rc.MaxAppendEntries = cfg.MaxAppendEntries
-	}
-	if cfg.SnapshotInterval > 0 {
-		rc.SnapshotInterval = cfg.SnapshotInterval
-	}
-	if cfg.TrailingLogs > 0 {
-		rc.TrailingLogs = cfg.TrailingLogs
-	}
+	// Zero in our Config means raft's default.
+	override(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	override(&rc.ElectionTimeout, cfg.ElectionTimeout)
+	override(&rc.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	override(&rc.CommitTimeout, cfg.CommitTimeout)
+	override(&rc.SnapshotThreshold, cfg.SnapshotThreshold)
+	override(&rc.MaxAppendEntries, cfg.MaxAppendEntries)
+	override(&rc.SnapshotInterval, cfg.SnapshotInterval)
+	override(&rc.TrailingLogs, cfg.TrailingLogs)
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("raft config: %w", err)
 	}
@@ -230,6 +215,30 @@ func (s *Server) setupRaft() error {
 	return nil
 }
 
+// override sets *dst to v unless v is the zero value.
+func override[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
+// every calls fn every d until fn returns false or the server shuts down.
+func (s *Server) every(d time.Duration, fn func() bool) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !fn() {
+			return
+		}
+	}
+}
+
 // goFunc runs f in a goroutine the Server owns and waits for in Shutdown.
 func (s *Server) goFunc(f func()) {
 	s.wg.Add(1)
@@ -240,35 +249,22 @@ func (s *Server) goFunc(f func()) {
 }
 
 func (s *Server) retryJoin(addrs []string) {
-	t := time.NewTicker(s.cfg.RetryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.every(s.cfg.RetryInterval, func() bool {
 		if n, err := s.ml.Join(addrs); err == nil && n > 0 {
 			s.logger.Info("joined", "addrs", addrs)
-			return
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // bootstrapLoop waits until BootstrapExpect servers are known, checks that
 // none of them is already part of a cluster, and bootstraps Raft with all
 // of them. Every node does the same with the same set.
 func (s *Server) bootstrapLoop() {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.every(200*time.Millisecond, func() bool {
 		if s.hasPeers() {
-			return
+			return false
 		}
 		var servers []raft.Server
 		for _, m := range s.members.list() {
@@ -277,20 +273,20 @@ func (s *Server) bootstrapLoop() {
 			}
 		}
 		if len(servers) < s.cfg.BootstrapExpect {
-			continue
+			return true
 		}
 		if s.anyPeerBootstrapped(servers) {
 			s.logger.Info("a peer already has a cluster; waiting to be added")
-			return
+			return false
 		}
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			s.logger.Error("bootstrap failed", "error", err)
-			continue
+			return true
 		}
 		s.logger.Info("bootstrapped", "servers", len(servers))
-		return
-	}
+		return false
+	})
 }
 
 func (s *Server) hasPeers() bool {
