@@ -20,10 +20,9 @@ import (
 // ackedWrite is a write the cluster acknowledged, with what it should have
 // emitted.
 type ackedWrite struct {
-	index   uint64
-	result  fsm.Result
-	removed int
-	key     string // type/name/alloc, or node:ID
+	index  uint64
+	result fsm.Result
+	key    string // type/name/alloc, or node:ID
 }
 
 // render describes an event for comparing streams.

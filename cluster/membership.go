@@ -125,16 +125,6 @@ func (m *members) list() []Member {
 	return out
 }
 
-func (m *members) get(name string) (Member, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mem, ok := m.byName[name]
-	if !ok {
-		return Member{}, false
-	}
-	return *mem, true
-}
-
 // savePeers records the gossip addresses of the other servers, so that a
 // restart can rejoin without -join.
 func (m *members) savePeers() {

@@ -107,13 +107,12 @@ func validateRequestID(id string) error {
 // decoder. Canonical sorts map keys so that equal states encode to equal
 // bytes; MaxInitLen stops a hostile length prefix from allocating
 // gigabytes before the decoder notices the input is short.
-var msgpackHandle = &codec.MsgpackHandle{
-	BasicHandle: codec.BasicHandle{
-		EncodeOptions: codec.EncodeOptions{Canonical: true},
-		DecodeOptions: codec.DecodeOptions{MaxInitLen: 4096},
-	},
-	WriteExt: true,
-}
+var msgpackHandle = func() *codec.MsgpackHandle {
+	h := &codec.MsgpackHandle{WriteExt: true}
+	h.Canonical = true
+	h.MaxInitLen = 4096
+	return h
+}()
 
 // EncodeCommand validates req and encodes it as a log entry: the type byte,
 // then the msgpack body.

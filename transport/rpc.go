@@ -12,10 +12,11 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
-var msgpackHandle = &codec.MsgpackHandle{
-	BasicHandle: codec.BasicHandle{DecodeOptions: codec.DecodeOptions{MaxInitLen: 4096}},
-	WriteExt:    true,
-}
+var msgpackHandle = func() *codec.MsgpackHandle {
+	h := &codec.MsgpackHandle{WriteExt: true}
+	h.MaxInitLen = 4096 // a hostile length prefix must not allocate gigabytes
+	return h
+}()
 
 // ErrUnreachable means the request was never sent: the peer could not be
 // dialled. The caller may retry it anywhere without risk of a double apply.

@@ -232,14 +232,6 @@ func (c *etcdCluster) stop() {
 	}
 }
 
-func (c *etcdCluster) endpoints() []string {
-	var out []string
-	for _, m := range c.members {
-		out = append(out, m.endpoint())
-	}
-	return out
-}
-
 func newEtcdClient(endpoints ...string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,

@@ -41,7 +41,6 @@ type Node struct {
 type Cluster struct {
 	t     testing.TB
 	Nodes []*Node
-	mu    sync.Mutex
 }
 
 // Options tune a test cluster.

@@ -17,7 +17,6 @@ type Truth struct {
 	byIndex  map[uint64]*Entry       //
 	Events   []ModelEvent            // every event, in log order
 	Restores map[string][]uint64     // node -> indexes at which a snapshot replaced its state
-	states   map[uint64]*Registry    // lazily replayed snapshots of the model
 	results  map[uint64]string       // model result per command index
 	evAt     map[uint64][]ModelEvent //
 }
