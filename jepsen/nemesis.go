@@ -97,6 +97,20 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 	nm.record(f)
 }
 
+// waitFor polls cond every interval until it holds (true), d passes or
+// ctx ends (false).
+func (nm *nemesis) waitFor(ctx context.Context, d, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || !nm.sleep(ctx, interval) {
+			return false
+		}
+	}
+}
+
 func (nm *nemesis) duration() time.Duration {
 	return time.Duration(2000+nm.rng.Intn(3000)) * time.Millisecond
 }
@@ -158,8 +172,7 @@ func (nm *nemesis) killAll(ctx context.Context) fault {
 // newLeaderBeyond waits up to d for a node other than old to lead in a
 // term after term.
 func (nm *nemesis) newLeaderBeyond(ctx context.Context, old int, term uint64, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	return nm.waitFor(ctx, d, 50*time.Millisecond, func() bool {
 		for i := range nm.db.nodes {
 			if i == old {
 				continue
@@ -168,11 +181,8 @@ func (nm *nemesis) newLeaderBeyond(ctx context.Context, old int, term uint64, d 
 				return true
 			}
 		}
-		if !nm.sleep(ctx, 50*time.Millisecond) {
-			return false
-		}
-	}
-	return false
+		return false
+	})
 }
 
 func (nm *nemesis) pauseLeader(ctx context.Context) fault {
@@ -237,13 +247,10 @@ func (nm *nemesis) isolateFollower(ctx context.Context) fault {
 	f := fault{Name: "isolate-follower"}
 	nm.net.isolate(nm.db.nodes[i].IP)
 	// The follower loses its leader once it misses heartbeats.
-	deadline := time.Now().Add(10*nm.db.hbTimeout + 2*time.Second)
-	for time.Now().Before(deadline) && !f.Effect {
-		if h, err := nm.db.health(ctx, i); err == nil && (h.Leader == "" || h.RaftState == "Candidate") {
-			f.Effect = nm.net.rules() > 0
-		}
-		nm.sleep(ctx, 50*time.Millisecond)
-	}
+	f.Effect = nm.net.rules() > 0 && nm.waitFor(ctx, 10*nm.db.hbTimeout+2*time.Second, 50*time.Millisecond, func() bool {
+		h, err := nm.db.health(ctx, i)
+		return err == nil && (h.Leader == "" || h.RaftState == "Candidate")
+	})
 	f.Detail = fmt.Sprintf("%s cut off; lost its leader: %v", nm.db.nodes[i].Name, f.Effect)
 	nm.sleep(ctx, nm.duration()/2)
 	nm.recoverAll(ctx)
@@ -306,22 +313,15 @@ func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
 		return f
 	}
 	nm.net.isolate(nm.db.nodes[i].IP)
-	deadline := time.Now().Add(30 * time.Second)
-	past := false
-	for time.Now().Before(deadline) && !past {
-		if h, err := nm.db.health(ctx, l); err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr) {
-			past = true
-		}
-		nm.sleep(ctx, 100*time.Millisecond)
-	}
+	past := nm.waitFor(ctx, 30*time.Second, 100*time.Millisecond, func() bool {
+		h, err := nm.db.health(ctx, l)
+		return err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr)
+	})
 	nm.net.heal()
-	deadline = time.Now().Add(20 * time.Second)
-	for past && time.Now().Before(deadline) && !f.Effect {
-		if h, err := nm.db.health(ctx, i); err == nil && h.LastSnapshotIndex > before.LastSnapshotIndex && h.LastSnapshotIndex > before.AppliedIndex {
-			f.Effect = true
-		}
-		nm.sleep(ctx, 100*time.Millisecond)
-	}
+	f.Effect = past && nm.waitFor(ctx, 20*time.Second, 100*time.Millisecond, func() bool {
+		h, err := nm.db.health(ctx, i)
+		return err == nil && h.LastSnapshotIndex > before.LastSnapshotIndex && h.LastSnapshotIndex > before.AppliedIndex
+	})
 	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; follower installed a snapshot: %v", nm.db.nodes[i].Name, before.AppliedIndex, past, f.Effect)
 	nm.recoverAll(ctx)
 	return f
@@ -342,24 +342,22 @@ func (nm *nemesis) peers(ctx context.Context, i int) int {
 // memberFailed waits until the leader's gossip reports node i failed, so
 // the leader does not add it straight back.
 func (nm *nemesis) memberFailed(ctx context.Context, l, i int) bool {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	return nm.waitFor(ctx, 20*time.Second, 200*time.Millisecond, func() bool {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nm.db.nodes[l].HTTP+"/v1/members", nil)
-		if resp, err := nm.db.hc.Do(req); err == nil {
-			var ms []struct{ Name, Status string }
-			json.NewDecoder(resp.Body).Decode(&ms)
-			resp.Body.Close()
-			for _, m := range ms {
-				if m.Name == nm.db.nodes[i].Name && m.Status != "alive" {
-					return true
-				}
-			}
-		}
-		if !nm.sleep(ctx, 200*time.Millisecond) {
+		resp, err := nm.db.hc.Do(req)
+		if err != nil {
 			return false
 		}
-	}
-	return false
+		defer resp.Body.Close()
+		var ms []struct{ Name, Status string }
+		json.NewDecoder(resp.Body).Decode(&ms)
+		for _, m := range ms {
+			if m.Name == nm.db.nodes[i].Name && m.Status != "alive" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // remove kills a follower and removes it from the Raft configuration;
@@ -401,14 +399,10 @@ func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
 	}
 	nm.sleep(ctx, nm.duration()/2)
 	nm.db.start(i)
-	readded := false
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && !readded {
-		if ll, _ := nm.db.leader(ctx); ll >= 0 && nm.peers(ctx, ll) == 3 {
-			readded = true
-		}
-		nm.sleep(ctx, 200*time.Millisecond)
-	}
+	readded := nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool {
+		ll, _ := nm.db.leader(ctx)
+		return ll >= 0 && nm.peers(ctx, ll) == 3
+	})
 	f.Effect = removed && readded
 	f.Detail = fmt.Sprintf("%s removed: %v, wiped: %v, voter again: %v", nm.db.nodes[i].Name, removed, wipe, readded)
 	nm.recoverAll(ctx)
