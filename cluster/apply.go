@@ -203,17 +203,15 @@ func (s *Server) readIndexLocal(ctx context.Context) (uint64, error) {
 	if !s.leaderReady.Load() {
 		return 0, notApplied(CodeNotReady, errors.New("new leader has not yet committed in its term"))
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, notApplied(CodeTimeout, err)
+	}
 	idx := s.raft.CommitIndex()
-	errCh := make(chan error, 1)
-	f := s.raft.VerifyLeader()
-	go func() { errCh <- f.Error() }()
-	select {
-	case err := <-errCh:
-		if err != nil {
-			return 0, notApplied(CodeNotLeader, err)
-		}
-	case <-ctx.Done():
-		return 0, unknown(CodeTimeout, ctx.Err())
+	// As for writes, no goroutine per read to watch ctx: raft resolves the
+	// future after one round of heartbeats, or when the leader steps down
+	// for want of a quorum (its lease), well inside any request deadline.
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return 0, notApplied(CodeNotLeader, err)
 	}
 	return idx, nil
 }

@@ -3,14 +3,10 @@ package cluster_test
 import (
 	"testing"
 
+	"github.com/plugreg/plugreg/internal/testcluster"
 	"go.uber.org/goleak"
 )
 
-// Shutdown must stop every goroutine a Server started (raft's, memberlist's
-// and ours).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// A probe memberlist started just before Shutdown: Shutdown does
-		// not wait for it, and it returns by itself after its timeout.
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
-}
+// Every test must leave no goroutine behind: servers (raft's, memberlist's
+// and ours), streams and watches all stop.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testcluster.LeakOptions()...) }

@@ -122,8 +122,10 @@ func (nm *nemesis) leaderOrRandom(ctx context.Context) int {
 	return nm.rng.Intn(len(nm.db.nodes))
 }
 
-func (nm *nemesis) follower(ctx context.Context) int {
-	l := nm.leaderOrRandom(ctx)
+func (nm *nemesis) follower(ctx context.Context) int { return nm.otherThan(nm.leaderOrRandom(ctx)) }
+
+// otherThan picks a node other than l at random.
+func (nm *nemesis) otherThan(l int) int {
 	return (l + 1 + nm.rng.Intn(len(nm.db.nodes)-1)) % len(nm.db.nodes)
 }
 
@@ -305,7 +307,7 @@ func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
 		f.Detail = "no leader"
 		return f
 	}
-	i := (l + 1 + nm.rng.Intn(2)) % 3
+	i := nm.otherThan(l)
 	before, err := nm.db.health(ctx, i)
 	if err != nil {
 		f.Detail = err.Error()
@@ -369,7 +371,7 @@ func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
 		f.Detail = "no leader"
 		return f
 	}
-	i := (l + 1 + nm.rng.Intn(2)) % 3
+	i := nm.otherThan(l)
 	nm.db.kill(i)
 	if !nm.memberFailed(ctx, l, i) {
 		f.Detail = "gossip never reported the node failed"

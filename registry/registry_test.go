@@ -174,10 +174,9 @@ func TestShutdown(t *testing.T) {
 	}
 	wg.Wait()
 	s.Shutdown()
-	for i, ch := range chans {
+	for _, ch := range chans {
 		for range ch { // drain what was buffered; the loop ends only if closed
 		}
-		_ = i
 	}
 	if _, err := s.Watch(ctx, Filter{}, 0); !errors.Is(err, ErrShutdown) {
 		t.Fatalf("Watch after Shutdown: %v", err)

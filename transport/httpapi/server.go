@@ -360,7 +360,7 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	t := r.PathValue("type")
 	s.read(w, r, []string{t}, func(st *fsm.State) (interface{}, error) {
-		return copies(st.List(t)), nil
+		return nonNil(st.List(t)), nil
 	})
 }
 
@@ -371,7 +371,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		if len(list) == 0 {
 			return nil, fmt.Errorf("plugin %s/%s: %w", t, n, registry.ErrNotFound)
 		}
-		return copies(list), nil
+		return nonNil(list), nil
 	})
 }
 
@@ -386,8 +386,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// copies returns a non-nil slice (JSON [] rather than null).
-func copies(in []*fsm.PluginInfo) []*fsm.PluginInfo {
+// nonNil returns in, or an empty slice for nil (JSON [] rather than null).
+// The instances are the state's own and are only encoded, never changed.
+func nonNil(in []*fsm.PluginInfo) []*fsm.PluginInfo {
 	if in == nil {
 		return []*fsm.PluginInfo{}
 	}
