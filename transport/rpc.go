@@ -121,30 +121,47 @@ func NewPool(bindIP string, dialTimeout time.Duration) *Pool {
 
 type rpcConn struct {
 	net.Conn
+	r   *bufio.Reader
 	w   *bufio.Writer
 	enc *codec.Encoder
 	dec *codec.Decoder
 }
 
+// stale reports whether an idle connection is no longer usable: the peer
+// closed it (it restarted, or shut down) or sent something unasked.
+// Checking before use keeps a request from being written into a dead
+// connection, where its failure on receive would leave the outcome
+// unknown though nothing reached the peer.
+func (c *rpcConn) stale() bool {
+	return c.r.Buffered() > 0 || checkIdle(c.Conn) != nil
+}
+
 func (p *Pool) get(addr string) (*rpcConn, error) {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if conns := p.idle[addr]; len(conns) > 0 {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		conns := p.idle[addr]
+		if len(conns) == 0 {
+			p.mu.Unlock()
+			break
+		}
 		c := conns[len(conns)-1]
 		p.idle[addr] = conns[:len(conns)-1]
 		p.mu.Unlock()
-		return c, nil
+		if !c.stale() {
+			return c, nil
+		}
+		c.Close()
 	}
-	p.mu.Unlock()
 	conn, err := p.dialer.dial(addr, protoRPC, p.timeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
 	}
-	w := bufio.NewWriter(conn)
-	return &rpcConn{Conn: conn, w: w, enc: codec.NewEncoder(w, msgpackHandle), dec: codec.NewDecoder(bufio.NewReader(conn), msgpackHandle)}, nil
+	r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
+	return &rpcConn{Conn: conn, r: r, w: w, enc: codec.NewEncoder(w, msgpackHandle), dec: codec.NewDecoder(r, msgpackHandle)}, nil
 }
 
 func (p *Pool) put(addr string, c *rpcConn) {

@@ -1,0 +1,73 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+)
+
+func echoServer(t *testing.T, addr string) *Mux {
+	t.Helper()
+	h := func(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+		var s string
+		if err := dec(&s); err != nil {
+			return nil, err
+		}
+		return method + ":" + s, nil
+	}
+	m, err := Listen(addr, ServeRPC(context.Background(), h), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A pooled connection to a peer that has since restarted is dead; the
+// pool must notice before it writes a request into it. Otherwise the call
+// fails on receive and the caller is told the outcome is unknown, though
+// nothing reached the peer.
+func TestPoolDropsConnectionsToARestartedPeer(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	m := echoServer(t, "127.0.0.1:0")
+	addr := m.Addr().String()
+	p := NewPool("127.0.0.1", time.Second)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call := func() (string, error) {
+		var out string
+		err := p.Call(ctx, addr, "Echo", "x", &out)
+		return out, err
+	}
+	if out, err := call(); err != nil || out != "Echo:x" {
+		t.Fatalf("first call: %q, %v", out, err)
+	}
+	// The peer restarts on the same address; the pool still holds the
+	// old connection, whose other end is now closed.
+	m.Close()
+	m = echoServer(t, addr)
+	defer m.Close()
+	time.Sleep(50 * time.Millisecond) // let the FIN arrive, as it has long since in practice
+	out, err := call()
+	if err != nil {
+		t.Fatalf("call after the peer restarted: %v (the pool used a dead connection)", err)
+	}
+	if out != "Echo:x" {
+		t.Fatalf("got %q", out)
+	}
+}
+
+// A connection that fails to dial is reported as not sent.
+func TestPoolUnreachableIsNotSent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := NewPool("127.0.0.1", time.Second)
+	defer p.Close()
+	err := p.Call(context.Background(), "127.0.0.1:1", "Echo", "x", new(string))
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("got %v, want ErrUnreachable", err)
+	}
+}
