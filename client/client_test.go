@@ -164,3 +164,49 @@ func TestWatchAcrossFailover(t *testing.T) {
 	writer(other, writes/2, writes)
 	receive(writes)
 }
+
+// A consumer that reads slowly (far more than the channel's capacity behind
+// for longer than the stall timeout) still gets every event exactly once,
+// in order: the stall timer measures the server's silence, not the
+// consumer's, and the resume point moves only past delivered events.
+func TestWatchSlowConsumerLosesNothing(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{Heartbeat: 100 * time.Millisecond})
+	wc := newClient(t, c, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const writes = 200
+	acked := make([]uint64, 0, writes)
+	for i := 0; i < writes; i++ {
+		res, err := wc.Register(ctx, plugin(fmt.Sprintf("slow%d", i), "a"))
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		acked = append(acked, res.Index)
+	}
+	// Everything is already in the journal: the stream can deliver 200
+	// events at once, while the consumer pauses for 2.5 stall timeouts
+	// after every 16, so the watcher is blocked on it for longer than the
+	// stall timeout again and again.
+	events := wc.Watch(ctx, 0, client.WatchOptions{Types: []string{"csi"}, StallTimeout: 200 * time.Millisecond})
+	var got []uint64
+	deadline := time.After(60 * time.Second)
+	for len(got) < writes {
+		select {
+		case ev := <-events:
+			if ev.EventType != registry.EventRegistered {
+				t.Fatalf("unexpected %s event at %d", ev.EventType, ev.Index)
+			}
+			got = append(got, ev.Index)
+			if len(got)%16 == 0 {
+				time.Sleep(500 * time.Millisecond)
+			}
+		case <-deadline:
+			t.Fatalf("received %d of %d events", len(got), writes)
+		}
+	}
+	for i := range acked {
+		if got[i] != acked[i] {
+			t.Fatalf("event %d has index %d, want %d (a gap or a duplicate): got %v", i, got[i], acked[i], got)
+		}
+	}
+}

@@ -33,7 +33,7 @@ type WatchOptions struct {
 // that index). The channel is closed when ctx is done.
 func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *Event {
 	out := make(chan *Event, 64)
-	w := &watcher{c: c, opts: opts, out: out, complete: fromIndex}
+	w := &watcher{c: c, opts: opts, out: out, cur: cursor{complete: fromIndex}}
 	if w.opts.StallTimeout == 0 {
 		w.opts.StallTimeout = 15 * time.Second
 	}
@@ -41,14 +41,23 @@ func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions)
 	return out
 }
 
-// watcher tracks the resume point. Every event up to complete has been
-// delivered; of the events at partial (> complete), the first
-// partialCount have. Events of one index come in the same order from every
-// node, so a resume from complete skips exactly those.
+// watcher tracks the resume point.
 type watcher struct {
-	c            *Client
-	opts         WatchOptions
-	out          chan *Event
+	c    *Client
+	opts WatchOptions
+	out  chan *Event
+	// cur is advanced only after the event it counts has been handed to
+	// the consumer (or, for a heartbeat the consumer did not ask for, once
+	// read): a delivery aborted by a stall or a reconnect is then read
+	// again on resume, never skipped.
+	cur cursor
+}
+
+// cursor is a resume point: every event up to complete has been delivered;
+// of the events at partial (> complete), the first partialCount have.
+// Events of one index come in the same order from every node, so a resume
+// from complete skips exactly those.
+type cursor struct {
 	complete     uint64
 	partial      uint64
 	partialCount int
@@ -84,7 +93,7 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	if len(w.opts.Types) > 0 {
 		v.Set("type", strings.Join(w.opts.Types, ","))
 	}
-	v.Set("index", strconv.FormatUint(w.complete, 10))
+	v.Set("index", strconv.FormatUint(w.cur.complete, 10))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/events?"+v.Encode(), nil)
 	if err != nil {
 		return false, err
@@ -100,71 +109,64 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	if resp.StatusCode != http.StatusOK {
 		return false, decodeError(resp)
 	}
-	// A stalled connection: no line within StallTimeout.
-	alive := make(chan struct{}, 1)
-	go func() {
-		t := time.NewTimer(w.opts.StallTimeout)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-alive:
-				t.Reset(w.opts.StallTimeout)
-			case <-t.C:
-				cancel()
-				return
-			}
-		}
-	}()
+	// A stalled connection: no line within StallTimeout. The timer runs
+	// only while waiting for the server, never while the consumer is slow
+	// to take an event: a slow reader is not a dead node.
+	stall := time.AfterFunc(w.opts.StallTimeout, cancel)
+	defer stall.Stop()
 	skip := 0
-	if w.partial > w.complete {
-		skip = w.partialCount
+	if w.cur.partial > w.cur.complete {
+		skip = w.cur.partialCount
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 256*1024*1024) // a reset can be large
-	for sc.Scan() {
-		select {
-		case alive <- struct{}{}:
-		default:
+	for {
+		stall.Reset(w.opts.StallTimeout)
+		more := sc.Scan()
+		if !stall.Stop() {
+			return progressed, fmt.Errorf("watch %s: no event or heartbeat for %v", addr, w.opts.StallTimeout)
+		}
+		if !more {
+			return progressed, sc.Err()
 		}
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return progressed, fmt.Errorf("watch %s: bad line: %w", addr, err)
 		}
+		next, deliver := w.cur, true
 		switch ev.EventType {
 		case registry.EventHeartbeat:
-			if ev.Index > w.complete && ev.Index >= w.partial {
-				w.complete, w.partial, w.partialCount = ev.Index, 0, 0
+			if ev.Index > next.complete && ev.Index >= next.partial {
+				next = cursor{complete: ev.Index}
 			}
-			if !w.opts.Heartbeats {
-				continue
-			}
+			deliver = w.opts.Heartbeats
 		case registry.EventReset:
-			w.complete, w.partial, w.partialCount = ev.Index, 0, 0
+			next = cursor{complete: ev.Index}
 			skip = 0
 		default:
-			if ev.Index <= w.complete {
+			if ev.Index <= next.complete {
 				continue // never deliver twice
 			}
-			if ev.Index == w.partial && skip > 0 {
+			if ev.Index == next.partial && skip > 0 {
 				skip--
 				continue
 			}
-			if ev.Index != w.partial {
-				if w.partial > w.complete {
-					w.complete = w.partial // the earlier index is whole
+			if ev.Index != next.partial {
+				if next.partial > next.complete {
+					next.complete = next.partial // the earlier index is whole
 				}
-				w.partial, w.partialCount = ev.Index, 0
+				next.partial, next.partialCount = ev.Index, 0
 			}
-			w.partialCount++
+			next.partialCount++
 		}
-		select {
-		case w.out <- &ev:
-			progressed = true
-		case <-ctx.Done():
-			return progressed, ctx.Err()
+		if deliver {
+			select {
+			case w.out <- &ev:
+				progressed = true
+			case <-ctx.Done():
+				return progressed, ctx.Err()
+			}
 		}
+		w.cur = next
 	}
-	return progressed, sc.Err()
 }
