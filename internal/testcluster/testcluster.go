@@ -51,6 +51,8 @@ type Options struct {
 	Heartbeat time.Duration
 	// Token required by the HTTP API for writes (empty: none).
 	Token string
+	// StreamWriteTimeout of the HTTP event stream (zero: the API's default).
+	StreamWriteTimeout time.Duration
 }
 
 var clusterSeq atomic.Uint32
@@ -127,7 +129,7 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	n.HTTP = httpapi.New(httpapi.Config{Server: srv, Heartbeat: hb, Token: opts.Token})
+	n.HTTP = httpapi.New(httpapi.Config{Server: srv, Heartbeat: hb, Token: opts.Token, StreamWriteTimeout: opts.StreamWriteTimeout})
 	n.opts = opts
 	n.ln = ln
 	n.running = true

@@ -3,8 +3,10 @@ package httpapi_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -246,5 +248,46 @@ func TestTokenRequiredForWrites(t *testing.T) {
 				t.Fatalf("%d %s, want %d", r.status, r.body, tc.status)
 			}
 		})
+	}
+}
+
+// A client that opens an event stream and stops reading must not pin the
+// handler (and its subscription) forever: once a write has been blocked
+// for StreamWriteTimeout, the server ends the stream.
+func TestEventStreamDropsAClientThatStopsReading(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{StreamWriteTimeout: 500 * time.Millisecond})
+	n := c.Nodes[0]
+	conn, err := net.Dial("tcp", strings.TrimPrefix(n.HTTPURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/events?type=big&index=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+	// Far more than the socket buffers hold, and the client reads none.
+	value := strings.Repeat("v", 60*1024)
+	for i := 0; i < 300; i++ {
+		body := fmt.Sprintf(`{"Type":"big","Name":"p%d","AllocID":"a","ConnectionInfo":{"SocketPath":"/x"},"Options":{"k":"%s"}}`, i, value)
+		if r := call(t, "POST", n.HTTPURL+"/v1/plugins", body); r.status != http.StatusOK {
+			t.Fatalf("register %d: %d %s", i, r.status, r.body)
+		}
+	}
+	time.Sleep(time.Second) // past the write timeout
+	// Now read: what was buffered, then the end of the stream. A stream
+	// still being served would go on with heartbeats (every 200ms) forever.
+	deadline := time.Now().Add(30 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := conn.Read(buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the stream neither ended nor sent anything for 5s")
+			}
+			return // EOF or reset: the server ended the stream
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server still streams to a client that stopped reading")
+		}
 	}
 }

@@ -27,6 +27,9 @@ const (
 	CodeNotFound    = "not_found"
 	CodeInternal    = "internal"
 	CodeUnavailable = "unavailable"
+	// CodeUnknownCommand: the leader's binary does not know the command
+	// (a rolling upgrade in progress).
+	CodeUnknownCommand = "unknown_command"
 )
 
 func writeError(w http.ResponseWriter, err error) {
@@ -48,6 +51,11 @@ func classify(err error) (int, ErrorBody) {
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, fsm.ErrMalformed), errors.Is(err, errBadRequest):
 		body.Code = CodeInvalid
 		return http.StatusBadRequest, body
+	case errors.Is(err, fsm.ErrUnknownCommand):
+		// Version skew: the leader runs a binary that does not know
+		// this command. Nothing was applied; retry after the upgrade.
+		body.Code, body.Outcome = CodeUnknownCommand, string(cluster.NotApplied)
+		return http.StatusServiceUnavailable, body
 	case errors.Is(err, registry.ErrNotFound):
 		body.Code = CodeNotFound
 		return http.StatusNotFound, body

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/registry"
@@ -71,12 +72,22 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Every write has a deadline: a client that stopped reading must not
+	// pin this handler (and its subscription) forever. Heartbeats keep an
+	// idle stream writing, so an idle but live client is never cut.
+	deadline := func() error { return rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)) }
+	if err := deadline(); err != nil {
+		s.logger.Warn("event stream without a write deadline", "error", err)
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set(headerIndex, strconv.FormatUint(from, 10))
 	w.WriteHeader(http.StatusOK)
-	rc.Flush()
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	enc := json.NewEncoder(w)
 	for ev := range ch {
+		deadline()
 		line := EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins}
 		if err := enc.Encode(line); err != nil {
 			return

@@ -35,6 +35,8 @@ const (
 	headerRequest  = "X-Plugreg-Request-Id"
 	headerToken    = "X-Plugreg-Token"
 	defaultHBEvery = 5 * time.Second
+
+	defaultStreamWriteTimeout = 30 * time.Second
 )
 
 // Config of the HTTP API server.
@@ -43,6 +45,11 @@ type Config struct {
 	Logger hclog.Logger
 	// Heartbeat is the event stream's heartbeat period (zero: 5s).
 	Heartbeat time.Duration
+	// StreamWriteTimeout bounds each write of an event stream: a client
+	// that stops reading for this long is disconnected, so it cannot pin
+	// a handler and its subscription forever (zero: 30s). The client
+	// resumes from its last index when it reads again.
+	StreamWriteTimeout time.Duration
 	// Metrics, if set, serves GET /v1/metrics.
 	Metrics http.Handler
 	// Token, when set, is required (header X-Plugreg-Token) on every
@@ -74,6 +81,9 @@ func New(cfg Config) *Server {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = defaultHBEvery
 	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = defaultStreamWriteTimeout
+	}
 	s := &Server{cfg: cfg, srv: cfg.Server, store: cfg.Server.Store(), logger: cfg.Logger}
 	s.streams, s.endStream = context.WithCancel(context.Background())
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -88,10 +98,17 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
-// Shutdown ends event streams and waits (up to ctx) for in-flight requests.
+// Shutdown ends event streams and blocking queries and waits (up to ctx)
+// for in-flight requests.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.endStream()
 	return s.http.Shutdown(ctx)
+}
+
+// Close closes every connection at once, in-flight requests included.
+func (s *Server) Close() error {
+	s.endStream()
+	return s.http.Close()
 }
 
 // Handler returns the API's routes.
@@ -341,6 +358,9 @@ func setMeta(w http.ResponseWriter, meta cluster.ReadMeta) {
 func (s *Server) block(ctx context.Context, types []string, index uint64, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	// Shutdown ends the wait, so that it need not wait out a long poll.
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
 	ch, err := s.store.Watch(ctx, registry.Filter{Types: types}, index)
 	if err != nil {
 		return
