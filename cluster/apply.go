@@ -114,7 +114,7 @@ func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*
 	}
 	res := &fsm.ApplyResult{Index: reply.Index, Result: reply.Result, Removed: reply.Removed, Duplicate: reply.Duplicate}
 	if reply.Rejected != "" {
-		res.Err = fmt.Errorf("%w: %s", fsm.ErrInvalid, reply.Rejected)
+		res.Err = rejection(reply.RejectedCode, reply.Rejected)
 	}
 	return res, nil
 }

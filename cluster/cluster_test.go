@@ -328,3 +328,31 @@ func TestNewFailsCleanly(t *testing.T) {
 		t.Fatalf("reusing n1's data dir as n2: %v", err)
 	}
 }
+
+// A command the leader refuses keeps its identity when it was forwarded by
+// a follower: a version-skew "unknown command" is not reported as invalid
+// input, nor as an unknown outcome.
+func TestForwardedRejectionKeepsItsIdentity(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	f := c.Followers()[0]
+	cases := []struct {
+		name string
+		cmd  []byte
+		want error
+	}{
+		{"unknown command type", []byte{0x7e, 0x80}, fsm.ErrUnknownCommand},
+		{"malformed body", []byte{byte(fsm.RegisterCommand), 0xc1}, fsm.ErrMalformed},
+		{"empty entry", []byte{}, fsm.ErrMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := f.Apply(ctxT(t), tc.cmd)
+			if err != nil {
+				t.Fatalf("forwarded apply: %v (want a rejection, not a failure)", err)
+			}
+			if !errors.Is(res.Err, tc.want) {
+				t.Fatalf("forwarded apply rejected with %v, want errors.Is %v", res.Err, tc.want)
+			}
+		})
+	}
+}

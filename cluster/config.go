@@ -87,6 +87,11 @@ type Config struct {
 	// registry.DefaultJournalSize).
 	JournalSize int
 
+	// ShutdownTimeout bounds how long Shutdown waits for Raft to stop
+	// before it closes Raft's connections under it, and as long again
+	// before it abandons Raft's goroutines (zero: 3s).
+	ShutdownTimeout time.Duration
+
 	Logger hclog.Logger
 }
 
@@ -102,6 +107,7 @@ func DefaultConfig() *Config {
 		ApplyTimeout:      5 * time.Second,
 		ReconcileInterval: 2 * time.Second,
 		NodeReapAfter:     30 * time.Second,
+		ShutdownTimeout:   3 * time.Second,
 		Logger:            hclog.NewNullLogger(),
 	}
 }
@@ -155,6 +161,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if cp.NodeReapAfter == 0 {
 		cp.NodeReapAfter = d.NodeReapAfter
+	}
+	if cp.ShutdownTimeout <= 0 {
+		cp.ShutdownTimeout = d.ShutdownTimeout
 	}
 	if cp.MinQuorum == 0 {
 		cp.MinQuorum = max(cp.BootstrapExpect, 3)

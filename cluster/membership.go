@@ -49,12 +49,13 @@ type members struct {
 	mu      sync.Mutex // guards byName and meta
 	byName  map[string]*Member
 	changed chan struct{} // capacity 1: a coalesced "something changed"
+	save    chan struct{} // capacity 1: a coalesced "write the peers file"
 	meta    MemberMeta    // this node's own
 	peers   string        // file of known gossip addresses, for rejoin
 }
 
 func newMembers(meta MemberMeta, peersFile string) *members {
-	return &members{byName: make(map[string]*Member), changed: make(chan struct{}, 1), meta: meta, peers: peersFile}
+	return &members{byName: make(map[string]*Member), changed: make(chan struct{}, 1), save: make(chan struct{}, 1), meta: meta, peers: peersFile}
 }
 
 // NodeMeta, NotifyMsg, GetBroadcasts, LocalState, MergeRemoteState make
@@ -85,6 +86,20 @@ func (m *members) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
+// markLeft records that the server with this node ID is leaving (it told
+// the leader by RPC, which does not depend on gossip reaching everyone), so
+// that reconcile does not add it back while gossip still calls it alive.
+// Its next join (a restart) makes it alive again.
+func (m *members) markLeft(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mem := range m.byName {
+		if mem.Meta.ID == id && mem.Status != StatusLeft {
+			mem.Status, mem.Since = StatusLeft, time.Now()
+		}
+	}
+}
+
 // setLeaving marks this node's own meta as leaving.
 func (m *members) setLeaving() {
 	m.mu.Lock()
@@ -97,8 +112,14 @@ func (m *members) set(n *memberlist.Node, st MemberStatus) {
 	if err := json.Unmarshal(n.Meta, &meta); err != nil || meta.Role != "server" {
 		return // not one of ours
 	}
+	if meta.Leaving && st == StatusAlive {
+		st = StatusLeft // it announced its departure: never make it a voter again
+	}
 	m.mu.Lock()
 	cur, ok := m.byName[n.Name]
+	if ok && cur.Status == StatusLeft && st == StatusFailed {
+		st = StatusLeft // gone after announcing it (the announcement may have come by RPC)
+	}
 	if !ok || cur.Status != st {
 		cur = &Member{Name: n.Name, Status: st, Since: time.Now()}
 		m.byName[n.Name] = cur
@@ -106,10 +127,14 @@ func (m *members) set(n *memberlist.Node, st MemberStatus) {
 	cur.GossipAddr = n.Address()
 	cur.Meta = meta
 	m.mu.Unlock()
-	m.savePeers()
-	select {
-	case m.changed <- struct{}{}:
-	default:
+	// memberlist calls this synchronously, holding its own locks: no
+	// file I/O here (a slow disk would stall gossip). The Server's
+	// persistPeers writes the file.
+	for _, ch := range []chan struct{}{m.save, m.changed} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -123,6 +148,19 @@ func (m *members) list() []Member {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// persistPeers writes the peers file whenever the members changed, until
+// the server shuts down.
+func (s *Server) persistPeers() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.members.save:
+			s.members.savePeers()
+		}
+	}
 }
 
 // savePeers records the gossip addresses of the other servers, so that a

@@ -13,7 +13,13 @@ const (
 	rpcApply     = "Apply"     // applyArgs -> applyReply; leader only
 	rpcReadIndex = "ReadIndex" // {} -> uint64; leader only
 	rpcPeers     = "Peers"     // {} -> []string
+	rpcLeave     = "Leave"     // leaveArgs -> {}; leader only
 )
+
+// leaveArgs asks the leader to remove a server that is leaving gracefully.
+type leaveArgs struct {
+	ID string
+}
 
 type applyArgs struct {
 	Cmd []byte
@@ -24,10 +30,25 @@ type applyReply struct {
 	Result    fsm.Result
 	Removed   int
 	Duplicate bool
-	Rejected  string // the FSM rejected the command (deterministically)
+	Rejected  string // the FSM rejected the command (deterministically): its message
+	// RejectedCode names the rejection's sentinel (see rejections); empty
+	// from older binaries, which meant invalid.
+	RejectedCode string `codec:",omitempty"`
+}
+
+// rejectedReply answers an apply the leader refused without proposing it.
+func rejectedReply(err error) *applyReply {
+	return &applyReply{Rejected: err.Error(), RejectedCode: rejectionCode(err)}
 }
 
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+	// The server port opens before Raft does (Raft needs its stream
+	// layer), and peers that still think this node leads forward to it
+	// as soon as it is back: answer "not ready" until Raft is up, which
+	// callers treat as not applied and retry.
+	if !s.rpcReady.Load() {
+		return nil, notApplied(CodeStarting, ErrStarting)
+	}
 	switch method {
 	case rpcApply:
 		var args applyArgs
@@ -37,7 +58,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		// Validate before proposing: a bad entry must never reach the
 		// log, even from a misbehaving peer.
 		if _, err := fsm.DecodeCommand(args.Cmd); err != nil {
-			return nil, err
+			return rejectedReply(err), nil
 		}
 		if !s.IsLeader() {
 			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
@@ -48,7 +69,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		}
 		reply := &applyReply{Index: res.Index, Result: res.Result, Removed: res.Removed, Duplicate: res.Duplicate}
 		if res.Err != nil {
-			reply.Rejected = res.Err.Error()
+			reply.Rejected, reply.RejectedCode = res.Err.Error(), rejectionCode(res.Err)
 		}
 		return reply, nil
 	case rpcReadIndex:
@@ -57,16 +78,26 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, err
 		}
 		return s.readIndexLocal(ctx)
+	case rpcLeave:
+		var args leaveArgs
+		if err := dec(&args); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", method, err)
+		}
+		if !s.IsLeader() {
+			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
+		}
+		if err := s.removeLeaving(args.ID); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
 	case rpcPeers:
 		var none struct{}
 		if err := dec(&none); err != nil {
 			return nil, err
 		}
-		peers, err := s.Peers()
-		if err != nil {
-			return []string{}, nil
-		}
-		return peers, nil
+		// An error must cross as an error: bootstrap reads an empty
+		// answer as "this peer has no cluster".
+		return s.Peers()
 	}
 	return nil, fmt.Errorf("unknown rpc method %q", method)
 }

@@ -47,6 +47,9 @@ type Server struct {
 
 	leaderNotify chan bool
 	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
+	// rpcReady is set once s.raft exists; internal RPC is refused before
+	// (the mux accepts connections from the moment the port opens).
+	rpcReady atomic.Bool
 
 	ctx      context.Context // cancelled by Shutdown
 	cancel   context.CancelFunc
@@ -105,6 +108,7 @@ func (s *Server) start() (err error) {
 	if err := s.setupRaft(); err != nil {
 		return err
 	}
+	s.rpcReady.Store(true)
 
 	s.members = newMembers(MemberMeta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: "server"}, peersFile(cfg.DataDir))
 	if s.ml, err = s.newMemberlist(); err != nil {
@@ -112,6 +116,7 @@ func (s *Server) start() (err error) {
 	}
 	s.members.set(s.ml.LocalNode(), StatusAlive)
 
+	s.goFunc(s.persistPeers)
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.emitMetrics)
 	if cfg.BootstrapExpect > 1 {
@@ -189,6 +194,16 @@ func (s *Server) setupRaft() error {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("raft-net"),
+		// No pipelined replication. In raft v1.7.3, when a follower
+		// answers a pipelined AppendEntries with Success=false (normal
+		// after a restart or a leader change), the decoder returns while
+		// the sender is parked on the pipeline's unbuffered in-flight
+		// channel, and the deferred pipeline.Close never runs: the
+		// follower gets heartbeats but no entries, for good, and
+		// raft.Shutdown waits on that goroutine forever (hashicorp/raft
+		// issue 612). One RPC in flight turns pipelining off; raft then
+		// replicates with plain request/response AppendEntries.
+		MaxRPCsInFlight: 1,
 	})
 	existing, err := raft.HasExistingState(s.logs, s.stable, snaps)
 	if err != nil {
@@ -275,7 +290,13 @@ func (s *Server) bootstrapLoop() {
 		if len(servers) < s.cfg.BootstrapExpect {
 			return true
 		}
-		if s.anyPeerBootstrapped(servers) {
+		switch has, err := s.anyPeerBootstrapped(servers); {
+		case err != nil:
+			// Not knowing is not "no": bootstrapping beside a peer
+			// that has a cluster would make two. Ask again.
+			s.logger.Debug("cannot tell yet whether a peer has a cluster", "error", err)
+			return true
+		case has:
 			s.logger.Info("a peer already has a cluster; waiting to be added")
 			return false
 		}
@@ -294,7 +315,10 @@ func (s *Server) hasPeers() bool {
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
 
-func (s *Server) anyPeerBootstrapped(servers []raft.Server) bool {
+// anyPeerBootstrapped asks every other server whether it has a Raft
+// configuration. A peer that cannot answer (not up, still starting, its
+// configuration unreadable) makes the answer unknown: an error.
+func (s *Server) anyPeerBootstrapped(servers []raft.Server) (bool, error) {
 	for _, srv := range servers {
 		if string(srv.ID) == s.cfg.NodeID {
 			continue
@@ -303,11 +327,14 @@ func (s *Server) anyPeerBootstrapped(servers []raft.Server) bool {
 		var peers []string
 		err := s.pool.Call(ctx, string(srv.Address), rpcPeers, struct{}{}, &peers)
 		cancel()
-		if err == nil && len(peers) > 0 {
-			return true
+		if err != nil {
+			return false, fmt.Errorf("ask %s for its peers: %w", srv.ID, err)
+		}
+		if len(peers) > 0 {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // Store is the node's registry.
@@ -404,8 +431,10 @@ func (s *Server) RemovePeer(id string) error {
 }
 
 // Leave leaves the cluster gracefully: hands leadership over when this node
-// leads, announces the departure, waits (briefly) until the leader has
-// removed it from the Raft configuration, then shuts down.
+// leads, announces the departure over gossip, asks the leader (over RPC,
+// which does not depend on gossip reaching it in time) to remove it from
+// the Raft configuration and waits, briefly, until it has, then leaves the
+// gossip pool and shuts down.
 func (s *Server) Leave() error {
 	if s.IsLeader() {
 		if err := s.raft.LeadershipTransfer().Error(); err != nil {
@@ -416,41 +445,80 @@ func (s *Server) Leave() error {
 	if err := s.ml.UpdateNode(2 * time.Second); err != nil {
 		s.logger.Warn("gossip leave intent failed", "error", err)
 	}
-	if err := s.ml.Leave(5 * time.Second); err != nil {
-		s.logger.Warn("gossip leave failed", "error", err)
-	}
 	deadline := time.Now().Add(3*s.cfg.ReconcileInterval + 5*time.Second)
-	for time.Now().Before(deadline) {
-		removed := true
-		if servers, err := s.RaftConfiguration(); err == nil {
-			for _, srv := range servers {
-				if string(srv.ID) == s.cfg.NodeID {
-					removed = false
-				}
-			}
-		}
-		if removed || s.soleVoter() {
+	for !s.removedOrAlone() {
+		if time.Now().After(deadline) {
+			s.logger.Warn("leaving without confirmation that the leader removed this node")
 			break
 		}
+		if err := s.askLeaderToRemove(); err != nil {
+			s.logger.Debug("asking the leader to remove this node", "error", err)
+		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.ml.Leave(5 * time.Second); err != nil {
+		s.logger.Warn("gossip leave failed", "error", err)
 	}
 	return s.Shutdown()
 }
 
-func (s *Server) soleVoter() bool {
+// removedOrAlone reports whether this node is out of the Raft
+// configuration, or the only voter (nobody to hand the data to).
+func (s *Server) removedOrAlone() bool {
 	servers, err := s.RaftConfiguration()
-	return err == nil && len(servers) == 1
+	if err != nil {
+		return false
+	}
+	for _, srv := range servers {
+		if string(srv.ID) == s.cfg.NodeID {
+			return len(servers) == 1
+		}
+	}
+	return true
+}
+
+func (s *Server) askLeaderToRemove() error {
+	if s.IsLeader() { // the transfer failed: remove ourselves
+		return s.removeLeaving(s.cfg.NodeID)
+	}
+	leader := s.Leader()
+	if leader == "" {
+		return ErrNoLeader
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	var none struct{}
+	return s.pool.Call(ctx, leader, rpcLeave, &leaveArgs{ID: s.cfg.NodeID}, &none)
+}
+
+// removeLeaving removes a server that is leaving from the Raft
+// configuration (leader only), and remembers that it left so that
+// reconcile does not add it back.
+func (s *Server) removeLeaving(id string) error {
+	s.members.markLeft(id)
+	if err := s.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+		return fmt.Errorf("remove leaving server %s: %w", id, err)
+	}
+	s.logger.Info("removed server", "id", id, "reason", "left")
+	return nil
 }
 
 // Shutdown stops the node: Raft, gossip, transport, stores and every
 // subscription. It does not leave the cluster (the others see a failure).
-// Idempotent; returns once every goroutine the Server started has ended.
+// Idempotent. It returns within about twice Config.ShutdownTimeout whatever
+// state the peers are in: when Raft does not stop in time, its connections
+// are closed under it, and if it still does not stop, its goroutines are
+// abandoned (logged, and the stores left open for them) and Shutdown
+// returns ErrShutdownAbandoned.
 func (s *Server) Shutdown() error {
 	s.shutOnce.Do(func() {
 		s.cancel()
 		var errs []error
+		raftStopped := true
 		if s.raft != nil {
-			errs = append(errs, s.raft.Shutdown().Error())
+			var err error
+			raftStopped, err = s.stopRaft()
+			errs = append(errs, err)
 		}
 		if s.ml != nil {
 			errs = append(errs, s.ml.Shutdown())
@@ -465,11 +533,14 @@ func (s *Server) Shutdown() error {
 			s.pool.Close()
 		}
 		s.wg.Wait()
-		if s.applyJournal != nil {
-			errs = append(errs, s.applyJournal.Close())
-		}
-		if s.storeCloser != nil {
-			errs = append(errs, s.storeCloser.Close())
+		if raftStopped {
+			// Only once Raft is gone: its goroutines use the stores.
+			if s.applyJournal != nil {
+				errs = append(errs, s.applyJournal.Close())
+			}
+			if s.storeCloser != nil {
+				errs = append(errs, s.storeCloser.Close())
+			}
 		}
 		if s.store != nil {
 			s.store.Shutdown()
@@ -477,4 +548,37 @@ func (s *Server) Shutdown() error {
 		s.shutErr = errors.Join(errs...)
 	})
 	return s.shutErr
+}
+
+// stopRaft shuts Raft down within two ShutdownTimeouts. It reports whether
+// Raft's goroutines all ended.
+func (s *Server) stopRaft() (bool, error) {
+	done := make(chan error, 1)
+	f := s.raft.Shutdown()
+	// This goroutine ends when Raft does; it outlives Shutdown only in
+	// the abandoned case, which ends the process anyway.
+	go func() { done <- f.Error() }()
+	wait := s.cfg.ShutdownTimeout
+	select {
+	case err := <-done:
+		return true, err
+	case <-time.After(wait):
+	}
+	// Raft's goroutines wait on the network (a peer that stopped reading,
+	// a replication stream that will never be answered): close every
+	// connection under them.
+	s.logger.Warn("raft did not stop in time; closing its connections", "waited", wait)
+	if s.trans != nil {
+		s.trans.Close()
+	}
+	if s.mux != nil {
+		s.mux.Close()
+	}
+	select {
+	case err := <-done:
+		return true, err
+	case <-time.After(wait):
+	}
+	s.logger.Error("abandoning raft shutdown: its goroutines are still running and the log store is left open; the data dir is consistent (raft syncs every write)", "waited", 2*wait)
+	return false, ErrShutdownAbandoned
 }

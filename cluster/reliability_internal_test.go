@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/fsm"
+)
+
+// A node's server port opens before its Raft exists, and peers that still
+// think it leads forward to it as soon as it is back. Every RPC must be
+// answered "not ready" (not applied, so the caller retries) until then;
+// before, ReadIndex dereferenced the nil raft and the node crashed.
+func TestRPCBeforeRaftIsNotReady(t *testing.T) {
+	s := &Server{} // as between transport.Listen and setupRaft
+	methods := []struct {
+		name string
+		args interface{}
+	}{
+		{rpcApply, &applyArgs{Cmd: []byte{1}}},
+		{rpcReadIndex, struct{}{}},
+		{rpcPeers, struct{}{}},
+		{rpcLeave, &leaveArgs{ID: "n1"}},
+	}
+	for _, m := range methods {
+		t.Run(m.name, func(t *testing.T) {
+			_, err := s.handleRPC(context.Background(), m.name, func(interface{}) error { return nil })
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Code() != CodeStarting || ce.Outcome() != NotApplied || !errors.Is(err, ErrStarting) {
+				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m.name, err, CodeStarting)
+			}
+		})
+	}
+}
+
+// Pipelined replication must be off: raft v1.7.3's pipeline can park a
+// follower's replication forever (hashicorp/raft issue 612).
+func TestReplicationIsNotPipelined(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.BindAddr = "solo", t.TempDir(), "127.0.0.1"
+	cfg.ServerPort, cfg.GossipPort, cfg.BootstrapExpect = 0, 0, 1
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	_, err = s.trans.AppendEntriesPipeline("peer", "127.0.0.1:1")
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("AppendEntriesPipeline: got %v, want %v", err, raft.ErrPipelineReplicationNotSupported)
+	}
+}
+
+// memberlist calls the event delegate synchronously under its own locks:
+// the delegate must not wait on the disk. Here the peers file's temporary
+// path is a FIFO nobody reads, so a write there blocks until a reader
+// comes; a membership change must still return at once.
+func TestMembershipChangeDoesNotWaitForTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gossip-peers.json")
+	if err := syscall.Mkfifo(path+".tmp", 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	m := newMembers(MemberMeta{ID: "self", Role: "server"}, path)
+	peer := &memberlist.Node{Name: "peer", Meta: []byte(`{"ID":"peer","Role":"server"}`)}
+	returned := make(chan struct{})
+	go func() {
+		m.NotifyJoin(peer)
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		// Unblock the writer so the test can end, then fail.
+		f, err := os.OpenFile(path+".tmp", os.O_RDONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		<-returned
+		t.Fatal("NotifyJoin waited on the peers file")
+	}
+	select {
+	case <-m.save:
+	default:
+		t.Fatal("NotifyJoin did not ask for the peers file to be written")
+	}
+}
+
+// A refusal keeps its identity across the forwarding RPC: the follower
+// rebuilds the sentinel from the code, for every rejection the FSM makes.
+func TestRejectionKeepsItsIdentityOverTheWire(t *testing.T) {
+	for _, r := range rejections {
+		t.Run(r.code, func(t *testing.T) {
+			reply := rejectedReply(errors.Join(r.err, errors.New("detail")))
+			got := rejection(reply.RejectedCode, reply.Rejected)
+			if !errors.Is(got, r.err) {
+				t.Fatalf("rebuilt %v (code %q), want errors.Is %v", got, reply.RejectedCode, r.err)
+			}
+		})
+	}
+	if got := rejection("", "old peer"); !errors.Is(got, fsm.ErrInvalid) {
+		t.Fatalf("a reply without a code (older peer): %v, want ErrInvalid", got)
+	}
+	if got := rejection("from_the_future", "x"); errors.Is(got, fsm.ErrInvalid) || got.Error() == "" {
+		t.Fatalf("an unknown code: %v", got)
+	}
+}
