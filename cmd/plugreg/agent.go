@@ -115,20 +115,20 @@ func runAgent(args []string) error {
 	}
 	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr())
 
-	sig := make(chan os.Signal, 1)
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	select {
 	case s := <-sig:
 		// A server keeps its membership across a restart: stop without
 		// leaving ('plugreg leave' leaves on purpose).
-		logger.Info("shutting down", "signal", s)
-		return n.stop(false)
+		logger.Info("shutting down", "signal", s, "within", signalStopGrace)
+		return stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 	case <-leaveCh:
-		logger.Info("leaving the cluster")
-		return n.stop(true)
+		logger.Info("leaving the cluster", "within", leaveStopGrace)
+		return stopWithin(logger, func() error { return n.stop(true) }, n.stage, leaveStopGrace, sig)
 	case err := <-n.done:
-		n.stop(false)
+		stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 		return fmt.Errorf("http server: %w", err)
 	}
 }

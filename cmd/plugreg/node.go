@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics/compat"
@@ -24,6 +24,9 @@ type node struct {
 	ln   net.Listener
 	done chan error // Serve's result
 	once sync.Once
+	// stopping says what stop is doing now, for the log line of an
+	// agent that gives up waiting.
+	stopping atomic.Value // string
 }
 
 var (
@@ -69,21 +72,38 @@ func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*no
 	return n, nil
 }
 
+// stage says what stop is doing ("running" before it starts).
+func (n *node) stage() string {
+	if s, ok := n.stopping.Load().(string); ok {
+		return s
+	}
+	return "running"
+}
+
 // stop shuts the HTTP API and then the server down; with leave, the node
 // leaves the cluster gracefully first. Idempotent.
 func (n *node) stop(leave bool) error {
 	var err error
 	n.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// In-flight requests get a short grace, then their connections
+		// are closed: a stop must not wait on a client.
+		n.stopping.Store("stopping the HTTP API")
+		ctx, cancel := context.WithTimeout(context.Background(), httpStopGrace)
 		defer cancel()
 		herr := n.api.Shutdown(ctx)
+		if errors.Is(herr, context.DeadlineExceeded) {
+			herr = n.api.Close()
+		}
 		<-n.done
 		var serr error
 		if leave {
+			n.stopping.Store("leaving the cluster (leadership transfer, removal from Raft)")
 			serr = n.srv.Leave()
 		} else {
+			n.stopping.Store("stopping Raft, gossip and the stores")
 			serr = n.srv.Shutdown()
 		}
+		n.stopping.Store("stopped")
 		err = errors.Join(herr, serr)
 	})
 	return err
