@@ -203,7 +203,11 @@ func nonNil(items []check.Item) []check.Item {
 func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers\n", r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers)
-	fmt.Fprintf(&b, "raft heartbeat/election timeout %v, snapshot threshold %d, journal %d events\n\n", r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+	bin := "built from ./cmd/plugreg"
+	if r.plugregBin != "" {
+		bin = r.plugregBin
+	}
+	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
 	counts := map[string]map[string]int{}
 	for _, op := range rec.ops {
 		if counts[op.F] == nil {

@@ -40,6 +40,7 @@ type db struct {
 	serverPort  int
 	gossipPort  int
 	hbTimeout   time.Duration
+	hbFlag      bool // pass -heartbeat-timeout (false: the agent's defaults)
 	snapshotThr int
 	journalSize int
 	hc          *http.Client
@@ -47,7 +48,10 @@ type db struct {
 
 func newDB(root, bin string, r *runConfig) *db {
 	d := &db{bin: bin, root: root, httpPort: r.portBase, serverPort: r.portBase + 1, gossipPort: r.portBase + 2,
-		hbTimeout: r.heartbeatTimeout, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize}
+		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize}
+	if r.defaultTimeouts {
+		d.hbTimeout = agentDefaultTimeout // what the nemesis waits on
+	}
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("n%d", i+1)
 		ip := fmt.Sprintf("127.0.0.%d", i+1)
@@ -74,6 +78,28 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 	}
 }
 
+// agentDefaultTimeout is the agent's heartbeat and election timeout
+// without -heartbeat-timeout (-raft-multiplier 1).
+const agentDefaultTimeout = time.Second
+
+// args is node n's agent command line.
+func (d *db) args(n *node) []string {
+	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
+		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
+		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
+		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
+		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
+	if d.hbFlag {
+		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())
+	}
+	for _, o := range d.nodes {
+		if o != n {
+			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
+		}
+	}
+	return args
+}
+
 // start launches node i on its data dir.
 func (d *db) start(i int) error {
 	n := d.nodes[i]
@@ -86,18 +112,7 @@ func (d *db) start(i int) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
-		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
-		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
-		"-heartbeat-timeout", d.hbTimeout.String(), "-snapshot-threshold", strconv.Itoa(d.snapshotThr),
-		"-snapshot-interval", "300ms", "-trailing-logs", "20",
-		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
-	for _, o := range d.nodes {
-		if o != n {
-			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
-		}
-	}
-	cmd := exec.Command(d.bin, args...)
+	cmd := exec.Command(d.bin, d.args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	fmt.Fprintf(logf, "\n=== harness: start %s at %s\n", n.Name, time.Now().Format(time.RFC3339Nano))

@@ -35,6 +35,9 @@ type runConfig struct {
 	out               string
 	portBase          int
 	heartbeatTimeout  time.Duration
+	timeouts          string // -timeouts: random, default or short
+	defaultTimeouts   bool   // this run leaves the agent's timeouts at their defaults
+	plugregBin        string // a prebuilt agent, or "" to build ./cmd/plugreg
 	snapshotThreshold int
 	journalSize       int
 	checkTimeout      time.Duration
@@ -56,6 +59,8 @@ func main() {
 	flag.IntVar(&r.portBase, "port-base", 18500, "HTTP port; server port is one more, gossip two more")
 	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
+	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
+	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
 		r.seed = time.Now().UnixNano() % 1_000_000
@@ -79,6 +84,19 @@ func main() {
 	r.heartbeatTimeout = time.Duration(300+rng.Intn(400)) * time.Millisecond
 	r.snapshotThreshold = 100 + rng.Intn(200)
 	r.journalSize = 512 + rng.Intn(1024)
+	// Some runs as users run the agent, with its default timeouts: the
+	// short ones hide what only a slower election lets happen (a node
+	// restarted before anyone noticed it was gone).
+	switch r.timeouts {
+	case "random":
+		r.defaultTimeouts = rng.Intn(3) == 0
+	case "default":
+		r.defaultTimeouts = true
+	case "short":
+	default:
+		fmt.Fprintf(os.Stderr, "jepsen: -timeouts %q: want random, default or short\n", r.timeouts)
+		os.Exit(2)
+	}
 
 	code, err := run(&r)
 	if err != nil {
@@ -88,6 +106,35 @@ func main() {
 		}
 	}
 	os.Exit(code)
+}
+
+// timeoutsText says which Raft timeouts the run uses.
+func (r *runConfig) timeoutsText() string {
+	if r.defaultTimeouts {
+		return fmt.Sprintf("raft timeouts: the agent's defaults (no -heartbeat-timeout: %v heartbeat and election)", agentDefaultTimeout)
+	}
+	return fmt.Sprintf("raft heartbeat/election timeout %v (-heartbeat-timeout)", r.heartbeatTimeout)
+}
+
+// plugregBinary is -plugreg-bin, or ./cmd/plugreg built into dir.
+func plugregBinary(r *runConfig, dir string) (string, error) {
+	if r.plugregBin != "" {
+		bin, err := filepath.Abs(r.plugregBin)
+		if err != nil {
+			return "", fmt.Errorf("-plugreg-bin: %w", err)
+		}
+		if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("-plugreg-bin %s: not an executable file (%v)", bin, err)
+		}
+		return bin, nil
+	}
+	bin := filepath.Join(dir, "plugreg")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build plugreg: %w", err)
+	}
+	return bin, nil
 }
 
 func contains(xs []string, x string) bool {
@@ -117,15 +164,14 @@ func run(r *runConfig) (int, error) {
 	dir, _ = filepath.Abs(dir)
 	logf := newLog(filepath.Join(dir, "run.log"))
 	defer logf.close()
-	logf.printf("run %s: seed %d, nemesis %v, %v, heartbeat timeout %v, snapshot threshold %d, journal %d",
-		dir, r.seed, r.nemesis, r.timeLimit, r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d",
+		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
 
-	bin := filepath.Join(dir, "plugreg")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 2, fmt.Errorf("build plugreg: %w", err)
+	bin, err := plugregBinary(r, dir)
+	if err != nil {
+		return 2, err
 	}
+	logf.printf("agent binary: %s", bin)
 	d := newDB(dir, bin, r)
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
 	for _, n := range d.nodes {
