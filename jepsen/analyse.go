@@ -155,6 +155,8 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, con
 		}
 		add("final-state", cv)
 	}
+	// Availability: the agents stayed up.
+	add("agent", agentFailures(d))
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})

@@ -173,6 +173,7 @@ func run(r *runConfig) (int, error) {
 	}
 	logf.printf("agent binary: %s", bin)
 	d := newDB(dir, bin, r)
+	d.logf = logf.printf
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
 	for _, n := range d.nodes {
 		nf.ips = append(nf.ips, n.IP)
@@ -198,6 +199,7 @@ func run(r *runConfig) (int, error) {
 
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
+	d.clock = clock
 	for i := range d.nodes {
 		if err := d.start(i); err != nil {
 			return 2, err
