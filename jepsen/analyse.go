@@ -49,6 +49,12 @@ type convergence struct {
 	lists      map[string][]check.Item // type -> the list every node agreed on
 }
 
+// endOfRun is what the harness found after the final heal.
+type endOfRun struct {
+	conv  convergence
+	stuck []check.Violation // catch-up failures after faults
+}
+
 // converge waits until every node reports the same applied index, then
 // compares every type's list across the nodes (stale reads: each node's own
 // state).
@@ -121,7 +127,8 @@ type result struct {
 	vis        []byte
 }
 
-func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, conv convergence, logf func(string, ...interface{})) *result {
+func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end endOfRun, logf func(string, ...interface{})) *result {
+	conv := end.conv
 	res := &result{}
 	journals := map[string][]check.JournalRecord{}
 	for _, n := range d.nodes {
@@ -155,8 +162,9 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, con
 		}
 		add("final-state", cv)
 	}
-	// Availability: the agents stayed up.
+	// Availability: the agents stayed up and caught up after every fault.
 	add("agent", agentFailures(d))
+	add("catch-up", end.stuck)
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})

@@ -108,6 +108,16 @@ func main() {
 	os.Exit(code)
 }
 
+// finish heals everything and lets the nodes converge; then the
+// subscribers get a heartbeat's time to catch up.
+func finish(ctx context.Context, d *db, r *runConfig, nm *nemesis, logf func(string, ...interface{})) endOfRun {
+	nm.recoverAll(ctx)
+	e := endOfRun{stuck: nm.stuckNodes()}
+	e.conv = converge(ctx, d, r.types, logf)
+	time.Sleep(6 * time.Second) // a heartbeat on every stream
+	return e
+}
+
 // timeoutsText says which Raft timeouts the run uses.
 func (r *runConfig) timeoutsText() string {
 	if r.defaultTimeouts {
@@ -234,18 +244,14 @@ func run(r *runConfig) (int, error) {
 	}
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
-	// Final heal: everything up, connected, one leader; then let the
-	// subscribers catch up before they stop.
-	nm.recoverAll(ctx)
-	conv := converge(ctx, d, r.types, logf.printf)
-	time.Sleep(6 * time.Second) // a heartbeat on every stream
+	end := finish(ctx, d, r, nm, logf.printf)
 	stopSubs()
 	stopObs()
 	<-done
 	<-done
 	d.stopAll()
 
-	res := analyse(dir, r, d, rec, nm.history(), conv, logf.printf)
+	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
 	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {
 		logf.printf("writing results: %v", err)
 	}
