@@ -51,16 +51,17 @@ type convergence struct {
 
 // endOfRun is what the harness found after the final heal.
 type endOfRun struct {
+	live  liveness
 	conv  convergence
 	stuck []check.Violation // catch-up failures after faults
 }
 
-// converge waits until every node reports the same applied index, then
-// compares every type's list across the nodes (stale reads: each node's own
-// state).
-func converge(ctx context.Context, d *db, types int, logf func(string, ...interface{})) convergence {
+// converge waits up to bound until every node reports the same applied
+// index, then compares every type's list across the nodes (stale reads:
+// each node's own state).
+func converge(ctx context.Context, d *db, types int, bound time.Duration, logf func(string, ...interface{})) convergence {
 	var c convergence
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(bound)
 	var idx []uint64
 	for time.Now().Before(deadline) {
 		idx = idx[:0]
@@ -75,7 +76,7 @@ func converge(ctx context.Context, d *db, types int, logf func(string, ...interf
 		time.Sleep(200 * time.Millisecond)
 	}
 	if len(idx) != len(d.nodes) || idx[0] != idx[1] || idx[1] != idx[2] {
-		c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("applied indexes did not converge within 60s: %v", idx)})
+		c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("applied indexes did not converge within %v: %v", bound, idx)})
 		return c
 	}
 	c.index = idx[0]
@@ -162,9 +163,11 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 		}
 		add("final-state", cv)
 	}
-	// Availability: the agents stayed up and caught up after every fault.
+	// Availability: the agents stayed up, caught up after every fault, and
+	// took writes after the final heal.
 	add("agent", agentFailures(d))
 	add("catch-up", end.stuck)
+	add("liveness", end.live.violations)
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})

@@ -108,12 +108,19 @@ func main() {
 	os.Exit(code)
 }
 
-// finish heals everything and lets the nodes converge; then the
-// subscribers get a heartbeat's time to catch up.
-func finish(ctx context.Context, d *db, r *runConfig, nm *nemesis, logf func(string, ...interface{})) endOfRun {
+// finish heals everything and checks that the cluster is live again: a
+// write through each node is applied everywhere, and the nodes converge;
+// then the subscribers get a heartbeat's time to catch up. It stays within
+// about a minute even when a node is stuck.
+func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, logf func(string, ...interface{})) endOfRun {
 	nm.recoverAll(ctx)
 	e := endOfRun{stuck: nm.stuckNodes()}
-	e.conv = converge(ctx, d, r.types, logf)
+	e.live = checkLiveness(ctx, wl, logf)
+	convBound := 30 * time.Second
+	if len(e.live.violations) > 0 {
+		convBound = 5 * time.Second // a node is stuck: the convergence check sees it at once
+	}
+	e.conv = converge(ctx, d, r.types, convBound, logf)
 	time.Sleep(6 * time.Second) // a heartbeat on every stream
 	return e
 }
@@ -244,7 +251,7 @@ func run(r *runConfig) (int, error) {
 	}
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
-	end := finish(ctx, d, r, nm, logf.printf)
+	end := finish(ctx, d, r, wl, nm, logf.printf)
 	stopSubs()
 	stopObs()
 	<-done
