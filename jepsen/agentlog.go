@@ -32,7 +32,8 @@ var logLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d`)
 // scanPanics finds every panic report in an agent's log. A report runs
 // from the line with the mark to the next logger or harness line, so a
 // traceback that prints "panic:" again (a panic while panicking) is one
-// report.
+// report. What follows a harness SIGQUIT marker is a goroutine dump the
+// harness asked for, not the agent's doing, and is not scanned.
 func scanPanics(r io.Reader) ([]logPanic, error) {
 	var (
 		out  []logPanic
@@ -49,6 +50,16 @@ func scanPanics(r io.Reader) ([]logPanic, error) {
 		case strings.HasPrefix(l, harnessMark+" start "):
 			proc++
 			cur = nil
+			continue
+		case strings.HasPrefix(l, harnessMark+" SIGQUIT"):
+			cur = nil
+			for sc.Scan() { // skip the dump, up to the next process
+				line++
+				if strings.HasPrefix(sc.Text(), harnessMark+" start ") {
+					proc++
+					break
+				}
+			}
 			continue
 		case strings.HasPrefix(l, harnessMark), logLine.MatchString(l):
 			cur = nil
@@ -162,4 +173,44 @@ func scanLog(path string) ([]logPanic, error) {
 	}
 	defer f.Close()
 	return scanPanics(f)
+}
+
+// dumpHighlights picks, from a SIGQUIT goroutine dump, the goroutines that
+// say why a process would not exit: the main goroutine, and any in a
+// shutdown or in Raft's pipeline replication (where hashicorp/raft is known
+// to wedge). Each comes as one line: its header and its innermost frames
+// outside the runtime, callers after "<-".
+func dumpHighlights(dump string) []string {
+	var out []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(g), "\n")
+		if len(lines) < 2 || !strings.HasPrefix(lines[0], "goroutine ") {
+			continue
+		}
+		header := goroutineIDs.ReplaceAllString(strings.TrimSuffix(lines[0], ":"), "")
+		if !strings.HasPrefix(header, "goroutine 1 ") && !strings.Contains(g, "Shutdown") && !strings.Contains(g, "ipeline") {
+			continue
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "created by ") || len(frames) == 5 {
+				continue
+			}
+			if f := funcName(l); len(frames) > 0 || !runtimeFrame(f) {
+				frames = append(frames, f)
+			}
+		}
+		out = append(out, header+": "+strings.Join(frames, " <- "))
+	}
+	return out
+}
+
+// goroutineIDs are the runtime's addresses in a goroutine's header
+// (GOTRACEBACK=system and newer Go versions print them).
+var goroutineIDs = regexp.MustCompile(` (gp|m|mp)=\S+`)
+
+// runtimeFrame: the runtime's own frames on top of a parked goroutine say
+// only that it is parked.
+func runtimeFrame(f string) bool {
+	return strings.HasPrefix(f, "runtime.") || strings.HasPrefix(f, "sync.runtime_") || strings.HasPrefix(f, "internal/")
 }

@@ -52,6 +52,9 @@ func TestScanPanics(t *testing.T) {
 			want: []int{0}, lines: []int{3}},
 		{name: "two processes, two crashes", log: start(0) + "\n" + nilRaftPanic + start(1) + "\n" + logged + start(2) + "\n" + nilRaftPanic,
 			want: []int{0, 2}, lines: []int{3, 24}},
+		{name: "the harness's SIGQUIT dump is not a panic", log: start(0) + "\n" + logged +
+			"\n=== harness: SIGQUIT n1: still running 10s after SIGTERM; its goroutines follow\nSIGQUIT: quit\nPC=0x4711 m=0 sigcode=0\n\ngoroutine 7 [select]:\nfatal error: not really, a frame's text\npanic: inside the dump" +
+			start(1) + "\n" + logged},
 		{name: "the word without the colon is not a report", log: start(0) + "\n" + logged + " recovered from a panicky peer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,5 +73,45 @@ func TestScanPanics(t *testing.T) {
 				t.Errorf("brief:\n got %s\nwant %s", got[0].brief(), tc.brief)
 			}
 		})
+	}
+}
+
+func TestDumpHighlights(t *testing.T) {
+	dump := `SIGQUIT: quit
+PC=0x47a1c1 m=0 sigcode=0
+
+goroutine 1 gp=0x29da89a501e0 m=nil [semacquire, 1 minutes]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:460 +0xce
+sync.runtime_SemacquireWaitGroup(0xc000132f38?)
+	/usr/local/go/src/runtime/sema.go:114 +0x25
+sync.(*WaitGroup).Wait(0xc000132f30)
+	/usr/local/go/src/sync/waitgroup.go:118 +0x48
+github.com/hashicorp/raft.(*Raft).Shutdown.func1()
+	/raft/api.go:1070 +0x1a
+main.main()
+	/src/cmd/plugreg/main.go:60 +0x1d
+
+goroutine 40 gp=0x29da89ba9680 m=nil [select, 1 minutes]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:460 +0xce
+runtime.selectgo(0xc0001c3f30, 0xc0001c3e88, 0x0?, 0x0, 0x0?, 0x1)
+	/usr/local/go/src/runtime/select.go:351 +0x8b3
+github.com/hashicorp/raft.(*netPipeline).AppendEntries(0xc0003a2000, 0xc0004b2000, 0xc0004b6000)
+	/raft/net_transport.go:885 +0x1d6
+github.com/hashicorp/raft.(*Raft).pipelineSend(0xc000188a08, 0xc0001d2000, {0xb1d4a0, 0xc0003a2000}, 0xc0005a1f68, 0x1f4)
+	/raft/replication.go:520 +0x10a
+created by github.com/hashicorp/raft.(*raftState).goFunc in goroutine 20
+	/raft/state.go:149 +0x66
+
+goroutine 41 [IO wait]:
+internal/poll.runtime_pollWait(0x7f, 0x72)
+	/usr/local/go/src/runtime/netpoll.go:351 +0x85`
+	want := []string{
+		"goroutine 1 [semacquire, 1 minutes]: sync.(*WaitGroup).Wait <- github.com/hashicorp/raft.(*Raft).Shutdown.func1 <- main.main",
+		"goroutine 40 [select, 1 minutes]: github.com/hashicorp/raft.(*netPipeline).AppendEntries <- github.com/hashicorp/raft.(*Raft).pipelineSend",
+	}
+	if got := dumpHighlights(dump); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -54,6 +54,7 @@ type endOfRun struct {
 	live  liveness
 	conv  convergence
 	stuck []check.Violation // catch-up failures after faults
+	stops []stopped         // the SIGTERMs
 }
 
 // converge waits up to bound until every node reports the same applied
@@ -163,11 +164,12 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 		}
 		add("final-state", cv)
 	}
-	// Availability: the agents stayed up, caught up after every fault, and
-	// took writes after the final heal.
+	// Availability: the agents stayed up, caught up after every fault, took
+	// writes after the final heal, and stopped on SIGTERM.
 	add("agent", agentFailures(d))
 	add("catch-up", end.stuck)
 	add("liveness", end.live.violations)
+	add("shutdown", shutdownViolations(end.stops))
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
@@ -202,7 +204,7 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	case tput < r.minThroughput:
 		res.invalid = fmt.Sprintf("throughput before the first fault was %.1f ok ops/s, under the floor of %.1f", tput, r.minThroughput)
 	}
-	res.summary = summarize(r, rec, faults, res, truth, tput)
+	res.summary = summarize(r, rec, faults, res, truth, tput, end)
 	return res
 }
 
@@ -213,7 +215,7 @@ func nonNil(items []check.Item) []check.Item {
 	return items
 }
 
-func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64) string {
+func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers\n", r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers)
 	bin := "built from ./cmd/plugreg"
@@ -266,6 +268,21 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 		fmt.Fprintf(&b, " %s %d/%d;", n, byName[n][1], byName[n][0])
 	}
 	fmt.Fprintf(&b, "\n\n")
+	fmt.Fprintf(&b, "SIGTERM at the end:\n")
+	for _, s := range end.stops {
+		switch {
+		case s.Hung:
+			fmt.Fprintf(&b, "  %s: STILL RUNNING %v after SIGTERM; SIGQUIT, SIGKILL (%s); goroutines in %s\n", s.Node, termGrace, s.Status, s.Dump)
+			for _, h := range s.Highlights {
+				fmt.Fprintf(&b, "      %s\n", h)
+			}
+		case s.Status != "exit status 0":
+			fmt.Fprintf(&b, "  %s: exited in %v, but with %s\n", s.Node, s.Took.Round(time.Millisecond), s.Status)
+		default:
+			fmt.Fprintf(&b, "  %s: exited in %v (%s)\n", s.Node, s.Took.Round(time.Millisecond), s.Status)
+		}
+	}
+	fmt.Fprintf(&b, "\n")
 	switch {
 	case len(res.violations) > 0:
 		fmt.Fprintf(&b, "VIOLATIONS (%d):\n", len(res.violations))

@@ -256,7 +256,10 @@ func run(r *runConfig) (int, error) {
 	stopObs()
 	<-done
 	<-done
-	d.stopAll()
+	end.stops = d.terminateAll()
+	for _, s := range end.stops {
+		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
+	}
 
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
 	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {
