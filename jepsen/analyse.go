@@ -51,10 +51,12 @@ type convergence struct {
 
 // endOfRun is what the harness found after the final heal.
 type endOfRun struct {
-	live  liveness
-	conv  convergence
-	stuck []check.Violation // catch-up failures after faults
-	stops []stopped         // the SIGTERMs
+	live         liveness
+	conv         convergence
+	stuck        []check.Violation // catch-up failures after faults
+	stops        []stopped         // the SIGTERMs
+	watchTarget  uint64            // the index the slow watcher had to reach
+	watchReached uint64
 }
 
 // converge waits up to bound until every node reports the same applied
@@ -165,11 +167,13 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 		add("final-state", cv)
 	}
 	// Availability: the agents stayed up, caught up after every fault, took
-	// writes after the final heal, and stopped on SIGTERM.
+	// writes after the final heal, and stopped on SIGTERM; the slow watcher
+	// reached the end.
 	add("agent", agentFailures(d))
 	add("catch-up", end.stuck)
 	add("liveness", end.live.violations)
 	add("shutdown", shutdownViolations(end.stops))
+	add("watch", watchCatchUp(r, end))
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
@@ -208,6 +212,17 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	return res
 }
 
+// watchCatchUp: the slow watcher must reach the last write once the
+// consumer hurries, unless a node was stuck (then the cluster's
+// violations say why; the client may be attached to that node).
+func watchCatchUp(r *runConfig, end endOfRun) []check.Violation {
+	if end.watchReached >= end.watchTarget || len(end.live.violations) > 0 || len(end.conv.violations) > 0 {
+		return nil
+	}
+	return []check.Violation{{Checker: "watch", Detail: fmt.Sprintf("the Go client's Watch (subscriber %d) reached index %d, but every node had applied %d and the consumer was reading as fast as it could",
+		r.subscribers, end.watchReached, end.watchTarget)}}
+}
+
 func nonNil(items []check.Item) []check.Item {
 	if items == nil {
 		return []check.Item{}
@@ -217,7 +232,8 @@ func nonNil(items []check.Item) []check.Item {
 
 func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers\n", r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers)
+	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers and a slow Go-client watcher (subscriber %d)\n",
+		r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers, r.subscribers)
 	bin := "built from ./cmd/plugreg"
 	if r.plugregBin != "" {
 		bin = r.plugregBin
@@ -268,6 +284,7 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 		fmt.Fprintf(&b, " %s %d/%d;", n, byName[n][1], byName[n][0])
 	}
 	fmt.Fprintf(&b, "\n\n")
+	fmt.Fprintf(&b, "slow watcher: reached index %d of %d\n", end.watchReached, end.watchTarget)
 	fmt.Fprintf(&b, "SIGTERM at the end:\n")
 	for _, s := range end.stops {
 		switch {

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -109,19 +110,26 @@ func main() {
 }
 
 // finish heals everything and checks that the cluster is live again: a
-// write through each node is applied everywhere, and the nodes converge;
-// then the subscribers get a heartbeat's time to catch up. It stays within
-// about a minute even when a node is stuck.
-func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, logf func(string, ...interface{})) endOfRun {
+// write through each node is applied everywhere, the nodes converge, and
+// the slow watcher catches up (the other subscribers get a heartbeat's
+// time). It stays within about a minute even when a node is stuck.
+func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, slow *slowWatcher, logf func(string, ...interface{})) endOfRun {
 	nm.recoverAll(ctx)
 	e := endOfRun{stuck: nm.stuckNodes()}
 	e.live = checkLiveness(ctx, wl, logf)
-	convBound := 30 * time.Second
+	convBound, watchBound := 30*time.Second, 20*time.Second
 	if len(e.live.violations) > 0 {
-		convBound = 5 * time.Second // a node is stuck: the convergence check sees it at once
+		// A node is stuck: the checks below will see it at once.
+		convBound, watchBound = 5*time.Second, 6*time.Second
 	}
 	e.conv = converge(ctx, d, r.types, convBound, logf)
-	time.Sleep(6 * time.Second) // a heartbeat on every stream
+	t0 := time.Now()
+	e.watchTarget = max(e.live.maxIndex, e.conv.index)
+	e.watchReached, _ = slow.catchUp(e.watchTarget, watchBound)
+	logf("slow watcher: reached index %d of %d in %v; %d events received", e.watchReached, e.watchTarget, time.Since(t0).Round(time.Millisecond), slow.events.Load())
+	if rest := 6*time.Second - time.Since(t0); rest > 0 {
+		time.Sleep(rest) // a heartbeat on every stream
+	}
 	return e
 }
 
@@ -232,30 +240,33 @@ func run(r *runConfig) (int, error) {
 	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
 	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
 	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, logf: logf.printf}
+	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
+	logf.printf("slow watcher (Go client, subscriber %d): stall timeout %v", r.subscribers, slow.stall)
 
 	runCtx, stop := context.WithTimeout(ctx, r.timeLimit)
 	defer stop()
+	// Two groups: the workload and the nemesis stop at the time limit; the
+	// observers (leader polling, subscribers, the slow watcher) only once
+	// the cluster has healed and they have caught up.
+	var running, observing sync.WaitGroup
 	obsCtx, stopObs := context.WithCancel(ctx)
-	done := make(chan struct{}, 4)
-	go func() { observeLeaders(obsCtx, d, rec, clock); done <- struct{}{} }()
-	subCtx, stopSubs := context.WithCancel(ctx)
-	go func() { subs.run(subCtx); done <- struct{}{} }()
-	go func() { wl.run(runCtx); done <- struct{}{} }()
+	defer stopObs()
+	observing.Add(3)
+	go func() { defer observing.Done(); observeLeaders(obsCtx, d, rec, clock) }()
+	go func() { defer observing.Done(); subs.run(obsCtx) }()
+	go func() { defer observing.Done(); slow.run(obsCtx) }()
+	running.Add(1)
+	go func() { defer running.Done(); wl.run(runCtx) }()
 	if len(r.nemesis) > 0 {
-		go func() { nm.run(runCtx); done <- struct{}{} }()
+		running.Add(1)
+		go func() { defer running.Done(); nm.run(runCtx) }()
 	}
-	<-runCtx.Done()
-	<-done // the workload
-	if len(r.nemesis) > 0 {
-		<-done
-	}
+	running.Wait()
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
-	end := finish(ctx, d, r, wl, nm, logf.printf)
-	stopSubs()
+	end := finish(ctx, d, r, wl, nm, slow, logf.printf)
 	stopObs()
-	<-done
-	<-done
+	observing.Wait()
 	end.stops = d.terminateAll()
 	for _, s := range end.stops {
 		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
