@@ -59,6 +59,7 @@ type db struct {
 	hc          *http.Client
 	clock       func() int64 // the run's clock, for the process records
 	logf        func(format string, args ...interface{})
+	mounts      []string // data dirs on a tmpfs of their own (the disk family)
 }
 
 func newDB(root, bin string, r *runConfig) *db {
@@ -244,8 +245,20 @@ func (d *db) signal(i int, sig syscall.Signal) error {
 func (d *db) pause(i int) error  { return d.signal(i, syscall.SIGSTOP) }
 func (d *db) resume(i int) error { return d.signal(i, syscall.SIGCONT) }
 
-// wipe removes node i's data dir (its apply journal stays: it is history).
-func (d *db) wipe(i int) error { return os.RemoveAll(d.nodes[i].Dir) }
+// wipe empties node i's data dir (its apply journal stays: it is
+// history). The dir itself stays: it may be a mount point.
+func (d *db) wipe(i int) error {
+	entries, err := os.ReadDir(d.nodes[i].Dir)
+	if err != nil {
+		return fmt.Errorf("wipe %s: %w", d.nodes[i].Name, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(d.nodes[i].Dir, e.Name())); err != nil {
+			return fmt.Errorf("wipe %s: %w", d.nodes[i].Name, err)
+		}
+	}
+	return nil
+}
 
 // stopAll kills every node, resuming paused ones first: the cleanup after
 // an error. A healthy run ends with terminateAll.

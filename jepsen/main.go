@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +29,7 @@ type runConfig struct {
 	timeLimit         time.Duration
 	seed              int64
 	nemesis           []string
+	nemesisAll        bool // -nemesis all: a family this machine cannot run is left out, not an error
 	rate              float64
 	concurrency       int
 	subscribers       int
@@ -68,7 +70,7 @@ func main() {
 	}
 	switch nem {
 	case "all":
-		r.nemesis = families
+		r.nemesis, r.nemesisAll = append([]string(nil), families...), true
 	case "none", "":
 	default:
 		r.nemesis = strings.Split(nem, ",")
@@ -206,10 +208,11 @@ func run(r *runConfig) (int, error) {
 	if err := nf.setup(); err != nil {
 		return 2, fmt.Errorf("iptables: %w", err)
 	}
-	// Whatever happens, no rule and no process outlives the run.
+	// Whatever happens, no rule, no process and no mount outlives the run.
 	cleanup := func() {
 		nf.teardown()
 		d.stopAll()
+		d.unmountDataDirs()
 	}
 	defer cleanup()
 	sig := make(chan os.Signal, 1)
@@ -222,6 +225,15 @@ func run(r *runConfig) (int, error) {
 		}
 	}()
 
+	if contains(r.nemesis, "disk") {
+		if err := d.mountDataDirs(); err != nil {
+			if !r.nemesisAll {
+				return 2, fmt.Errorf("the disk family needs a tmpfs per data dir: %w", err)
+			}
+			logf.printf("leaving the disk family out: it needs a tmpfs per data dir: %v", err)
+			r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "disk" })
+		}
+	}
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
 	d.clock = clock
@@ -271,6 +283,7 @@ func run(r *runConfig) (int, error) {
 	for _, s := range end.stops {
 		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
 	}
+	d.unmountDataDirs()
 
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
 	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {

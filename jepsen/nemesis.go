@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk"}
 
 type nemesis struct {
 	db     *db
@@ -97,6 +98,8 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		// The leader twice as often: the restart that followers forwarding
 		// to it are most likely to meet half-started.
 		actions = []func(context.Context) fault{nm.restartLeader, nm.restartLeader, nm.restartRandom, nm.restartTwice}
+	case "disk":
+		actions = []func(context.Context) fault{nm.diskFull}
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
@@ -198,10 +201,11 @@ func (nm *nemesis) otherThan(l int) int {
 }
 
 // recoverAll restarts dead nodes, resumes paused ones, heals the network,
-// and waits for a leader.
+// frees full disks, and waits for a leader.
 func (nm *nemesis) recoverAll(ctx context.Context) {
 	nm.net.heal()
-	for i := range nm.db.nodes {
+	for i, n := range nm.db.nodes {
+		os.Remove(ballast(n))
 		nm.db.resume(i)
 		if !nm.db.running(i) {
 			if err := nm.db.start(i); err != nil {
