@@ -80,17 +80,21 @@ func fillDisk(n *node) (bool, error) {
 // freeDisk gives node n's disk back.
 func freeDisk(n *node) error { return os.Remove(ballast(n)) }
 
-// diskFull stalls a follower and fills its disk, three times, while the
-// writes go on: SIGSTOP for 200-300 ms (as a stalled disk would), during
-// which the leader's pipeline to it fills (two AppendEntries in flight, the
-// sender waiting), its disk filled to the last byte meanwhile; SIGCONT, 1-2 s
-// of the full disk, then the disk freed. Back, the follower fails to append
-// and answers Success=false in the leader's own term on a connection that
-// stays open, and the pipeline is full: hashicorp/raft v1.7.3 then wedges
-// that pipeline with even odds (its issue 612, found after disk stalls);
-// the follower hears heartbeats and never another entry. The other
-// families do not get there: a timeout or a dead peer closes the
-// connection, and pre-vote keeps a live leader from hearing a newer term.
+// diskFull fills a follower's disk to the last byte, twice, each time for
+// 3 s during which the follower stalls again and again (stopped 200 ms,
+// running 50 ms, as on a stalling disk) while a burst of writes goes
+// through the leader, then frees it. Stalled most of the time, with writes
+// coming in, the follower has the leader's pipeline to it full (two
+// AppendEntries in flight, the sender waiting); when its log
+// store fails to append, it answers Success=false in the leader's own term
+// on a connection that stays open, and hashicorp/raft v1.7.3 can then wedge
+// that pipeline (its issue 612, found after disk stalls): the follower
+// hears heartbeats and never another entry. Not every failure gets there
+// (the sender may see the decoder gone first), but replication resumes
+// whenever bolt finds a free page in its file, so one fault is many tries.
+// The other families do not get there at all: a timeout or a dead peer
+// closes the connection, and pre-vote keeps a live leader from hearing a
+// newer term.
 func (nm *nemesis) diskFull(ctx context.Context) fault {
 	l, term := nm.db.leader(ctx)
 	f := fault{Name: "disk-full-follower"}
@@ -100,13 +104,9 @@ func (nm *nemesis) diskFull(ctx context.Context) fault {
 	}
 	i := nm.otherThan(l)
 	n := nm.db.nodes[i]
-	fulls := 0
+	fulls, stalls, writes := 0, 0, 0
 	var errs []string
-	for k := 0; k < 3 && ctx.Err() == nil; k++ {
-		if err := nm.db.pause(i); err != nil {
-			errs = append(errs, err.Error())
-		}
-		nm.sleep(ctx, time.Duration(200+nm.rng.Intn(100))*time.Millisecond)
+	for k := 0; k < 2 && ctx.Err() == nil; k++ {
 		full, err := fillDisk(n)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -114,15 +114,26 @@ func (nm *nemesis) diskFull(ctx context.Context) fault {
 		if full {
 			fulls++
 		}
-		nm.db.resume(i)
-		nm.sleep(ctx, time.Duration(1000+nm.rng.Intn(1000))*time.Millisecond)
+		done := make(chan int, 1)
+		go func() { done <- nm.load(ctx, l, 3*time.Second) }()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && ctx.Err() == nil; stalls++ {
+			if err := nm.db.pause(i); err != nil {
+				errs = append(errs, err.Error())
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+			nm.db.resume(i)
+			time.Sleep(50 * time.Millisecond)
+		}
+		writes += <-done
 		if err := freeDisk(n); err != nil {
 			errs = append(errs, err.Error())
 		}
-		nm.sleep(ctx, time.Duration(500+nm.rng.Intn(1000))*time.Millisecond)
+		nm.sleep(ctx, time.Duration(1000+nm.rng.Intn(1000))*time.Millisecond)
 	}
-	f.Effect = fulls > 0
-	f.Detail = fmt.Sprintf("%s stalled 200-300ms and its disk full for 1-2s, %d times, while %s led in term %d", n.Name, fulls, nm.db.nodes[l].Name, term)
+	f.Effect = fulls > 0 && stalls > 0
+	f.Detail = fmt.Sprintf("%s's disk full %d times for 3s, stalled 200ms of every 250ms meanwhile (%d stalls), with %d burst writes through %s, the leader in term %d",
+		n.Name, fulls, stalls, writes, nm.db.nodes[l].Name, term)
 	if len(errs) > 0 {
 		f.Detail += "; " + strings.Join(errs, "; ")
 	}

@@ -251,7 +251,7 @@ func run(r *runConfig) (int, error) {
 	rec := &recorder{}
 	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
 	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
-	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, logf: logf.printf}
+	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, logf: logf.printf}
 	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
 	logf.printf("slow watcher (Go client, subscriber %d): stall timeout %v", r.subscribers, slow.stall)
 

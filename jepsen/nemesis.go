@@ -34,6 +34,7 @@ type nemesis struct {
 	rng    *rand.Rand
 	clock  func() int64
 	fams   []string
+	load   func(ctx context.Context, node int, d time.Duration) int // writes through node for d (workload.burst)
 	logf   func(format string, args ...interface{})
 	mu     sync.Mutex // guards faults, stuck
 	faults []fault
