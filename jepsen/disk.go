@@ -80,18 +80,20 @@ func fillDisk(n *node) (bool, error) {
 // freeDisk gives node n's disk back.
 func freeDisk(n *node) error { return os.Remove(ballast(n)) }
 
-// diskFull fills a follower's disk to the last byte, twice, each time for
-// 3 s during which the follower stalls again and again (stopped 200 ms,
-// running 50 ms, as on a stalling disk) while a burst of writes goes
-// through the leader, then frees it. Stalled most of the time, with writes
-// coming in, the follower has the leader's pipeline to it full (two
-// AppendEntries in flight, the sender waiting); when its log
+// diskFull fills a follower's disk to the last byte, four times, each time
+// for 1.5 s during which the follower stalls again and again (stopped
+// 200 ms, running 10 ms, as on a stalling disk) while a burst of writes goes
+// through the leader, then frees it. Stalled almost all the time, with
+// writes coming in, the follower finds the leader's pipeline to it full
+// whenever it runs (two AppendEntries in flight, the sender waiting), so
+// its first failed append most likely answers one of those; when its log
 // store fails to append, it answers Success=false in the leader's own term
 // on a connection that stays open, and hashicorp/raft v1.7.3 can then wedge
 // that pipeline (its issue 612, found after disk stalls): the follower
 // hears heartbeats and never another entry. Not every failure gets there
-// (the sender may see the decoder gone first), but replication resumes
-// whenever bolt finds a free page in its file, so one fault is many tries.
+// (the sender may see the decoder gone first, about half the time), and a
+// fill gives it about one try (replication only comes back to the pipeline
+// once an append succeeds), so a fault fills four times.
 // The other families do not get there at all: a timeout or a dead peer
 // closes the connection, and pre-vote keeps a live leader from hearing a
 // newer term.
@@ -106,7 +108,7 @@ func (nm *nemesis) diskFull(ctx context.Context) fault {
 	n := nm.db.nodes[i]
 	fulls, stalls, writes := 0, 0, 0
 	var errs []string
-	for k := 0; k < 2 && ctx.Err() == nil; k++ {
+	for k := 0; k < 4 && ctx.Err() == nil; k++ {
 		full, err := fillDisk(n)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -115,24 +117,24 @@ func (nm *nemesis) diskFull(ctx context.Context) fault {
 			fulls++
 		}
 		done := make(chan int, 1)
-		go func() { done <- nm.load(ctx, l, 3*time.Second) }()
-		for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && ctx.Err() == nil; stalls++ {
+		go func() { done <- nm.load(ctx, l, 1500*time.Millisecond) }()
+		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end) && ctx.Err() == nil; stalls++ {
 			if err := nm.db.pause(i); err != nil {
 				errs = append(errs, err.Error())
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 			nm.db.resume(i)
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
 		}
 		writes += <-done
 		if err := freeDisk(n); err != nil {
 			errs = append(errs, err.Error())
 		}
-		nm.sleep(ctx, time.Duration(1000+nm.rng.Intn(1000))*time.Millisecond)
+		nm.sleep(ctx, time.Duration(1000+nm.rng.Intn(500))*time.Millisecond)
 	}
 	f.Effect = fulls > 0 && stalls > 0
-	f.Detail = fmt.Sprintf("%s's disk full %d times for 3s, stalled 200ms of every 250ms meanwhile (%d stalls), with %d burst writes through %s, the leader in term %d",
+	f.Detail = fmt.Sprintf("%s's disk full %d times for 1.5s, stalled 200ms of every 210ms meanwhile (%d stalls), with %d burst writes through %s, the leader in term %d",
 		n.Name, fulls, stalls, writes, nm.db.nodes[l].Name, term)
 	if len(errs) > 0 {
 		f.Detail += "; " + strings.Join(errs, "; ")
