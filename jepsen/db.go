@@ -201,8 +201,8 @@ func (d *db) take(i int) *proc {
 // kill sends SIGKILL and waits until the process is gone.
 func (d *db) kill(i int) error {
 	p := d.take(i)
-	if p == nil {
-		return nil
+	if p == nil || p.gone() {
+		return nil // never signal a reaped process's ID: it may be another's now
 	}
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {
@@ -235,8 +235,8 @@ func (d *db) signal(i int, sig syscall.Signal) error {
 	n := d.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cur == nil {
-		return fmt.Errorf("%s is not running", n.Name)
+	if n.cur == nil || n.cur.gone() {
+		return fmt.Errorf("%s is not running", n.Name) // and its process ID may be another's now
 	}
 	n.paused = sig == syscall.SIGSTOP
 	return syscall.Kill(-n.cur.cmd.Process.Pid, sig)

@@ -54,7 +54,7 @@ func (d *db) terminate(i int) *stopped {
 	n := d.nodes[i]
 	d.resume(i) // a paused process cannot take a signal's handler
 	p := d.take(i)
-	if p == nil {
+	if p == nil || p.gone() {
 		return nil // not running: a crash, reported as one
 	}
 	s := &stopped{Node: n.Name}
@@ -65,7 +65,9 @@ func (d *db) terminate(i int) *stopped {
 	case <-time.After(termGrace):
 		s.Hung = true
 		s.Dump, s.Highlights = d.dumpGoroutines(n, p)
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		if !p.gone() { // the SIGQUIT usually ends it
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
 		select {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):
