@@ -49,12 +49,22 @@ type convergence struct {
 	lists      map[string][]check.Item // type -> the list every node agreed on
 }
 
-// converge waits until every node reports the same applied index, then
-// compares every type's list across the nodes (stale reads: each node's own
-// state).
-func converge(ctx context.Context, d *db, types int, logf func(string, ...interface{})) convergence {
+// endOfRun is what the harness found after the final heal.
+type endOfRun struct {
+	live         liveness
+	conv         convergence
+	stuck        []check.Violation // catch-up failures after faults
+	stops        []stopped         // the SIGTERMs
+	watchTarget  uint64            // the index the slow watcher had to reach
+	watchReached uint64
+}
+
+// converge waits up to bound until every node reports the same applied
+// index, then compares every type's list across the nodes (stale reads:
+// each node's own state).
+func converge(ctx context.Context, d *db, types int, bound time.Duration, logf func(string, ...interface{})) convergence {
 	var c convergence
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(bound)
 	var idx []uint64
 	for time.Now().Before(deadline) {
 		idx = idx[:0]
@@ -69,7 +79,7 @@ func converge(ctx context.Context, d *db, types int, logf func(string, ...interf
 		time.Sleep(200 * time.Millisecond)
 	}
 	if len(idx) != len(d.nodes) || idx[0] != idx[1] || idx[1] != idx[2] {
-		c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("applied indexes did not converge within 60s: %v", idx)})
+		c.violations = append(c.violations, check.Violation{Checker: "convergence", Detail: fmt.Sprintf("applied indexes did not converge within %v: %v", bound, idx)})
 		return c
 	}
 	c.index = idx[0]
@@ -121,7 +131,8 @@ type result struct {
 	vis        []byte
 }
 
-func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, conv convergence, logf func(string, ...interface{})) *result {
+func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end endOfRun, logf func(string, ...interface{})) *result {
+	conv := end.conv
 	res := &result{}
 	journals := map[string][]check.JournalRecord{}
 	for _, n := range d.nodes {
@@ -155,6 +166,14 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, con
 		}
 		add("final-state", cv)
 	}
+	// Availability: the agents stayed up, caught up after every fault, took
+	// writes after the final heal, and stopped on SIGTERM; the slow watcher
+	// reached the end.
+	add("agent", agentFailures(d))
+	add("catch-up", end.stuck)
+	add("liveness", end.live.violations)
+	add("shutdown", shutdownViolations(end.stops))
+	add("watch", watchCatchUp(r, end))
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
@@ -189,8 +208,19 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, con
 	case tput < r.minThroughput:
 		res.invalid = fmt.Sprintf("throughput before the first fault was %.1f ok ops/s, under the floor of %.1f", tput, r.minThroughput)
 	}
-	res.summary = summarize(r, rec, faults, res, truth, tput)
+	res.summary = summarize(r, rec, faults, res, truth, tput, end)
 	return res
+}
+
+// watchCatchUp: the slow watcher must reach the last write once the
+// consumer hurries, unless a node was stuck (then the cluster's
+// violations say why; the client may be attached to that node).
+func watchCatchUp(r *runConfig, end endOfRun) []check.Violation {
+	if end.watchReached >= end.watchTarget || len(end.live.violations) > 0 || len(end.conv.violations) > 0 {
+		return nil
+	}
+	return []check.Violation{{Checker: "watch", Detail: fmt.Sprintf("the Go client's Watch (subscriber %d) reached index %d, but every node had applied %d and the consumer was reading as fast as it could",
+		r.subscribers, end.watchReached, end.watchTarget)}}
 }
 
 func nonNil(items []check.Item) []check.Item {
@@ -200,10 +230,15 @@ func nonNil(items []check.Item) []check.Item {
 	return items
 }
 
-func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64) string {
+func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers\n", r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers)
-	fmt.Fprintf(&b, "raft heartbeat/election timeout %v, snapshot threshold %d, journal %d events\n\n", r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers and a slow Go-client watcher (subscriber %d)\n",
+		r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers, r.subscribers)
+	bin := "built from ./cmd/plugreg"
+	if r.plugregBin != "" {
+		bin = r.plugregBin
+	}
+	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
 	counts := map[string]map[string]int{}
 	for _, op := range rec.ops {
 		if counts[op.F] == nil {
@@ -249,6 +284,22 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 		fmt.Fprintf(&b, " %s %d/%d;", n, byName[n][1], byName[n][0])
 	}
 	fmt.Fprintf(&b, "\n\n")
+	fmt.Fprintf(&b, "slow watcher: reached index %d of %d\n", end.watchReached, end.watchTarget)
+	fmt.Fprintf(&b, "SIGTERM at the end:\n")
+	for _, s := range end.stops {
+		switch {
+		case s.Hung:
+			fmt.Fprintf(&b, "  %s: STILL RUNNING %v after SIGTERM; SIGQUIT, SIGKILL (%s); goroutines in %s\n", s.Node, termGrace, s.Status, s.Dump)
+			for _, h := range s.Highlights {
+				fmt.Fprintf(&b, "      %s\n", h)
+			}
+		case s.Status != "exit status 0":
+			fmt.Fprintf(&b, "  %s: exited in %v, but with %s\n", s.Node, s.Took.Round(time.Millisecond), s.Status)
+		default:
+			fmt.Fprintf(&b, "  %s: exited in %v (%s)\n", s.Node, s.Took.Round(time.Millisecond), s.Status)
+		}
+	}
+	fmt.Fprintf(&b, "\n")
 	switch {
 	case len(res.violations) > 0:
 		fmt.Fprintf(&b, "VIOLATIONS (%d):\n", len(res.violations))

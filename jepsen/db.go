@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// node is one plugreg agent process on its own loopback address.
+// node is one plugreg agent on its own loopback address, run as one
+// process after another (a proc each) as the nemesis kills and restarts it.
 type node struct {
 	Name    string
 	IP      string
@@ -25,10 +26,22 @@ type node struct {
 	Journal string // apply journal
 	Log     string // agent output
 
-	mu     sync.Mutex // guards cmd, exited, paused
-	cmd    *exec.Cmd
-	exited chan struct{}
+	mu     sync.Mutex // guards cur, procs, paused and every proc's fields
+	cur    *proc      // the process the harness runs now, or nil
+	procs  []*proc    // every process started, in order: the log's "=== harness: start" markers
 	paused bool
+}
+
+// proc is one agent process. An exit the harness did not ask for (no
+// kill, no SIGTERM) is a failure of the agent: a crash.
+type proc struct {
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	start     int64  // run clock
+	exit      int64  // run clock, once exited
+	status    string // "exit status 2", "signal: killed", ...
+	byHarness bool   // the harness killed or stopped it
+	crashed   bool   // exited while the harness had not asked it to
 }
 
 // db runs the cluster under test.
@@ -40,14 +53,22 @@ type db struct {
 	serverPort  int
 	gossipPort  int
 	hbTimeout   time.Duration
+	hbFlag      bool // pass -heartbeat-timeout (false: the agent's defaults)
 	snapshotThr int
 	journalSize int
 	hc          *http.Client
+	clock       func() int64 // the run's clock, for the process records
+	logf        func(format string, args ...interface{})
+	mounts      []string // data dirs on a tmpfs of their own (the disk family)
 }
 
 func newDB(root, bin string, r *runConfig) *db {
 	d := &db{bin: bin, root: root, httpPort: r.portBase, serverPort: r.portBase + 1, gossipPort: r.portBase + 2,
-		hbTimeout: r.heartbeatTimeout, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize}
+		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize,
+		clock: func() int64 { return 0 }, logf: func(string, ...interface{}) {}}
+	if r.defaultTimeouts {
+		d.hbTimeout = agentDefaultTimeout // what the nemesis waits on
+	}
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("n%d", i+1)
 		ip := fmt.Sprintf("127.0.0.%d", i+1)
@@ -74,62 +95,121 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 	}
 }
 
-// start launches node i on its data dir.
-func (d *db) start(i int) error {
-	n := d.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil {
-		return nil
-	}
-	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
+// agentDefaultTimeout is the agent's heartbeat and election timeout
+// without -heartbeat-timeout (-raft-multiplier 1).
+const agentDefaultTimeout = time.Second
+
+// args is node n's agent command line.
+func (d *db) args(n *node) []string {
 	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
 		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
 		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
-		"-heartbeat-timeout", d.hbTimeout.String(), "-snapshot-threshold", strconv.Itoa(d.snapshotThr),
-		"-snapshot-interval", "300ms", "-trailing-logs", "20",
+		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
+	if d.hbFlag {
+		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())
+	}
 	for _, o := range d.nodes {
 		if o != n {
 			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
 		}
 	}
-	cmd := exec.Command(d.bin, args...)
+	return args
+}
+
+// start launches node i on its data dir, unless its process runs.
+func (d *db) start(i int) error {
+	n := d.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur != nil && !n.cur.gone() {
+		return nil
+	}
+	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s's log: %w", n.Name, err)
+	}
+	cmd := exec.Command(d.bin, d.args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	fmt.Fprintf(logf, "\n=== harness: start %s at %s\n", n.Name, time.Now().Format(time.RFC3339Nano))
+	p := &proc{cmd: cmd, exited: make(chan struct{}), start: d.clock()}
+	// One marker per proc, so that the log scan can tell which process
+	// printed what.
+	fmt.Fprintf(logf, "\n%s start %s at %s (run time %s)\n", harnessMark, n.Name, time.Now().Format(time.RFC3339Nano), runTime(p.start))
+	n.procs = append(n.procs, p)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
+		p.status, p.byHarness = "did not start: "+err.Error(), true
+		close(p.exited)
 		return fmt.Errorf("start %s: %w", n.Name, err)
 	}
-	n.cmd, n.exited, n.paused = cmd, make(chan struct{}), false
-	go func(cmd *exec.Cmd, exited chan struct{}) {
-		cmd.Wait()
-		logf.Close()
-		close(exited)
-	}(cmd, n.exited)
+	n.cur, n.paused = p, false
+	go d.reap(n, p, logf)
 	return nil
+}
+
+// reap waits for p to exit and records how; an exit the harness did not
+// cause is reported at once.
+func (d *db) reap(n *node, p *proc, logf *os.File) {
+	p.cmd.Wait()
+	n.mu.Lock()
+	p.exit, p.status = d.clock(), p.cmd.ProcessState.String()
+	p.crashed = !p.byHarness
+	crashed := p.crashed
+	n.mu.Unlock()
+	cause := "asked by the harness"
+	if crashed {
+		cause = "NOT caused by the harness"
+		d.logf("%s exited unexpectedly at %s (%s), %s after it started", n.Name, runTime(p.exit), p.status, time.Duration(p.exit-p.start).Round(time.Millisecond))
+	}
+	fmt.Fprintf(logf, "%s %s exited at run time %s: %s, %s\n", harnessMark, n.Name, runTime(p.exit), p.status, cause)
+	logf.Close()
+	close(p.exited)
+}
+
+// harnessMark starts every line the harness writes into an agent's log.
+const harnessMark = "=== harness:"
+
+func runTime(ns int64) string { return time.Duration(ns).Round(time.Millisecond).String() }
+
+func (p *proc) gone() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// take detaches node i's process for the harness to stop: its exit will
+// not count as a crash. It returns nil when none runs.
+func (d *db) take(i int) *proc {
+	n := d.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.cur
+	n.cur = nil
+	if p == nil {
+		return nil
+	}
+	if !p.gone() {
+		p.byHarness = true
+	}
+	return p
 }
 
 // kill sends SIGKILL and waits until the process is gone.
 func (d *db) kill(i int) error {
-	n := d.nodes[i]
-	n.mu.Lock()
-	cmd, exited := n.cmd, n.exited
-	n.cmd = nil
-	n.mu.Unlock()
-	if cmd == nil {
-		return nil
+	p := d.take(i)
+	if p == nil || p.gone() {
+		return nil // never signal a reaped process's ID: it may be another's now
 	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {
-	case <-exited:
+	case <-p.exited:
 		return nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("kill %s: still running after 10s", n.Name)
+		return fmt.Errorf("kill %s: still running after 10s", d.nodes[i].Name)
 	}
 }
 
@@ -137,40 +217,90 @@ func (d *db) running(i int) bool {
 	n := d.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return false
+	return n.cur != nil && !n.cur.gone()
+}
+
+// pid is node i's process ID, or 0 when it does not run.
+func (d *db) pid(i int) int {
+	n := d.nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur == nil || n.cur.gone() {
+		return 0
 	}
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
+	return n.cur.cmd.Process.Pid
 }
 
 func (d *db) signal(i int, sig syscall.Signal) error {
 	n := d.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return fmt.Errorf("%s is not running", n.Name)
+	if n.cur == nil || n.cur.gone() {
+		return fmt.Errorf("%s is not running", n.Name) // and its process ID may be another's now
 	}
 	n.paused = sig == syscall.SIGSTOP
-	return syscall.Kill(-n.cmd.Process.Pid, sig)
+	return syscall.Kill(-n.cur.cmd.Process.Pid, sig)
 }
 
 func (d *db) pause(i int) error  { return d.signal(i, syscall.SIGSTOP) }
 func (d *db) resume(i int) error { return d.signal(i, syscall.SIGCONT) }
 
-// wipe removes node i's data dir (its apply journal stays: it is history).
-func (d *db) wipe(i int) error { return os.RemoveAll(d.nodes[i].Dir) }
+// wipe empties node i's data dir (its apply journal stays: it is
+// history). The dir itself stays: it may be a mount point.
+func (d *db) wipe(i int) error {
+	entries, err := os.ReadDir(d.nodes[i].Dir)
+	if err != nil {
+		return fmt.Errorf("wipe %s: %w", d.nodes[i].Name, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(d.nodes[i].Dir, e.Name())); err != nil {
+			return fmt.Errorf("wipe %s: %w", d.nodes[i].Name, err)
+		}
+	}
+	return nil
+}
 
-// stopAll kills every node, resuming paused ones first.
+// stopAll kills every node, resuming paused ones first: the cleanup after
+// an error. A healthy run ends with terminateAll.
 func (d *db) stopAll() {
 	for i := range d.nodes {
 		d.resume(i)
 		d.kill(i)
 	}
+}
+
+// crash is a process that exited without the harness asking it to.
+type crash struct {
+	Node        string
+	Proc        int // the proc's number on its node, from 0
+	Start, Exit int64
+	Status      string
+}
+
+// crashes lists every unexpected exit so far.
+func (d *db) crashes() []crash {
+	var cs []crash
+	for _, n := range d.nodes {
+		n.mu.Lock()
+		for k, p := range n.procs {
+			if p.crashed {
+				cs = append(cs, crash{Node: n.Name, Proc: k, Start: p.start, Exit: p.exit, Status: p.status})
+			}
+		}
+		n.mu.Unlock()
+	}
+	return cs
+}
+
+// procStarts is the start time of each of node n's processes.
+func (d *db) procStarts(n *node) []int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ts []int64
+	for _, p := range n.procs {
+		ts = append(ts, p.start)
+	}
+	return ts
 }
 
 // health is GET /v1/health.

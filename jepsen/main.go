@@ -18,7 +18,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -27,6 +29,7 @@ type runConfig struct {
 	timeLimit         time.Duration
 	seed              int64
 	nemesis           []string
+	nemesisAll        bool // -nemesis all: a family this machine cannot run is left out, not an error
 	rate              float64
 	concurrency       int
 	subscribers       int
@@ -35,6 +38,9 @@ type runConfig struct {
 	out               string
 	portBase          int
 	heartbeatTimeout  time.Duration
+	timeouts          string // -timeouts: random, default or short
+	defaultTimeouts   bool   // this run leaves the agent's timeouts at their defaults
+	plugregBin        string // a prebuilt agent, or "" to build ./cmd/plugreg
 	snapshotThreshold int
 	journalSize       int
 	checkTimeout      time.Duration
@@ -56,13 +62,15 @@ func main() {
 	flag.IntVar(&r.portBase, "port-base", 18500, "HTTP port; server port is one more, gossip two more")
 	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
+	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
+	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
 		r.seed = time.Now().UnixNano() % 1_000_000
 	}
 	switch nem {
 	case "all":
-		r.nemesis = families
+		r.nemesis, r.nemesisAll = append([]string(nil), families...), true
 	case "none", "":
 	default:
 		r.nemesis = strings.Split(nem, ",")
@@ -79,6 +87,19 @@ func main() {
 	r.heartbeatTimeout = time.Duration(300+rng.Intn(400)) * time.Millisecond
 	r.snapshotThreshold = 100 + rng.Intn(200)
 	r.journalSize = 512 + rng.Intn(1024)
+	// Some runs as users run the agent, with its default timeouts: the
+	// short ones hide what only a slower election lets happen (a node
+	// restarted before anyone noticed it was gone).
+	switch r.timeouts {
+	case "random":
+		r.defaultTimeouts = rng.Intn(3) == 0
+	case "default":
+		r.defaultTimeouts = true
+	case "short":
+	default:
+		fmt.Fprintf(os.Stderr, "jepsen: -timeouts %q: want random, default or short\n", r.timeouts)
+		os.Exit(2)
+	}
 
 	code, err := run(&r)
 	if err != nil {
@@ -88,6 +109,59 @@ func main() {
 		}
 	}
 	os.Exit(code)
+}
+
+// finish heals everything and checks that the cluster is live again: a
+// write through each node is applied everywhere, the nodes converge, and
+// the slow watcher catches up (the other subscribers get a heartbeat's
+// time). It stays within about a minute even when a node is stuck.
+func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, slow *slowWatcher, logf func(string, ...interface{})) endOfRun {
+	nm.recoverAll(ctx)
+	e := endOfRun{stuck: nm.stuckNodes()}
+	e.live = checkLiveness(ctx, wl, logf)
+	convBound, watchBound := 30*time.Second, 20*time.Second
+	if len(e.live.violations) > 0 {
+		// A node is stuck: the checks below will see it at once.
+		convBound, watchBound = 5*time.Second, 6*time.Second
+	}
+	e.conv = converge(ctx, d, r.types, convBound, logf)
+	t0 := time.Now()
+	e.watchTarget = max(e.live.maxIndex, e.conv.index)
+	e.watchReached, _ = slow.catchUp(e.watchTarget, watchBound)
+	logf("slow watcher: reached index %d of %d in %v; %d events received", e.watchReached, e.watchTarget, time.Since(t0).Round(time.Millisecond), slow.events.Load())
+	if rest := 6*time.Second - time.Since(t0); rest > 0 {
+		time.Sleep(rest) // a heartbeat on every stream
+	}
+	return e
+}
+
+// timeoutsText says which Raft timeouts the run uses.
+func (r *runConfig) timeoutsText() string {
+	if r.defaultTimeouts {
+		return fmt.Sprintf("raft timeouts: the agent's defaults (no -heartbeat-timeout: %v heartbeat and election)", agentDefaultTimeout)
+	}
+	return fmt.Sprintf("raft heartbeat/election timeout %v (-heartbeat-timeout)", r.heartbeatTimeout)
+}
+
+// plugregBinary is -plugreg-bin, or ./cmd/plugreg built into dir.
+func plugregBinary(r *runConfig, dir string) (string, error) {
+	if r.plugregBin != "" {
+		bin, err := filepath.Abs(r.plugregBin)
+		if err != nil {
+			return "", fmt.Errorf("-plugreg-bin: %w", err)
+		}
+		if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("-plugreg-bin %s: not an executable file (%v)", bin, err)
+		}
+		return bin, nil
+	}
+	bin := filepath.Join(dir, "plugreg")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build plugreg: %w", err)
+	}
+	return bin, nil
 }
 
 func contains(xs []string, x string) bool {
@@ -117,16 +191,16 @@ func run(r *runConfig) (int, error) {
 	dir, _ = filepath.Abs(dir)
 	logf := newLog(filepath.Join(dir, "run.log"))
 	defer logf.close()
-	logf.printf("run %s: seed %d, nemesis %v, %v, heartbeat timeout %v, snapshot threshold %d, journal %d",
-		dir, r.seed, r.nemesis, r.timeLimit, r.heartbeatTimeout, r.snapshotThreshold, r.journalSize)
+	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d",
+		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
 
-	bin := filepath.Join(dir, "plugreg")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 2, fmt.Errorf("build plugreg: %w", err)
+	bin, err := plugregBinary(r, dir)
+	if err != nil {
+		return 2, err
 	}
+	logf.printf("agent binary: %s", bin)
 	d := newDB(dir, bin, r)
+	d.logf = logf.printf
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
 	for _, n := range d.nodes {
 		nf.ips = append(nf.ips, n.IP)
@@ -134,10 +208,11 @@ func run(r *runConfig) (int, error) {
 	if err := nf.setup(); err != nil {
 		return 2, fmt.Errorf("iptables: %w", err)
 	}
-	// Whatever happens, no rule and no process outlives the run.
+	// Whatever happens, no rule, no process and no mount outlives the run.
 	cleanup := func() {
 		nf.teardown()
 		d.stopAll()
+		d.unmountDataDirs()
 	}
 	defer cleanup()
 	sig := make(chan os.Signal, 1)
@@ -150,8 +225,18 @@ func run(r *runConfig) (int, error) {
 		}
 	}()
 
+	if contains(r.nemesis, "disk") {
+		if err := d.mountDataDirs(); err != nil {
+			if !r.nemesisAll {
+				return 2, fmt.Errorf("the disk family needs a tmpfs per data dir: %w", err)
+			}
+			logf.printf("leaving the disk family out: it needs a tmpfs per data dir: %v", err)
+			r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "disk" })
+		}
+	}
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
+	d.clock = clock
 	for i := range d.nodes {
 		if err := d.start(i); err != nil {
 			return 2, err
@@ -166,38 +251,41 @@ func run(r *runConfig) (int, error) {
 	rec := &recorder{}
 	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
 	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
-	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, logf: logf.printf}
+	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, logf: logf.printf}
+	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
+	logf.printf("slow watcher (Go client, subscriber %d): stall timeout %v", r.subscribers, slow.stall)
 
 	runCtx, stop := context.WithTimeout(ctx, r.timeLimit)
 	defer stop()
+	// Two groups: the workload and the nemesis stop at the time limit; the
+	// observers (leader polling, subscribers, the slow watcher) only once
+	// the cluster has healed and they have caught up.
+	var running, observing sync.WaitGroup
 	obsCtx, stopObs := context.WithCancel(ctx)
-	done := make(chan struct{}, 4)
-	go func() { observeLeaders(obsCtx, d, rec, clock); done <- struct{}{} }()
-	subCtx, stopSubs := context.WithCancel(ctx)
-	go func() { subs.run(subCtx); done <- struct{}{} }()
-	go func() { wl.run(runCtx); done <- struct{}{} }()
+	defer stopObs()
+	observing.Add(3)
+	go func() { defer observing.Done(); observeLeaders(obsCtx, d, rec, clock) }()
+	go func() { defer observing.Done(); subs.run(obsCtx) }()
+	go func() { defer observing.Done(); slow.run(obsCtx) }()
+	running.Add(1)
+	go func() { defer running.Done(); wl.run(runCtx) }()
 	if len(r.nemesis) > 0 {
-		go func() { nm.run(runCtx); done <- struct{}{} }()
+		running.Add(1)
+		go func() { defer running.Done(); nm.run(runCtx) }()
 	}
-	<-runCtx.Done()
-	<-done // the workload
-	if len(r.nemesis) > 0 {
-		<-done
-	}
+	running.Wait()
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
-	// Final heal: everything up, connected, one leader; then let the
-	// subscribers catch up before they stop.
-	nm.recoverAll(ctx)
-	conv := converge(ctx, d, r.types, logf.printf)
-	time.Sleep(6 * time.Second) // a heartbeat on every stream
-	stopSubs()
+	end := finish(ctx, d, r, wl, nm, slow, logf.printf)
 	stopObs()
-	<-done
-	<-done
-	d.stopAll()
+	observing.Wait()
+	end.stops = d.terminateAll()
+	for _, s := range end.stops {
+		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
+	}
+	d.unmountDataDirs()
 
-	res := analyse(dir, r, d, rec, nm.history(), conv, logf.printf)
+	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
 	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {
 		logf.printf("writing results: %v", err)
 	}

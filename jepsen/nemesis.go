@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/plugreg/plugreg/jepsen/check"
 )
 
 // fault is one nemesis action as recorded: what, when, and whether it was
@@ -22,7 +26,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk"}
 
 type nemesis struct {
 	db     *db
@@ -30,9 +34,11 @@ type nemesis struct {
 	rng    *rand.Rand
 	clock  func() int64
 	fams   []string
+	load   func(ctx context.Context, node int, d time.Duration) int // writes through node for d (workload.burst)
 	logf   func(format string, args ...interface{})
-	mu     sync.Mutex // guards faults
+	mu     sync.Mutex // guards faults, stuck
 	faults []fault
+	stuck  []check.Violation // nodes that did not catch up after a fault
 }
 
 func (nm *nemesis) record(f fault) {
@@ -89,12 +95,78 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		actions = []func(context.Context) fault{nm.removeWipeReadd, nm.restartRemoved}
 	case "transfer":
 		actions = []func(context.Context) fault{nm.transfer}
+	case "restart":
+		// The leader twice as often: the restart that followers forwarding
+		// to it are most likely to meet half-started.
+		actions = []func(context.Context) fault{nm.restartLeader, nm.restartLeader, nm.restartRandom, nm.restartTwice}
+	case "disk":
+		actions = []func(context.Context) fault{nm.diskFull}
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
 	f.Family, f.Start, f.End = fam, start, nm.clock()
 	nm.logf("nemesis %-22s effect=%-5v %s", f.Name, f.Effect, f.Detail)
 	nm.record(f)
+	nm.catchUp(ctx, f)
+}
+
+// catchUpBound is how long every node has, after a fault is healed, to
+// apply what the leader had applied at the heal.
+const catchUpBound = 20 * time.Second
+
+// catchUp checks liveness after a healed fault: every node must apply the
+// leader's applied index within catchUpBound. A follower that still hears
+// the leader's heartbeats but never receives another entry (hashicorp/raft
+// issue 612) fails here, whatever fault comes next.
+func (nm *nemesis) catchUp(ctx context.Context, f fault) {
+	l, _ := nm.db.leader(ctx)
+	if l < 0 {
+		return // recoverAll found no leader; the next fault or the final check will tell
+	}
+	h, err := nm.db.health(ctx, l)
+	if err != nil {
+		return
+	}
+	target := h.AppliedIndex
+	behind := map[int]string{}
+	ok := nm.waitFor(ctx, catchUpBound, 200*time.Millisecond, func() bool {
+		clear(behind)
+		for i := range nm.db.nodes {
+			if !nm.db.running(i) {
+				// Crashed (the process watch reports it): restart it, as a
+				// supervisor would, and see whether it catches up then.
+				behind[i] = "not running: it crashed, and was restarted"
+				nm.db.start(i)
+				continue
+			}
+			h, err := nm.db.health(ctx, i)
+			switch {
+			case err != nil:
+				behind[i] = "not answering: " + err.Error()
+			case h.AppliedIndex < target:
+				behind[i] = fmt.Sprintf("at applied index %d, %s in term %d, leader %q", h.AppliedIndex, h.RaftState, h.Term, h.Leader)
+			}
+		}
+		return len(behind) == 0
+	})
+	if ok || ctx.Err() != nil {
+		return // caught up, or the run ended first: the final check takes over
+	}
+	for i, why := range behind {
+		v := check.Violation{Checker: "catch-up", Detail: fmt.Sprintf("after %s (healed at %.1fs), %s had not applied index %d (the leader %s's at the heal) %v later: %s",
+			f.Name, float64(f.End)/1e9, nm.db.nodes[i].Name, target, nm.db.nodes[l].Name, catchUpBound, why)}
+		nm.logf("%s", v)
+		nm.mu.Lock()
+		nm.stuck = append(nm.stuck, v)
+		nm.mu.Unlock()
+	}
+}
+
+// stuckNodes returns catchUp's violations.
+func (nm *nemesis) stuckNodes() []check.Violation {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	return append([]check.Violation(nil), nm.stuck...)
 }
 
 // waitFor polls cond every interval until it holds (true), d passes or
@@ -130,10 +202,11 @@ func (nm *nemesis) otherThan(l int) int {
 }
 
 // recoverAll restarts dead nodes, resumes paused ones, heals the network,
-// and waits for a leader.
+// frees full disks, and waits for a leader.
 func (nm *nemesis) recoverAll(ctx context.Context) {
 	nm.net.heal()
-	for i := range nm.db.nodes {
+	for i, n := range nm.db.nodes {
+		os.Remove(ballast(n))
 		nm.db.resume(i)
 		if !nm.db.running(i) {
 			if err := nm.db.start(i); err != nil {
@@ -432,4 +505,94 @@ func (nm *nemesis) transfer(ctx context.Context) fault {
 	f.Detail += fmt.Sprintf(" from %s in term %d; moved: %v", nm.db.nodes[l].Name, term, f.Effect)
 	nm.recoverAll(ctx)
 	return f
+}
+
+// restartDelay draws how long a killed node stays down in the restart
+// family: 0-2 s, and two times in three under half the election timeout,
+// so that the node is usually back before the others have elected a new
+// leader, while they still forward reads and writes to it.
+func (nm *nemesis) restartDelay() time.Duration {
+	upTo := 2 * time.Second
+	if nm.rng.Intn(3) > 0 {
+		upTo = min(upTo, nm.db.hbTimeout/2)
+	}
+	return time.Duration(nm.rng.Int63n(int64(upTo) + 1))
+}
+
+// otherLeads reports whether a node other than i leads in a term after
+// term: whether the cluster has moved on from i.
+func (nm *nemesis) otherLeads(ctx context.Context, i int, term uint64) bool {
+	for j := range nm.db.nodes {
+		if j == i {
+			continue
+		}
+		if h, err := nm.db.health(ctx, j); err == nil && h.RaftState == "Leader" && h.Term > term {
+			return true
+		}
+	}
+	return false
+}
+
+// fastRestart kill -9s node i and starts it again after restartDelay,
+// times times in a row. It took effect when every kill left no process
+// and every start left a new one running.
+func (nm *nemesis) fastRestart(ctx context.Context, name string, i int, wasLeader bool, term uint64, times int) fault {
+	f := fault{Name: name, Effect: true}
+	n := nm.db.nodes[i]
+	role := "follower"
+	if wasLeader {
+		role = fmt.Sprintf("leader in term %d", term)
+	}
+	var steps []string
+	for k := 0; k < times; k++ {
+		if k > 0 {
+			nm.sleep(ctx, time.Duration(nm.rng.Intn(1000))*time.Millisecond) // up, briefly
+		}
+		old := nm.db.pid(i)
+		err := nm.db.kill(i)
+		gone := err == nil && old != 0 && !nm.db.running(i)
+		delay := nm.restartDelay()
+		nm.sleep(ctx, delay)
+		movedOn := nm.otherLeads(ctx, i, term)
+		err = nm.db.start(i)
+		back := err == nil && nm.db.pid(i) != 0 && nm.db.pid(i) != old
+		f.Effect = f.Effect && gone && back
+		steps = append(steps, fmt.Sprintf("killed (pid %d gone: %v), restarted after %v (new process: %v, a new leader already: %v)",
+			old, gone, delay.Round(time.Millisecond), back, movedOn))
+	}
+	// Up again: the restarted process answers. A crash right after the
+	// start is the process watch's to report; recoverAll restarts it.
+	up := false
+	nm.waitFor(ctx, 10*time.Second, 100*time.Millisecond, func() bool {
+		_, err := nm.db.health(ctx, i)
+		up = err == nil
+		return up || !nm.db.running(i)
+	})
+	f.Detail = fmt.Sprintf("%s (%s): %s; answering: %v", n.Name, role, strings.Join(steps, "; "), up)
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) restartLeader(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	if l < 0 {
+		return nm.fastRestart(ctx, "restart-leader", nm.rng.Intn(len(nm.db.nodes)), false, term, 1)
+	}
+	return nm.fastRestart(ctx, "restart-leader", l, true, term, 1)
+}
+
+func (nm *nemesis) restartRandom(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	i := nm.rng.Intn(len(nm.db.nodes))
+	return nm.fastRestart(ctx, "restart-random", i, i == l, term, 1)
+}
+
+// restartTwice restarts the leader, then again before it has settled: a
+// crash loop as a supervisor with a short restart delay would make one.
+func (nm *nemesis) restartTwice(ctx context.Context) fault {
+	l, term := nm.db.leader(ctx)
+	if l < 0 {
+		return nm.fastRestart(ctx, "restart-twice", nm.rng.Intn(len(nm.db.nodes)), false, term, 2)
+	}
+	return nm.fastRestart(ctx, "restart-twice", l, true, term, 2)
 }

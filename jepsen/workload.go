@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,7 @@ type workload struct {
 	rate        float64
 	staleReads  bool
 	seed        int64
+	bursts      atomic.Int64 // burst's count, for unique values
 }
 
 func (w *workload) run(ctx context.Context) {
@@ -97,6 +99,47 @@ func (w *workload) process(ctx context.Context, p int) {
 			}
 		}
 	}
+}
+
+// burstType is the plugin type of burst's writes: a type of their own, so
+// that they add no history to the workload's keys (the linearizability
+// checker's partitions).
+const burstType = "burst"
+
+// burst writes through node i for d, two clients a write every 10 ms each:
+// the write load that some faults need at the leader, where the workload's
+// own clients slow down (those that reach a stalled node wait on it). Each
+// client writes one name of its own, and every write is recorded as the
+// workload's are.
+func (w *workload) burst(ctx context.Context, i int, d time.Duration) int {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	b := w.bursts.Add(1)
+	n := w.db.nodes[i]
+	var (
+		wg    sync.WaitGroup
+		total atomic.Int64
+	)
+	for c := 0; c < 2; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			hc := clientFrom(clientIP, 2*time.Second)
+			for seq := 0; ctx.Err() == nil; seq++ {
+				op := check.Op{Process: 2000 + c, Node: n.Name, F: check.FRegister, Type: burstType, Name: fmt.Sprintf("b%d", c), Alloc: "a0",
+					Value: fmt.Sprintf("burst%d-%d-%d", b, c, seq), RequestID: fmt.Sprintf("s%d-burst%d-%d-%d", w.seed, b, c, seq)}
+				w.do(ctx, hc, n.HTTP, &op)
+				w.rec.add(op)
+				total.Add(1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	return int(total.Load())
 }
 
 // do performs op against addr and fills in its completion. The outcome is
