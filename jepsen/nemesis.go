@@ -247,17 +247,7 @@ func (nm *nemesis) killAll(ctx context.Context) fault {
 // newLeaderBeyond waits up to d for a node other than old to lead in a
 // term after term.
 func (nm *nemesis) newLeaderBeyond(ctx context.Context, old int, term uint64, d time.Duration) bool {
-	return nm.waitFor(ctx, d, 50*time.Millisecond, func() bool {
-		for i := range nm.db.nodes {
-			if i == old {
-				continue
-			}
-			if h, err := nm.db.health(ctx, i); err == nil && h.RaftState == "Leader" && h.Term > term {
-				return true
-			}
-		}
-		return false
-	})
+	return nm.waitFor(ctx, d, 50*time.Millisecond, func() bool { return nm.otherLeads(ctx, old, term) })
 }
 
 func (nm *nemesis) pauseLeader(ctx context.Context) fault {
