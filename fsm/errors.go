@@ -20,6 +20,10 @@ var (
 	// live state is untouched when Restore returns it.
 	ErrBadSnapshot = errors.New("fsm: bad snapshot")
 
+	// ErrStaleSnapshot marks a snapshot older than the state already
+	// applied; Restore refuses it and leaves the state untouched.
+	ErrStaleSnapshot = errors.New("fsm: snapshot is older than the applied state; refused")
+
 	// ErrNotFound marks a lookup of an instance, name or type that does not
 	// exist.
 	ErrNotFound = errors.New("fsm: not found")

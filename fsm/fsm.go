@@ -189,6 +189,19 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	// Never go back. hashicorp/raft v1.7.3 installs whatever snapshot a
+	// leader sends, even one older than what this node has applied (a
+	// stale InstallSnapshot, e.g. from a replication goroutine of a
+	// membership change that was still running); it then rewinds its
+	// applied index and panics on the next commit ("log not found": the
+	// entries after the snapshot were compacted here). The committed
+	// history is one sequence, so an older snapshot holds nothing this
+	// state lacks: refuse it and raft answers the leader with an error.
+	// (A restore of an operator's backup must therefore carry a fresh
+	// index, the index of the entry that restores it.)
+	if cur := f.State(); s.Index() < cur.Index() {
+		return fmt.Errorf("restore: %w: snapshot at index %d, state already at %d", ErrStaleSnapshot, s.Index(), cur.Index())
+	}
 	f.state.Store(s)
 	if f.sink != nil {
 		f.sink.Restored(s)

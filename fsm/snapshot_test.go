@@ -221,3 +221,35 @@ type memSink struct {
 func (m *memSink) ID() string    { return "mem" }
 func (m *memSink) Close() error  { return nil }
 func (m *memSink) Cancel() error { m.cancelled = true; return nil }
+
+// A snapshot older than what the FSM has applied is refused and changes
+// nothing: hashicorp/raft would otherwise rewind a follower onto it and
+// panic on the entries it had compacted (found by the fault suite: a stale
+// InstallSnapshot after a membership change).
+func TestRestoreRefusesAnOlderSnapshot(t *testing.T) {
+	a := newApplier(t)
+	logs := randomLog(t, 3, 200)
+	for _, l := range logs[:100] {
+		a.fsm.Apply(l)
+	}
+	older := a.snapshot()
+	for _, l := range logs[100:] {
+		a.fsm.Apply(l)
+	}
+	before := a.snapshot()
+	err := a.fsm.Restore(io.NopCloser(bytes.NewReader(older)))
+	if !errors.Is(err, ErrStaleSnapshot) {
+		t.Fatalf("restore of a snapshot at 100 onto state at 200: %v, want ErrStaleSnapshot", err)
+	}
+	if !bytes.Equal(a.snapshot(), before) {
+		t.Fatal("a refused restore changed the state")
+	}
+	// The same snapshot and a newer one are fine.
+	if err := a.fsm.Restore(io.NopCloser(bytes.NewReader(before))); err != nil {
+		t.Fatalf("restore of the same state: %v", err)
+	}
+	fresh := New(nil)
+	if err := fresh.Restore(io.NopCloser(bytes.NewReader(older))); err != nil {
+		t.Fatalf("restore into an empty FSM: %v", err)
+	}
+}
