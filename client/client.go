@@ -16,18 +16,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/api"
 )
 
 // PluginInfo is a plugin instance.
-type PluginInfo = fsm.PluginInfo
+type PluginInfo = api.PluginInfo
 
 // ConnectionInfo says how to reach a plugin instance.
-type ConnectionInfo = fsm.ConnectionInfo
+type ConnectionInfo = api.ConnectionInfo
 
 // Event is one line of the event stream.
-type Event = registry.Event
+type Event = api.Event
 
 // Config of a Client.
 type Config struct {
@@ -217,7 +216,7 @@ func (c *Client) decode(resp *http.Response, out interface{}) error {
 // WriteResult is a write's outcome and log index.
 type WriteResult struct {
 	Index  uint64
-	Result fsm.Result
+	Result api.Result
 }
 
 func newRequestID() string {
@@ -396,8 +395,8 @@ func (c *Client) Leave(ctx context.Context) error {
 // WithRequestID makes the write it is passed to carry id instead of a fresh
 // one: use it to retry a write across process restarts.
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return registry.WithRequestID(ctx, id)
+	return api.WithRequestID(ctx, id)
 }
 
 // RequestID returns the ID set by WithRequestID, or "".
-func RequestID(ctx context.Context) string { return registry.RequestID(ctx) }
+func RequestID(ctx context.Context) string { return api.RequestID(ctx) }

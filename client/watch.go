@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/api"
 )
 
 // WatchOptions tune Watch.
@@ -135,12 +135,12 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 		}
 		next, deliver := w.cur, true
 		switch ev.EventType {
-		case registry.EventHeartbeat:
+		case api.EventHeartbeat:
 			if ev.Index > next.complete && ev.Index >= next.partial {
 				next = cursor{complete: ev.Index}
 			}
 			deliver = w.opts.Heartbeats
-		case registry.EventReset:
+		case api.EventReset:
 			next = cursor{complete: ev.Index}
 			skip = 0
 		default:

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"github.com/plugreg/plugreg/api"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
@@ -96,12 +97,7 @@ func (r *DeregisterNodeRequest) Validate() error {
 	return validateRequestID(r.RequestID)
 }
 
-func validateRequestID(id string) error {
-	if id == "" {
-		return nil
-	}
-	return validateText("RequestID", id, MaxRequestIDLen)
-}
+func validateRequestID(id string) error { return api.ValidateRequestID(id) }
 
 // msgpackHandle is read-only configuration shared by every encoder and
 // decoder. Canonical sorts map keys so that equal states encode to equal

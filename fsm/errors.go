@@ -1,14 +1,18 @@
 package fsm
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/plugreg/plugreg/api"
+)
 
 var (
-	// ErrInvalid marks a request that fails validation. It is wrapped with
-	// the field at fault; test with errors.Is.
-	ErrInvalid = errors.New("fsm: invalid request")
+	// ErrInvalid marks a request that fails validation (api.ErrInvalid,
+	// the same value: validation happens at the edge too).
+	ErrInvalid = api.ErrInvalid
 
-	// ErrTooLarge marks a request over one of the size limits.
-	ErrTooLarge = errors.New("fsm: request too large")
+	// ErrTooLarge marks a request over one of the size limits (api.ErrTooLarge).
+	ErrTooLarge = api.ErrTooLarge
 
 	// ErrUnknownCommand marks a command type this binary does not know.
 	ErrUnknownCommand = errors.New("fsm: unknown command type; upgrade this node")

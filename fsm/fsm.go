@@ -7,17 +7,18 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
-// Result is what a write did.
-type Result string
+// Result is what a write did (a wire type: see api).
+type Result = api.Result
 
 const (
-	ResultRegistered   Result = "registered"
-	ResultUpdated      Result = "updated"
-	ResultUnchanged    Result = "unchanged"
-	ResultDeregistered Result = "deregistered"
-	ResultAbsent       Result = "absent"
+	ResultRegistered   = api.ResultRegistered
+	ResultUpdated      = api.ResultUpdated
+	ResultUnchanged    = api.ResultUnchanged
+	ResultDeregistered = api.ResultDeregistered
+	ResultAbsent       = api.ResultAbsent
 	// ResultIgnored answers a command type this binary does not know but
 	// that was flagged as safe to skip.
 	ResultIgnored Result = "ignored"
@@ -36,13 +37,13 @@ type ApplyResult struct {
 	Duplicate bool
 }
 
-// EventType says what happened to a plugin instance.
-type EventType string
+// EventType says what happened to a plugin instance (see api).
+type EventType = api.EventType
 
 const (
-	EventRegistered   EventType = "registered"
-	EventUpdated      EventType = "updated"
-	EventDeregistered EventType = "deregistered"
+	EventRegistered   = api.EventRegistered
+	EventUpdated      = api.EventUpdated
+	EventDeregistered = api.EventDeregistered
 )
 
 // Event is one change to one instance. Info is the instance after the

@@ -1,60 +1,32 @@
 package fsm
 
 import (
-	"fmt"
 	"maps"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/plugreg/plugreg/api"
 )
 
-// Limits on one PluginInfo. They bound the size of a log entry and of the
-// state, and are checked before anything is proposed.
+// The plugin wire types and their validation live in api, which clients
+// and plugins import without the server (no raft); the FSM stores them as
+// they are.
+type (
+	PluginInfo     = api.PluginInfo
+	ConnectionInfo = api.ConnectionInfo
+)
+
+// Limits on one PluginInfo (see api).
 const (
-	MaxFieldBytes   = 256       // Type, Name, AllocID, Version, NodeID
-	MaxOptions      = 64        // entries in Options
-	MaxPluginBytes  = 64 * 1024 // all strings of one PluginInfo together
-	MaxRequestIDLen = 128       // a write's request ID
+	MaxFieldBytes   = api.MaxFieldBytes
+	MaxOptions      = api.MaxOptions
+	MaxPluginBytes  = api.MaxPluginBytes
+	MaxRequestIDLen = api.MaxRequestIDLen
 )
 
-// ConnectionInfo says how to reach a plugin instance. At least one of the
-// fields is set.
-type ConnectionInfo struct {
-	SocketPath string `json:",omitempty"`
-	Address    string `json:",omitempty"`
-}
+// ValidatePlugin checks a PluginInfo as a registration request (api.ValidatePlugin).
+func ValidatePlugin(p *PluginInfo) error { return api.ValidatePlugin(p) }
 
-// PluginInfo is one registered plugin instance. Its identity is
-// (Type, Name, AllocID). CreateIndex and ModifyIndex are the Raft indexes of
-// the entries that created and last changed it; they are set by the FSM and
-// ignored on input.
-type PluginInfo struct {
-	Type           string
-	Name           string
-	AllocID        string
-	Version        string            `json:",omitempty"`
-	NodeID         string            `json:",omitempty"`
-	ConnectionInfo *ConnectionInfo   `json:",omitempty"`
-	Options        map[string]string `json:",omitempty"`
-	CreateIndex    uint64
-	ModifyIndex    uint64
-}
-
-// Copy returns a deep copy, so that the caller and the registry never share
-// a PluginInfo (Nomad's seed registry kept the caller's pointer).
-func (p *PluginInfo) Copy() *PluginInfo {
-	if p == nil {
-		return nil
-	}
-	c := *p
-	if p.ConnectionInfo != nil {
-		ci := *p.ConnectionInfo
-		c.ConnectionInfo = &ci
-	}
-	if p.Options != nil {
-		c.Options = maps.Clone(p.Options)
-	}
-	return &c
-}
+// ValidateIdentifier checks one part of a plugin's identity (api.ValidateIdentifier).
+func ValidateIdentifier(field, v string) error { return api.ValidateIdentifier(field, v) }
 
 // sameContent reports whether a and b describe the same instance with the
 // same content, ignoring the indexes the FSM assigns. An empty Options map
@@ -71,87 +43,4 @@ func sameContent(a, b *PluginInfo) bool {
 		return false
 	}
 	return maps.Equal(a.Options, b.Options)
-}
-
-// ValidatePlugin checks a PluginInfo as a registration request. The error
-// wraps ErrInvalid or ErrTooLarge and names the field at fault.
-func ValidatePlugin(p *PluginInfo) error {
-	if p == nil {
-		return fmt.Errorf("%w: plugin is missing", ErrInvalid)
-	}
-	for _, f := range []struct{ name, v string }{
-		{"Type", p.Type}, {"Name", p.Name}, {"AllocID", p.AllocID},
-	} {
-		if err := ValidateIdentifier(f.name, f.v); err != nil {
-			return err
-		}
-	}
-	for _, f := range []struct{ name, v string }{
-		{"Version", p.Version}, {"NodeID", p.NodeID},
-	} {
-		if err := validateText(f.name, f.v, MaxFieldBytes); err != nil {
-			return err
-		}
-	}
-	ci := p.ConnectionInfo
-	if ci == nil || (ci.SocketPath == "" && ci.Address == "") {
-		return fmt.Errorf("%w: ConnectionInfo needs a SocketPath or an Address", ErrInvalid)
-	}
-	if len(p.Options) > MaxOptions {
-		return fmt.Errorf("%w: %d options, at most %d", ErrTooLarge, len(p.Options), MaxOptions)
-	}
-	total := len(p.Type) + len(p.Name) + len(p.AllocID) + len(p.Version) + len(p.NodeID) +
-		len(ci.SocketPath) + len(ci.Address)
-	for k, v := range p.Options {
-		if k == "" {
-			return fmt.Errorf("%w: empty option key", ErrInvalid)
-		}
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return fmt.Errorf("%w: option %q is not valid UTF-8", ErrInvalid, k)
-		}
-		total += len(k) + len(v)
-	}
-	for _, f := range []struct{ name, v string }{
-		{"ConnectionInfo.SocketPath", ci.SocketPath}, {"ConnectionInfo.Address", ci.Address},
-	} {
-		if err := validateText(f.name, f.v, MaxPluginBytes); err != nil {
-			return err
-		}
-	}
-	if total > MaxPluginBytes {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, total, MaxPluginBytes)
-	}
-	return nil
-}
-
-// ValidateIdentifier checks one part of a plugin's identity (a type, name,
-// alloc or node ID): non-empty, at most MaxFieldBytes, valid UTF-8, no '/'
-// (it would be unaddressable in the HTTP API's paths) and no control
-// characters.
-func ValidateIdentifier(field, v string) error {
-	if v == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalid, field)
-	}
-	if err := validateText(field, v, MaxFieldBytes); err != nil {
-		return err
-	}
-	if strings.ContainsRune(v, '/') {
-		return fmt.Errorf("%w: %s %q contains '/'", ErrInvalid, field, v)
-	}
-	return nil
-}
-
-func validateText(field, v string, max int) error {
-	if len(v) > max {
-		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrTooLarge, field, len(v), max)
-	}
-	if !utf8.ValidString(v) {
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
-	}
-	for _, r := range v {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: %s contains a control character", ErrInvalid, field)
-		}
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"github.com/plugreg/plugreg/api"
 	"sync"
 	"time"
 
@@ -288,16 +289,11 @@ func (s *Store) isShutdown() bool {
 	return s.shutdown
 }
 
-type requestIDKey struct{}
-
 // WithRequestID returns a context that makes the write it is passed to
-// carry id, so that a retry of the same write is recognised.
+// carry id, so that a retry of the same write is recognised (api.WithRequestID).
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	return api.WithRequestID(ctx, id)
 }
 
 // RequestID returns the request ID set by WithRequestID, or "".
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
+func RequestID(ctx context.Context) string { return api.RequestID(ctx) }

@@ -1,0 +1,33 @@
+package api
+
+// EventType says what an Event reports.
+type EventType string
+
+const (
+	EventRegistered   EventType = "registered"
+	EventUpdated      EventType = "updated"
+	EventDeregistered EventType = "deregistered"
+	// EventReset replaces everything the subscriber knew: Plugins is the
+	// complete state for its filter as of Index, and events continue after
+	// Index. It is sent when the subscriber's position is no longer in the
+	// journal (it fell behind, or the node restored a snapshot).
+	EventReset EventType = "reset"
+	// EventHeartbeat carries the node's applied index and no change; the
+	// HTTP stream sends it periodically.
+	EventHeartbeat EventType = "heartbeat"
+)
+
+// Event is one change delivered to a subscriber. All events of one Raft
+// entry carry that entry's Index; indexes never decrease within a stream.
+type Event struct {
+	Index     uint64
+	EventType EventType
+	// Info is the instance changed (the removed one, for deregistered).
+	Info *PluginInfo `json:",omitempty"`
+	// Current is the newest instance of Info's (Type, Name) after the
+	// change; nil when the name is gone.
+	Current *PluginInfo `json:",omitempty"`
+	// Plugins is the full state for the filter, for EventReset only: every
+	// instance, by Type then Name, each recency list newest first.
+	Plugins []*PluginInfo `json:",omitempty"`
+}
