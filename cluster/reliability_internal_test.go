@@ -22,21 +22,13 @@ import (
 // before, ReadIndex dereferenced the nil raft and the node crashed.
 func TestRPCBeforeRaftIsNotReady(t *testing.T) {
 	s := &Server{} // as between transport.Listen and setupRaft
-	methods := []struct {
-		name string
-		args interface{}
-	}{
-		{rpcApply, &applyArgs{Cmd: []byte{1}}},
-		{rpcReadIndex, struct{}{}},
-		{rpcPeers, struct{}{}},
-		{rpcLeave, &leaveArgs{ID: "n1"}},
-	}
+	methods := []string{rpcApply, rpcReadIndex, rpcPeers, rpcLeave}
 	for _, m := range methods {
-		t.Run(m.name, func(t *testing.T) {
-			_, err := s.handleRPC(context.Background(), m.name, func(interface{}) error { return nil })
+		t.Run(m, func(t *testing.T) {
+			_, err := s.handleRPC(context.Background(), m, func(interface{}) error { return nil })
 			var ce *Error
 			if !errors.As(err, &ce) || ce.Code() != CodeStarting || ce.Outcome() != NotApplied || !errors.Is(err, ErrStarting) {
-				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m.name, err, CodeStarting)
+				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m, err, CodeStarting)
 			}
 		})
 	}
@@ -99,7 +91,7 @@ func TestMembershipChangeDoesNotWaitForTheDisk(t *testing.T) {
 func TestRejectionKeepsItsIdentityOverTheWire(t *testing.T) {
 	for _, r := range rejections {
 		t.Run(r.code, func(t *testing.T) {
-			reply := rejectedReply(errors.Join(r.err, errors.New("detail")))
+			reply := new(applyReply).reject(errors.Join(r.err, errors.New("detail")))
 			got := rejection(reply.RejectedCode, reply.Rejected)
 			if !errors.Is(got, r.err) {
 				t.Fatalf("rebuilt %v (code %q), want errors.Is %v", got, reply.RejectedCode, r.err)

@@ -36,9 +36,10 @@ type applyReply struct {
 	RejectedCode string `codec:",omitempty"`
 }
 
-// rejectedReply answers an apply the leader refused without proposing it.
-func rejectedReply(err error) *applyReply {
-	return &applyReply{Rejected: err.Error(), RejectedCode: rejectionCode(err)}
+// reject records the FSM's refusal err in the reply, in its wire form.
+func (r *applyReply) reject(err error) *applyReply {
+	r.Rejected, r.RejectedCode = err.Error(), rejectionCode(err)
+	return r
 }
 
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
@@ -58,7 +59,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		// Validate before proposing: a bad entry must never reach the
 		// log, even from a misbehaving peer.
 		if _, err := fsm.DecodeCommand(args.Cmd); err != nil {
-			return rejectedReply(err), nil
+			return new(applyReply).reject(err), nil
 		}
 		if !s.IsLeader() {
 			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
@@ -69,7 +70,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		}
 		reply := &applyReply{Index: res.Index, Result: res.Result, Removed: res.Removed, Duplicate: res.Duplicate}
 		if res.Err != nil {
-			reply.Rejected, reply.RejectedCode = res.Err.Error(), rejectionCode(res.Err)
+			reply.reject(res.Err)
 		}
 		return reply, nil
 	case rpcReadIndex:

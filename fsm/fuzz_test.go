@@ -53,9 +53,7 @@ func FuzzDecodeCommand(f *testing.F) {
 // state as it was; never a panic.
 func FuzzRestore(f *testing.F) {
 	a := newApplier(f)
-	for _, l := range randomLog(f, 5, 200) {
-		a.fsm.Apply(l)
-	}
+	a.applyAll(randomLog(f, 5, 200))
 	f.Add(a.snapshot())
 	f.Add(newApplier(f).snapshot())
 	small := newApplier(f)

@@ -49,6 +49,13 @@ func (a *applier) apply(req Request) *ApplyResult {
 	return res
 }
 
+// applyAll hands logs to the FSM one entry at a time.
+func (a *applier) applyAll(logs []*raft.Log) {
+	for _, l := range logs {
+		a.fsm.Apply(l)
+	}
+}
+
 func (a *applier) snapshot() []byte {
 	a.t.Helper()
 	var buf bytes.Buffer

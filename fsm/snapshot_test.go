@@ -47,9 +47,7 @@ func randomLog(t testing.TB, seed int64, n int) []*raft.Log {
 
 func TestSnapshotRoundTripIsByteIdentical(t *testing.T) {
 	a := newApplier(t)
-	for _, l := range randomLog(t, 1, 2000) {
-		a.fsm.Apply(l)
-	}
+	a.applyAll(randomLog(t, 1, 2000))
 	first := a.snapshot()
 
 	// Through the raft interfaces, as a follower installing it would.
@@ -89,9 +87,7 @@ func TestSnapshotRoundTripIsByteIdentical(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	logs := randomLog(t, 7, 5000)
 	one, batched := newApplier(t), newApplier(t)
-	for _, l := range logs {
-		one.fsm.Apply(l)
-	}
+	one.applyAll(logs)
 	rng := rand.New(rand.NewSource(3))
 	for i := 0; i < len(logs); {
 		n := 1 + rng.Intn(64)
@@ -178,9 +174,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 func TestSnapshotWhileApplying(t *testing.T) {
 	a := newApplier(t)
 	logs := randomLog(t, 11, 4000)
-	for _, l := range logs[:2000] {
-		a.fsm.Apply(l)
-	}
+	a.applyAll(logs[:2000])
 	want := a.snapshot()
 	snap, _ := a.fsm.Snapshot()
 	var wg sync.WaitGroup
@@ -229,13 +223,9 @@ func (m *memSink) Cancel() error { m.cancelled = true; return nil }
 func TestRestoreRefusesAnOlderSnapshot(t *testing.T) {
 	a := newApplier(t)
 	logs := randomLog(t, 3, 200)
-	for _, l := range logs[:100] {
-		a.fsm.Apply(l)
-	}
+	a.applyAll(logs[:100])
 	older := a.snapshot()
-	for _, l := range logs[100:] {
-		a.fsm.Apply(l)
-	}
+	a.applyAll(logs[100:])
 	before := a.snapshot()
 	err := a.fsm.Restore(io.NopCloser(bytes.NewReader(older)))
 	if !errors.Is(err, ErrStaleSnapshot) {

@@ -98,10 +98,8 @@ func freeDisk(n *node) error { return os.Remove(ballast(n)) }
 // closes the connection, and pre-vote keeps a live leader from hearing a
 // newer term.
 func (nm *nemesis) diskFull(ctx context.Context) fault {
-	l, term := nm.db.leader(ctx)
-	f := fault{Name: "disk-full-follower"}
-	if l < 0 {
-		f.Detail = "no leader"
+	f, l, term, ok := nm.withLeader(ctx, "disk-full-follower")
+	if !ok {
 		return f
 	}
 	i := nm.otherThan(l)

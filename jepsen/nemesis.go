@@ -244,6 +244,17 @@ func (nm *nemesis) killAll(ctx context.Context) fault {
 	return nm.kill(ctx, "kill-all", []int{0, 1, 2})
 }
 
+// withLeader starts the record of a fault that needs a leader: it returns
+// the fault, the leader and its term, or a fault that says there was none.
+func (nm *nemesis) withLeader(ctx context.Context, name string) (f fault, l int, term uint64, ok bool) {
+	f = fault{Name: name}
+	if l, term = nm.db.leader(ctx); l < 0 {
+		f.Detail = "no leader"
+		return f, l, term, false
+	}
+	return f, l, term, true
+}
+
 // newLeaderBeyond waits up to d for a node other than old to lead in a
 // term after term.
 func (nm *nemesis) newLeaderBeyond(ctx context.Context, old int, term uint64, d time.Duration) bool {
@@ -293,10 +304,8 @@ func (nm *nemesis) strobe(ctx context.Context) fault {
 }
 
 func (nm *nemesis) isolateLeader(ctx context.Context) fault {
-	l, term := nm.db.leader(ctx)
-	f := fault{Name: "isolate-leader"}
-	if l < 0 {
-		f.Detail = "no leader"
+	f, l, term, ok := nm.withLeader(ctx, "isolate-leader")
+	if !ok {
 		return f
 	}
 	nm.net.isolate(nm.db.nodes[l].IP)
@@ -364,10 +373,8 @@ func (nm *nemesis) loss(ctx context.Context) fault {
 // (and compacted) past it, then heals: the follower must install the
 // snapshot.
 func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
-	l, _ := nm.db.leader(ctx)
-	f := fault{Name: "snapshot-install"}
-	if l < 0 {
-		f.Detail = "no leader"
+	f, l, _, ok := nm.withLeader(ctx, "snapshot-install")
+	if !ok {
 		return f
 	}
 	i := nm.otherThan(l)
@@ -428,10 +435,8 @@ func (nm *nemesis) memberFailed(ctx context.Context, l, i int) bool {
 // remove kills a follower and removes it from the Raft configuration;
 // then wipe (or not) and restart it, and see the leader add it back.
 func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
-	f := fault{Name: name}
-	l, _ := nm.db.leader(ctx)
-	if l < 0 {
-		f.Detail = "no leader"
+	f, l, _, ok := nm.withLeader(ctx, name)
+	if !ok {
 		return f
 	}
 	i := nm.otherThan(l)
@@ -482,10 +487,8 @@ func (nm *nemesis) restartRemoved(ctx context.Context) fault {
 }
 
 func (nm *nemesis) transfer(ctx context.Context) fault {
-	l, term := nm.db.leader(ctx)
-	f := fault{Name: "leadership-transfer"}
-	if l < 0 {
-		f.Detail = "no leader"
+	f, l, term, ok := nm.withLeader(ctx, "leadership-transfer")
+	if !ok {
 		return f
 	}
 	if err := nm.db.operator(ctx, l, http.MethodPost, "/v1/operator/leadership-transfer"); err != nil {

@@ -118,17 +118,21 @@ func runAgent(args []string) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	// stop stops the node within grace, or at once on another signal.
+	stop := func(leave bool, grace time.Duration) error {
+		return stopWithin(logger, func() error { return n.stop(leave) }, n.stage, grace, sig)
+	}
 	select {
 	case s := <-sig:
 		// A server keeps its membership across a restart: stop without
 		// leaving ('plugreg leave' leaves on purpose).
 		logger.Info("shutting down", "signal", s, "within", signalStopGrace)
-		return stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
+		return stop(false, signalStopGrace)
 	case <-leaveCh:
 		logger.Info("leaving the cluster", "within", leaveStopGrace)
-		return stopWithin(logger, func() error { return n.stop(true) }, n.stage, leaveStopGrace, sig)
+		return stop(true, leaveStopGrace)
 	case err := <-n.done:
-		stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
+		stop(false, signalStopGrace)
 		return fmt.Errorf("http server: %w", err)
 	}
 }
