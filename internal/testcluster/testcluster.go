@@ -69,13 +69,18 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t}
 	base := subnet()
+	// Cleanups run last-registered first: the data dirs must be made
+	// before Shutdown is registered, so that they are removed after the
+	// nodes have stopped writing to them (a snapshot being installed
+	// while the dir was removed failed a test on a busy machine).
+	root := t.TempDir()
 	t.Cleanup(c.Shutdown)
 	var join []string
 	for i := 0; i < n; i++ {
 		ip := base + strconv.Itoa(i+1)
 		cfg := cluster.DefaultConfig()
 		cfg.NodeID = fmt.Sprintf("node%d", i+1)
-		cfg.DataDir = filepath.Join(t.TempDir(), cfg.NodeID)
+		cfg.DataDir = filepath.Join(root, cfg.NodeID)
 		cfg.BindAddr = ip
 		cfg.ServerPort, cfg.GossipPort = 0, 0
 		cfg.BootstrapExpect = n
