@@ -18,6 +18,14 @@ const (
 	RegisterCommand       CommandType = 1
 	DeregisterCommand     CommandType = 2
 	DeregisterNodeCommand CommandType = 3
+	// ConditionalDeregisterCommand removes an instance only if it still
+	// belongs to a node and/or was last changed at an index. A new type,
+	// not new fields on DeregisterCommand: a binary that ignored the
+	// condition would delete where newer ones refuse, and diverge.
+	// Binaries older than it refuse to apply it (all servers must run a
+	// release that knows it before an agent sends one; see
+	// docs/operations.md).
+	ConditionalDeregisterCommand CommandType = 4
 
 	// IgnoreUnknownTypeFlag marks a command that a binary which does not
 	// know its type may skip without diverging (Nomad's fsm.go has the same).
@@ -32,12 +40,14 @@ func (t CommandType) String() string {
 		return "deregister"
 	case DeregisterNodeCommand:
 		return "deregister-node"
+	case ConditionalDeregisterCommand:
+		return "conditional-deregister"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
 
 // Request is a decoded command: one of *RegisterRequest,
-// *DeregisterRequest, *DeregisterNodeRequest.
+// *DeregisterRequest, *ConditionalDeregisterRequest, *DeregisterNodeRequest.
 type Request interface {
 	CommandType() CommandType
 	// Validate checks the request as it would be checked at the edge.
@@ -58,6 +68,16 @@ type DeregisterRequest struct {
 	RequestID           string `json:",omitempty"`
 }
 
+// ConditionalDeregisterRequest removes one instance if it still belongs to
+// IfNodeID (when set) and was last changed at IfModifyIndex (when set);
+// otherwise it is refused with ErrConflict and changes nothing.
+type ConditionalDeregisterRequest struct {
+	Type, Name, AllocID string
+	IfNodeID            string `json:",omitempty"`
+	IfModifyIndex       uint64 `json:",omitempty"`
+	RequestID           string `json:",omitempty"`
+}
+
 // DeregisterNodeRequest removes every instance registered with NodeID.
 type DeregisterNodeRequest struct {
 	NodeID    string
@@ -67,10 +87,16 @@ type DeregisterNodeRequest struct {
 func (*RegisterRequest) CommandType() CommandType       { return RegisterCommand }
 func (*DeregisterRequest) CommandType() CommandType     { return DeregisterCommand }
 func (*DeregisterNodeRequest) CommandType() CommandType { return DeregisterNodeCommand }
+func (*ConditionalDeregisterRequest) CommandType() CommandType {
+	return ConditionalDeregisterCommand
+}
 
 func (r *RegisterRequest) ID() string       { return r.RequestID }
 func (r *DeregisterRequest) ID() string     { return r.RequestID }
 func (r *DeregisterNodeRequest) ID() string { return r.RequestID }
+func (r *ConditionalDeregisterRequest) ID() string {
+	return r.RequestID
+}
 
 func (r *RegisterRequest) Validate() error {
 	if err := ValidatePlugin(r.Plugin); err != nil {
@@ -86,6 +112,17 @@ func (r *DeregisterRequest) Validate() error {
 		if err := ValidateIdentifier(f.name, f.v); err != nil {
 			return err
 		}
+	}
+	return validateRequestID(r.RequestID)
+}
+
+func (r *ConditionalDeregisterRequest) Validate() error {
+	d := api.DeregisterRequest{Type: r.Type, Name: r.Name, AllocID: r.AllocID, IfNodeID: r.IfNodeID, IfModifyIndex: r.IfModifyIndex}
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	if !d.Conditional() {
+		return fmt.Errorf("%w: conditional deregister without a condition", ErrInvalid)
 	}
 	return validateRequestID(r.RequestID)
 }
@@ -141,6 +178,8 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(DeregisterRequest)
 	case DeregisterNodeCommand:
 		req = new(DeregisterNodeRequest)
+	case ConditionalDeregisterCommand:
+		req = new(ConditionalDeregisterRequest)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, uint8(t))
 	}

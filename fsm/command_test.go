@@ -18,6 +18,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&RegisterRequest{Plugin: p, RequestID: "r1"},
 		&DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", RequestID: "r2"},
 		&DeregisterNodeRequest{NodeID: "n1"},
+		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n2", IfModifyIndex: 7, RequestID: "r3"},
 	} {
 		t.Run(req.CommandType().String(), func(t *testing.T) {
 			b, err := EncodeCommand(req)

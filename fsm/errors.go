@@ -15,10 +15,14 @@ var (
 	ErrTooLarge = api.ErrTooLarge
 
 	// ErrUnknownCommand marks a command type this binary does not know.
-	ErrUnknownCommand = errors.New("fsm: unknown command type; upgrade this node")
+	ErrUnknownCommand = api.ErrUnknownCommand
 
 	// ErrMalformed marks bytes that do not decode as a command.
-	ErrMalformed = errors.New("fsm: malformed command")
+	ErrMalformed = api.ErrMalformed
+
+	// ErrConflict marks a conditional command whose condition did not hold
+	// (api.ErrConflict).
+	ErrConflict = api.ErrConflict
 
 	// ErrBadSnapshot marks a snapshot stream that cannot be restored. The
 	// live state is untouched when Restore returns it.
@@ -30,5 +34,5 @@ var (
 
 	// ErrNotFound marks a lookup of an instance, name or type that does not
 	// exist.
-	ErrNotFound = errors.New("fsm: not found")
+	ErrNotFound = api.ErrNotFound
 )

@@ -155,6 +155,12 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.register(index, r.Plugin)
 	case *DeregisterRequest:
 		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
+	case *ConditionalDeregisterRequest:
+		if err := s.checkCondition(r); err != nil {
+			// Deterministic: every node sees the same state here.
+			return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
+		}
+		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
 	case *DeregisterNodeRequest:
 		// It walks the whole state, which reads the committed trees:
 		// close the batch's transactions first and reopen them after.

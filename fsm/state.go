@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 )
 
@@ -282,6 +284,25 @@ func (s *State) deregister(index uint64, ptype, name, allocID string) (Result, [
 	s.put(ptype, name, rest)
 	s.instances--
 	return ResultDeregistered, []Event{{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()}}
+}
+
+// checkCondition refuses a conditional deregister whose instance exists
+// but no longer matches. An absent instance passes: removing it is
+// "absent" either way.
+func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
+	p := s.recency(r.Type, r.Name)
+	pos := p.find(r.AllocID)
+	if pos < 0 {
+		return nil
+	}
+	cur := p[pos]
+	if r.IfNodeID != "" && cur.NodeID != r.IfNodeID {
+		return fmt.Errorf("deregister %s/%s/%s: %w: it belongs to node %q, not %q", r.Type, r.Name, r.AllocID, ErrConflict, cur.NodeID, r.IfNodeID)
+	}
+	if r.IfModifyIndex != 0 && cur.ModifyIndex != r.IfModifyIndex {
+		return fmt.Errorf("deregister %s/%s/%s: %w: last changed at index %d, not %d", r.Type, r.Name, r.AllocID, ErrConflict, cur.ModifyIndex, r.IfModifyIndex)
+	}
+	return nil
 }
 
 func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {

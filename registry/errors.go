@@ -1,10 +1,14 @@
 package registry
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/plugreg/plugreg/api"
+)
 
 var (
 	// ErrNotFound: no such plugin type, name or allocation.
-	ErrNotFound = errors.New("registry: plugin not found")
+	ErrNotFound = api.ErrNotFound
 
 	// ErrNoDispenser: no dispenser is registered for the plugin type.
 	ErrNoDispenser = errors.New("registry: no dispenser for plugin type")

@@ -21,10 +21,7 @@ type ConnectionInfo = fsm.ConnectionInfo
 type PluginDispenser func(info *PluginInfo) (interface{}, error)
 
 // WriteResult is what a write did and the index of its log entry.
-type WriteResult struct {
-	Index  uint64
-	Result fsm.Result
-}
+type WriteResult = api.WriteResult
 
 // Registry is the cluster-wide plugin registry. Reads are served from this
 // node's applied state and return the index they reflect; writes return
@@ -143,6 +140,23 @@ func (s *Store) DeregisterPlugin(ctx context.Context, ptype, name, allocID strin
 	res, err := s.write(ctx, &fsm.DeregisterRequest{Type: ptype, Name: name, AllocID: allocID, RequestID: RequestID(ctx)})
 	if err != nil {
 		return res, fmt.Errorf("deregister %s/%s/%s: %w", ptype, name, allocID, err)
+	}
+	return res, nil
+}
+
+// Deregister removes one instance, conditionally when req carries a
+// condition (see api.DeregisterRequest): a refused condition is an error
+// wrapping api.ErrConflict, and nothing changed.
+func (s *Store) Deregister(ctx context.Context, req api.DeregisterRequest) (WriteResult, error) {
+	if !req.Conditional() {
+		return s.DeregisterPlugin(ctx, req.Type, req.Name, req.AllocID)
+	}
+	res, err := s.write(ctx, &fsm.ConditionalDeregisterRequest{
+		Type: req.Type, Name: req.Name, AllocID: req.AllocID,
+		IfNodeID: req.IfNodeID, IfModifyIndex: req.IfModifyIndex, RequestID: RequestID(ctx),
+	})
+	if err != nil {
+		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
 	}
 	return res, nil
 }

@@ -1,0 +1,35 @@
+package api
+
+// Node roles in the gossip pool.
+const (
+	RoleServer = "server" // a Raft voter
+	RoleClient = "client" // a host agent: gossip, HTTP, discovery; no Raft
+)
+
+// Member is one node of the gossip pool as the answering node sees it
+// (GET /v1/members).
+type Member struct {
+	Name       string
+	Role       string // RoleServer or RoleClient
+	GossipAddr string
+	RaftAddr   string `json:",omitempty"` // servers: Raft and internal RPC
+	HTTPAddr   string
+	Status     string // alive, failed, left
+	Leader     bool
+	Voter      bool
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status            string // "ok", or "no_leader"
+	Node              string
+	Role              string
+	Leader            string
+	AppliedIndex      uint64
+	RaftState         string // servers: Leader, Follower, Candidate, Shutdown; clients: ""
+	Term              uint64
+	CommitIndex       uint64
+	LastSnapshotIndex uint64
+	// Servers a client agent currently knows alive.
+	KnownServers int `json:",omitempty"`
+}
