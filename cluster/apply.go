@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -21,7 +22,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 		if s.IsLeader() {
 			res, err := s.applyLocal(ctx, cmd)
 			var ce *Error
-			if errors.As(err, &ce) && ce.code == CodeNotLeader && attempt < 3 {
+			if errors.As(err, &ce) && ce.Code() == CodeNotLeader && attempt < 3 {
 				continue // lost leadership before enqueueing: forward instead
 			}
 			return res, err
@@ -32,7 +33,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 		}
 		res, err := s.forwardApply(ctx, leader, cmd)
 		var ce *Error
-		if errors.As(err, &ce) && ce.outcome == NotApplied && attempt < 3 {
+		if errors.As(err, &ce) && ce.Outcome() == NotApplied && attempt < 3 {
 			// The leader moved or was unreachable; nothing was applied.
 			select {
 			case <-ctx.Done():
@@ -126,21 +127,18 @@ func rpcError(err error) error {
 	case errors.Is(err, transport.ErrUnreachable):
 		return notApplied(CodeNoLeader, err)
 	case errors.As(err, &re):
-		return &Error{code: re.Code, outcome: codeOutcome(re.Code), err: errors.New(re.Msg)}
+		return api.NewError(re.Code, errors.New(re.Msg))
 	default:
 		return unknown(CodeForwardFailed, err)
 	}
 }
 
-// Consistency of a read.
-type Consistency int
+// Consistency of a read (see api).
+type Consistency = api.Consistency
 
 const (
-	// Linearizable reads reflect every write acknowledged before they
-	// began (read-index through the leader). The default.
-	Linearizable Consistency = iota
-	// Stale reads return this node's state at once, however old.
-	Stale
+	Linearizable = api.Linearizable
+	Stale        = api.Stale
 )
 
 // ReadMeta describes the state a read returned.
@@ -184,7 +182,7 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 		}
 		err = rpcError(err)
 		var ce *Error
-		if errors.As(err, &ce) && ce.outcome == NotApplied && attempt < 3 {
+		if errors.As(err, &ce) && ce.Outcome() == NotApplied && attempt < 3 {
 			select {
 			case <-ctx.Done():
 				return 0, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/plugreg/plugreg/api"
 )
 
 // MemberMeta is what each server gossips about itself.
@@ -135,6 +136,18 @@ func (m *members) set(n *memberlist.Node, st MemberStatus) {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// API is m as the HTTP API shows it.
+func (m Member) API(leaderID string, voter bool) api.Member {
+	role := m.Meta.Role
+	if role == "" {
+		role = api.RoleServer
+	}
+	return api.Member{
+		Name: m.Name, Role: role, GossipAddr: m.GossipAddr, RaftAddr: m.Meta.RaftAddr, HTTPAddr: m.Meta.HTTPAddr,
+		Status: string(m.Status), Leader: m.Meta.ID != "" && m.Meta.ID == leaderID, Voter: voter,
 	}
 }
 

@@ -89,7 +89,13 @@ func TestMembershipChangeDoesNotWaitForTheDisk(t *testing.T) {
 // A refusal keeps its identity across the forwarding RPC: the follower
 // rebuilds the sentinel from the code, for every rejection the FSM makes.
 func TestRejectionKeepsItsIdentityOverTheWire(t *testing.T) {
-	for _, r := range rejections {
+	for _, r := range []struct {
+		code string
+		err  error
+	}{
+		{"invalid", fsm.ErrInvalid}, {"too_large", fsm.ErrTooLarge}, {"malformed", fsm.ErrMalformed},
+		{"unknown_command", fsm.ErrUnknownCommand}, {"conflict", fsm.ErrConflict},
+	} {
 		t.Run(r.code, func(t *testing.T) {
 			reply := new(applyReply).reject(errors.Join(r.err, errors.New("detail")))
 			got := rejection(reply.RejectedCode, reply.Rejected)

@@ -13,7 +13,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/transport/httpapi"
+	"github.com/plugreg/plugreg/httpapi"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -67,7 +67,7 @@ func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*no
 		return nil, err
 	}
 	n := &node{srv: srv, ln: ln, done: make(chan error, 1)}
-	n.api = httpapi.New(httpapi.Config{Server: srv, Logger: cfg.Logger.Named("http"), Metrics: setupMetrics(cfg.Logger), Token: token, OnLeave: onLeave})
+	n.api = httpapi.New(httpapi.Config{Backend: srv.Backend(), Logger: cfg.Logger.Named("http"), Metrics: setupMetrics(cfg.Logger), Token: token, OnLeave: onLeave})
 	go func() { n.done <- n.api.Serve(ln) }()
 	return n, nil
 }

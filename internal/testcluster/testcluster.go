@@ -20,7 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/transport/httpapi"
+	"github.com/plugreg/plugreg/httpapi"
 )
 
 // Node is one server with its HTTP API.
@@ -134,7 +134,7 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	n.HTTP = httpapi.New(httpapi.Config{Server: srv, Heartbeat: hb, Token: opts.Token, StreamWriteTimeout: opts.StreamWriteTimeout})
+	n.HTTP = httpapi.New(httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, StreamWriteTimeout: opts.StreamWriteTimeout})
 	n.opts = opts
 	n.ln = ln
 	n.running = true

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/internal/testcluster"
-	"github.com/plugreg/plugreg/transport/httpapi"
+	"github.com/plugreg/plugreg/httpapi"
 )
 
 type reply struct {
@@ -88,11 +88,20 @@ func TestAPI(t *testing.T) {
 		{"bad index", "GET", "/v1/plugins/csi?index=x", "", nil, 400, `index`},
 		{"bad wait", "GET", "/v1/plugins/csi?index=1&wait=soon", "", nil, 400, `wait`},
 		{"deregister absent", "DELETE", "/v1/plugins/csi/ebs/zz", "", nil, 200, `"Result":"absent"`},
+		{"a node's plugins", "GET", "/v1/nodes/n1/plugins", "", nil, 200, `"Name":"aws"`},
+		{"another node's plugins", "GET", "/v1/nodes/n9/plugins", "", nil, 200, `[]`},
+		{"conditional: another node owns it", "DELETE", "/v1/plugins/csi/aws/a1?node=n2", "", nil, 409, `"code":"conflict"`},
+		{"conditional: changed since", "DELETE", "/v1/plugins/csi/aws/a1?index=1", "", nil, 409, `last changed at index`},
+		{"conditional: bad index", "DELETE", "/v1/plugins/csi/aws/a1?index=x", "", nil, 400, `index`},
+		{"conditional: empty node", "DELETE", "/v1/plugins/csi/aws/a1?node=", "", nil, 400, `node is empty`},
+		{"still there after the refusals", "GET", "/v1/plugins/csi/aws/a1", "", nil, 200, `"AllocID":"a1"`},
+		{"conditional: absent is absent", "DELETE", "/v1/plugins/csi/aws/zz?node=n2", "", nil, 200, `"Result":"absent"`},
+		{"conditional: owner deregisters", "DELETE", "/v1/plugins/csi/aws/a1?node=n1", "", nil, 200, `"Result":"deregistered"`},
 		{"deregister", "DELETE", "/v1/plugins/csi/ebs/a2", "", nil, 200, `"Result":"deregistered"`},
 		{"deregister node", "DELETE", "/v1/nodes/n1/plugins", "", nil, 200, `"Result":"deregistered"`},
 		{"leader", "GET", "/v1/status/leader", "", nil, 200, c.Leader().RaftAddr()},
 		{"peers", "GET", "/v1/status/peers", "", nil, 200, c.Leader().RaftAddr()},
-		{"members", "GET", "/v1/members", "", nil, 200, `"Status":"alive"`},
+		{"members", "GET", "/v1/members", "", nil, 200, `"Role":"server"`},
 		{"health", "GET", "/v1/health", "", nil, 200, `"Status":"ok"`},
 		{"unknown route", "GET", "/v1/nothing", "", nil, 404, `"code":"not_found"`},
 		{"wrong method", "PUT", "/v1/plugins", ebs, nil, 405, `"code":"method_not_allowed"`},

@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/api"
 )
 
 // Limits at the edge.
@@ -26,9 +23,9 @@ const (
 	maxBodyBytes   = 128 * 1024 // a PluginInfo is at most 64 KiB of strings
 	writeTimeout   = 15 * time.Second
 	readTimeout    = 15 * time.Second
-	maxWait        = 10 * time.Minute
+	maxWait        = api.MaxWait
 	defaultWait    = 5 * time.Minute
-	maxRequestID   = fsm.MaxRequestIDLen
+	maxRequestID   = api.MaxRequestIDLen
 	headerIndex    = "X-Plugreg-Index"
 	headerLeader   = "X-Plugreg-Known-Leader"
 	headerContact  = "X-Plugreg-Last-Contact"
@@ -39,9 +36,34 @@ const (
 	defaultStreamWriteTimeout = 30 * time.Second
 )
 
+// Backend is what the API serves: a server (cluster.Backend) or a client
+// agent (agent.Client) implements it, in api's terms. Errors are api
+// refusals (ErrInvalid, ErrNotFound, ErrConflict, ...) or api.Coded.
+type Backend interface {
+	NodeID() string
+	Role() string
+
+	// Writes carry their request ID, if any, in ctx (api.WithRequestID).
+	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
+	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
+	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
+
+	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
+	// Subscribe streams events after *from (nil: from now) and returns the
+	// position it starts at; see registry.Store.WatchWithHeartbeat.
+	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error)
+
+	Leader() string
+	Peers() ([]string, error)
+	Members() []api.Member
+	Health() api.Health
+	TransferLeadership(ctx context.Context) (string, error)
+	RemovePeer(ctx context.Context, id string) error
+}
+
 // Config of the HTTP API server.
 type Config struct {
-	Server *cluster.Server
+	Backend Backend
 	Logger hclog.Logger
 	// Heartbeat is the event stream's heartbeat period (zero: 5s).
 	Heartbeat time.Duration
@@ -63,8 +85,7 @@ type Config struct {
 // Server is the HTTP API of one node.
 type Server struct {
 	cfg    Config
-	srv    *cluster.Server
-	store  *registry.Store
+	be     Backend
 	http   *http.Server
 	logger hclog.Logger
 
@@ -84,7 +105,7 @@ func New(cfg Config) *Server {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = defaultStreamWriteTimeout
 	}
-	s := &Server{cfg: cfg, srv: cfg.Server, store: cfg.Server.Store(), logger: cfg.Logger}
+	s := &Server{cfg: cfg, be: cfg.Backend, logger: cfg.Logger}
 	s.streams, s.endStream = context.WithCancel(context.Background())
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return s
@@ -117,6 +138,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/plugins", s.authorized(s.register))
 	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.authorized(s.deregister))
 	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.authorized(s.deregisterNode))
+	mux.HandleFunc("GET /v1/nodes/{node}/plugins", s.nodePlugins)
 	mux.HandleFunc("GET /v1/types", s.types)
 	mux.HandleFunc("GET /v1/plugins/{type}", s.list)
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}", s.instances)
@@ -188,19 +210,16 @@ func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // WriteReply is the JSON answer to a successful write.
-type WriteReply struct {
-	Index  uint64
-	Result fsm.Result
-}
+type WriteReply = api.WriteResult
 
 func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
 	if id := r.Header.Get(headerRequest); id != "" {
 		if len(id) > maxRequestID {
 			cancel()
-			return nil, nil, fmt.Errorf("%w: %s is %d bytes, at most %d", fsm.ErrTooLarge, headerRequest, len(id), maxRequestID)
+			return nil, nil, fmt.Errorf("%w: %s is %d bytes, at most %d", api.ErrTooLarge, headerRequest, len(id), maxRequestID)
 		}
-		ctx = registry.WithRequestID(ctx, id)
+		ctx = api.WithRequestID(ctx, id)
 	}
 	return ctx, cancel, nil
 }
@@ -209,7 +228,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	var info fsm.PluginInfo
+	var info api.PluginInfo
 	if err := dec.Decode(&info); err != nil {
 		writeError(w, decodeError(err))
 		return
@@ -224,14 +243,19 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	res, err := s.store.RegisterPlugin(ctx, &info)
+	// Validate here too: a bad request is answered without a round trip.
+	if err := api.ValidatePlugin(&info); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.be.Register(ctx, &info)
 	s.writeResult(w, res, err)
 }
 
 func decodeError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return fmt.Errorf("%w: body over %d bytes", fsm.ErrTooLarge, maxBodyBytes)
+		return fmt.Errorf("%w: body over %d bytes", api.ErrTooLarge, maxBodyBytes)
 	}
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: empty body; want a PluginInfo JSON object", errBadRequest)
@@ -239,14 +263,37 @@ func decodeError(err error) error {
 	return fmt.Errorf("%w: body: %v", errBadRequest, err)
 }
 
+// deregister: DELETE /v1/plugins/{type}/{name}/{alloc}[?node=N][&index=M].
+// With node and/or index it is conditional: 409 when the instance belongs
+// to another node or was changed after index.
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
+	req := api.DeregisterRequest{Type: r.PathValue("type"), Name: r.PathValue("name"), AllocID: r.PathValue("alloc")}
+	v := r.URL.Query()
+	if _, ok := v["node"]; ok {
+		if req.IfNodeID = v.Get("node"); req.IfNodeID == "" {
+			writeError(w, fmt.Errorf("%w: node is empty", errBadRequest))
+			return
+		}
+	}
+	if str := v.Get("index"); str != "" {
+		n, err := strconv.ParseUint(str, 10, 64)
+		if err != nil || n == 0 {
+			writeError(w, fmt.Errorf("%w: index %q: want the instance's ModifyIndex, a positive number", errBadRequest, str))
+			return
+		}
+		req.IfModifyIndex = n
+	}
+	if err := req.Validate(); err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx, cancel, err := s.writeContext(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer cancel()
-	res, err := s.store.DeregisterPlugin(ctx, r.PathValue("type"), r.PathValue("name"), r.PathValue("alloc"))
+	res, err := s.be.Deregister(ctx, req)
 	s.writeResult(w, res, err)
 }
 
@@ -257,11 +304,15 @@ func (s *Server) deregisterNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	res, err := s.store.DeregisterNode(ctx, r.PathValue("node"))
+	if err := api.ValidateIdentifier("node", r.PathValue("node")); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.be.DeregisterNode(ctx, r.PathValue("node"))
 	s.writeResult(w, res, err)
 }
 
-func (s *Server) writeResult(w http.ResponseWriter, res registry.WriteResult, err error) {
+func (s *Server) writeResult(w http.ResponseWriter, res api.WriteResult, err error) {
 	if err != nil {
 		writeError(w, err)
 		return
@@ -270,157 +321,130 @@ func (s *Server) writeResult(w http.ResponseWriter, res registry.WriteResult, er
 	writeJSON(w, http.StatusOK, WriteReply{Index: res.Index, Result: res.Result})
 }
 
-// query holds a read's parameters.
-type query struct {
-	consistency cluster.Consistency
-	index       uint64        // blocking: wait for a change after it
-	wait        time.Duration // blocking: at most this long
-}
-
-func parseQuery(r *http.Request) (query, error) {
-	q := query{}
+// parseQuery reads a GET's consistency and blocking parameters into q.
+func parseQuery(r *http.Request, q *api.Query) error {
 	v := r.URL.Query()
 	switch c := v.Get("consistency"); c {
 	case "", "linearizable":
-		q.consistency = cluster.Linearizable
+		q.Consistency = api.Linearizable
 	case "stale":
-		q.consistency = cluster.Stale
+		q.Consistency = api.Stale
 	default:
-		return q, fmt.Errorf("%w: consistency %q: want linearizable or stale", errBadRequest, c)
+		return fmt.Errorf("%w: consistency %q: want linearizable or stale", errBadRequest, c)
 	}
 	if _, ok := v["stale"]; ok { // Consul's spelling
-		q.consistency = cluster.Stale
+		q.Consistency = api.Stale
 	}
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return q, fmt.Errorf("%w: index %q is not a number", errBadRequest, s)
+			return fmt.Errorf("%w: index %q is not a number", errBadRequest, s)
 		}
-		q.index = n
-		q.wait = defaultWait
+		q.MinIndex = n
+		q.Wait = defaultWait
 	}
 	if s := v.Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			return q, fmt.Errorf("%w: wait %q: want a duration such as 30s", errBadRequest, s)
+			return fmt.Errorf("%w: wait %q: want a duration such as 30s", errBadRequest, s)
 		}
-		q.wait = min(d, maxWait)
+		q.Wait = min(d, maxWait)
 	}
-	return q, nil
+	return nil
 }
 
-// read answers a GET: it validates the query, blocks while asked to and
-// nothing of types changed, reads at the requested consistency, and sets
-// the index headers.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, types []string, serve func(*fsm.State) (interface{}, error)) {
-	q, err := parseQuery(r)
-	if err != nil {
+// read answers a GET: it validates the query, asks the backend (which
+// blocks while asked to, then reads at the requested consistency), and
+// sets the index headers.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, q api.Query, body func(*api.QueryResult) interface{}) {
+	if err := parseQuery(r, &q); err != nil {
 		writeError(w, err)
 		return
 	}
-	for _, t := range types {
-		if err := fsm.ValidateIdentifier("type", t); err != nil {
-			writeError(w, err)
-			return
-		}
+	if err := q.Validate(); err != nil {
+		writeError(w, err)
+		return
 	}
-	if q.index > 0 && q.wait > 0 {
-		s.block(r.Context(), types, q.index, q.wait)
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	// A blocking query may wait minutes: Shutdown ends it.
+	ctx, cancel := context.WithTimeout(r.Context(), q.Wait+readTimeout)
 	defer cancel()
-	st, meta, err := s.srv.Read(ctx, q.consistency)
-	setMeta(w, meta)
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+	res, err := s.be.Query(ctx, q)
+	if res != nil {
+		setMeta(w, res)
+		w.Header().Set(headerIndex, strconv.FormatUint(res.Index, 10))
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	body, err := serve(st)
-	w.Header().Set(headerIndex, strconv.FormatUint(st.Index(), 10))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, body(res))
 }
 
-func setMeta(w http.ResponseWriter, meta cluster.ReadMeta) {
-	w.Header().Set(headerLeader, strconv.FormatBool(meta.KnownLeader))
-	ms := meta.LastContact.Milliseconds()
-	if meta.LastContact < 0 {
+func setMeta(w http.ResponseWriter, res *api.QueryResult) {
+	w.Header().Set(headerLeader, strconv.FormatBool(res.KnownLeader))
+	ms := res.LastContact.Milliseconds()
+	if res.LastContact < 0 {
 		ms = -1 // never heard from a leader
 	}
 	w.Header().Set(headerContact, strconv.FormatInt(ms, 10))
 }
 
-// block waits until an event of types (all types when empty) with an index
-// past index has been applied here, or wait has passed.
-func (s *Server) block(ctx context.Context, types []string, index uint64, wait time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	// Shutdown ends the wait, so that it need not wait out a long poll.
-	stop := context.AfterFunc(s.streams, cancel)
-	defer stop()
-	ch, err := s.store.Watch(ctx, registry.Filter{Types: types}, index)
-	if err != nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-	}
-}
-
 func (s *Server) types(w http.ResponseWriter, r *http.Request) {
-	s.read(w, r, nil, func(st *fsm.State) (interface{}, error) {
-		return st.Types(), nil
+	s.read(w, r, api.Query{Kind: api.QueryTypes}, func(res *api.QueryResult) interface{} {
+		return nonNilTypes(res.Types)
 	})
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	t := r.PathValue("type")
-	s.read(w, r, []string{t}, func(st *fsm.State) (interface{}, error) {
-		return nonNil(st.List(t)), nil
+	s.read(w, r, api.Query{Kind: api.QueryList, Type: r.PathValue("type")}, func(res *api.QueryResult) interface{} {
+		return nonNil(res.Plugins)
 	})
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
-	t, n := r.PathValue("type"), r.PathValue("name")
-	s.read(w, r, []string{t}, func(st *fsm.State) (interface{}, error) {
-		list := st.Instances(t, n)
-		if len(list) == 0 {
-			return nil, fmt.Errorf("plugin %s/%s: %w", t, n, registry.ErrNotFound)
-		}
-		return nonNil(list), nil
-	})
+	q := api.Query{Kind: api.QueryInstances, Type: r.PathValue("type"), Name: r.PathValue("name")}
+	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	t, n, a := r.PathValue("type"), r.PathValue("name"), r.PathValue("alloc")
-	s.read(w, r, []string{t}, func(st *fsm.State) (interface{}, error) {
-		p := st.Instance(t, n, a)
-		if p == nil {
-			return nil, fmt.Errorf("plugin %s/%s/%s: %w", t, n, a, registry.ErrNotFound)
+	q := api.Query{Kind: api.QueryInstance, Type: r.PathValue("type"), Name: r.PathValue("name"), AllocID: r.PathValue("alloc")}
+	s.read(w, r, q, func(res *api.QueryResult) interface{} {
+		if len(res.Plugins) == 0 {
+			return nil
 		}
-		return p, nil
+		return res.Plugins[0]
 	})
 }
 
+// nodePlugins: GET /v1/nodes/{node}/plugins, every instance of a node.
+func (s *Server) nodePlugins(w http.ResponseWriter, r *http.Request) {
+	q := api.Query{Kind: api.QueryNode, NodeID: r.PathValue("node")}
+	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
+}
+
 // nonNil returns in, or an empty slice for nil (JSON [] rather than null).
-// The instances are the state's own and are only encoded, never changed.
-func nonNil(in []*fsm.PluginInfo) []*fsm.PluginInfo {
+func nonNil(in []*api.PluginInfo) []*api.PluginInfo {
 	if in == nil {
-		return []*fsm.PluginInfo{}
+		return []*api.PluginInfo{}
+	}
+	return in
+}
+
+func nonNilTypes(in []string) []string {
+	if in == nil {
+		return []string{}
 	}
 	return in
 }
 
 func (s *Server) leader(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.srv.Leader())
+	writeJSON(w, http.StatusOK, s.be.Leader())
 }
 
 func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
-	peers, err := s.srv.Peers()
+	peers, err := s.be.Peers()
 	if err != nil {
 		writeError(w, err)
 		return
@@ -432,56 +456,20 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 }
 
 // MemberJSON is one entry of GET /v1/members.
-type MemberJSON struct {
-	Name       string
-	GossipAddr string
-	RaftAddr   string
-	HTTPAddr   string
-	Status     string
-	Leader     bool
-	Voter      bool
-}
+type MemberJSON = api.Member
 
 func (s *Server) members(w http.ResponseWriter, r *http.Request) {
-	voters := map[string]bool{}
-	if servers, err := s.srv.RaftConfiguration(); err == nil {
-		for _, srv := range servers {
-			voters[string(srv.ID)] = srv.Suffrage == raft.Voter
-		}
-	}
-	leader := s.srv.LeaderID()
-	out := []MemberJSON{}
-	for _, m := range s.srv.Members() {
-		out = append(out, MemberJSON{
-			Name: m.Name, GossipAddr: m.GossipAddr, RaftAddr: m.Meta.RaftAddr, HTTPAddr: m.Meta.HTTPAddr,
-			Status: string(m.Status), Leader: m.Meta.ID == leader, Voter: voters[m.Meta.ID],
-		})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.be.Members())
 }
 
 // Health is the body of GET /v1/health.
-type Health struct {
-	Status            string // "ok", or "no_leader"
-	Node              string
-	Leader            string
-	AppliedIndex      uint64
-	RaftState         string // Leader, Follower, Candidate, Shutdown
-	Term              uint64
-	CommitIndex       uint64
-	LastSnapshotIndex uint64
-}
+type Health = api.Health
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	h := Health{Status: "ok", Node: s.srv.NodeID(), Leader: s.srv.Leader(), AppliedIndex: s.srv.AppliedIndex()}
-	stats := s.srv.Stats()
-	h.RaftState = stats["state"]
-	h.Term, _ = strconv.ParseUint(stats["term"], 10, 64)
-	h.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
-	h.LastSnapshotIndex, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+	h := s.be.Health()
 	status := http.StatusOK
-	if h.Leader == "" {
-		h.Status, status = "no_leader", http.StatusServiceUnavailable
+	if h.Status != "ok" {
+		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, h)
 }
@@ -491,26 +479,27 @@ func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot be asked to leave over HTTP", Code: "unsupported"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"Node": s.srv.NodeID(), "Status": "leaving"})
+	writeJSON(w, http.StatusOK, map[string]string{"Node": s.be.NodeID(), "Status": "leaving"})
 	s.leaveOnce.Do(func() { go s.cfg.OnLeave() })
 }
 
 func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
-	if err := s.srv.TransferLeadership(); err != nil {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: err.Error(), Code: "transfer_failed"})
+	leader, err := s.be.TransferLeadership(r.Context())
+	if err != nil {
+		writeOperatorError(w, err, "transfer_failed")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"Leader": s.srv.Leader()})
+	writeJSON(w, http.StatusOK, map[string]string{"Leader": leader})
 }
 
 func (s *Server) removePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := fsm.ValidateIdentifier("id", id); err != nil {
+	if err := api.ValidateIdentifier("id", id); err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := s.srv.RemovePeer(id); err != nil {
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: err.Error(), Code: "remove_failed"})
+	if err := s.be.RemovePeer(r.Context(), id); err != nil {
+		writeOperatorError(w, err, "remove_failed")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"Removed": id})

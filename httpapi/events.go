@@ -8,31 +8,30 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/api"
 )
 
 // EventJSON is one line of the event stream.
 type EventJSON struct {
 	Index     uint64
-	EventType registry.EventType
-	Info      *fsm.PluginInfo   `json:",omitempty"`
-	Current   *fsm.PluginInfo   `json:",omitempty"`
-	Plugins   []*fsm.PluginInfo `json:",omitempty"`
+	EventType api.EventType
+	Info      *api.PluginInfo   `json:",omitempty"`
+	Current   *api.PluginInfo   `json:",omitempty"`
+	Plugins   []*api.PluginInfo `json:",omitempty"`
 }
 
 // MarshalJSON writes Plugins as [] on a reset with no plugins: an empty
 // reset is a statement ("nothing exists"), not an omission.
 func (e EventJSON) MarshalJSON() ([]byte, error) {
 	type plain EventJSON
-	if e.EventType == registry.EventReset {
+	if e.EventType == api.EventReset {
 		type reset struct {
 			plain
-			Plugins []*fsm.PluginInfo
+			Plugins []*api.PluginInfo
 		}
 		p := e.Plugins
 		if p == nil {
-			p = []*fsm.PluginInfo{}
+			p = []*api.PluginInfo{}
 		}
 		return json.Marshal(reset{plain(e), p})
 	}
@@ -47,19 +46,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	types := splitTypes(v["type"])
 	for _, t := range types {
-		if err := fsm.ValidateIdentifier("type", t); err != nil {
+		if err := api.ValidateIdentifier("type", t); err != nil {
 			writeError(w, err)
 			return
 		}
 	}
-	from := s.srv.AppliedIndex()
+	var from *uint64
 	if str := v.Get("index"); str != "" {
 		n, err := strconv.ParseUint(str, 10, 64)
 		if err != nil {
 			writeError(w, fmt.Errorf("%w: index %q is not a number", errBadRequest, str))
 			return
 		}
-		from = n
+		from = &n
 	}
 	rc := http.NewResponseController(w)
 	ctx, cancel := context.WithCancel(r.Context())
@@ -67,7 +66,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
 
-	ch, err := s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types}, from, s.cfg.Heartbeat)
+	ch, start, err := s.be.Subscribe(ctx, types, from, s.cfg.Heartbeat)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -80,7 +79,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		s.logger.Warn("event stream without a write deadline", "error", err)
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set(headerIndex, strconv.FormatUint(from, 10))
+	w.Header().Set(headerIndex, strconv.FormatUint(start, 10))
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		return

@@ -1,0 +1,212 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+)
+
+// Backend is a server's side of the HTTP API and of the internal RPC that
+// client agents use: every call in api's terms. It is what
+// (*Server).Backend returns; the HTTP server and the RPC handler use it, so
+// a request means the same through either.
+type Backend struct{ s *Server }
+
+// Backend returns the server's API backend.
+func (s *Server) Backend() *Backend { return &Backend{s: s} }
+
+// NodeID is the server's node ID.
+func (b *Backend) NodeID() string { return b.s.cfg.NodeID }
+
+// Role is api.RoleServer.
+func (b *Backend) Role() string { return api.RoleServer }
+
+// Register registers or updates p (the request ID, if any, is in ctx).
+func (b *Backend) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
+	res, err := b.s.store.RegisterPlugin(ctx, p)
+	return res, apiError(err)
+}
+
+// Deregister removes an instance, conditionally when req says so.
+func (b *Backend) Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
+	res, err := b.s.store.Deregister(ctx, req)
+	return res, apiError(err)
+}
+
+// DeregisterNode removes every instance of a node.
+func (b *Backend) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
+	res, err := b.s.store.DeregisterNode(ctx, nodeID)
+	return res, apiError(err)
+}
+
+// Query answers a read: it blocks while asked to and nothing of the
+// queried types changed, then reads at the requested consistency.
+func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	if q.MinIndex > 0 && q.Wait > 0 {
+		var types []string
+		if q.Kind != api.QueryTypes && q.Kind != api.QueryNode {
+			types = []string{q.Type}
+		}
+		b.block(ctx, types, q.MinIndex, q.Wait)
+	}
+	st, meta, err := b.s.Read(ctx, q.Consistency)
+	out := &api.QueryResult{KnownLeader: meta.KnownLeader, LastContact: meta.LastContact}
+	if err != nil {
+		return out, apiError(err)
+	}
+	out.Index = st.Index()
+	switch q.Kind {
+	case api.QueryTypes:
+		out.Types = st.Types()
+		if out.Types == nil {
+			out.Types = []string{}
+		}
+	case api.QueryList:
+		out.Plugins = st.List(q.Type)
+	case api.QueryInstances:
+		out.Plugins = st.Instances(q.Type, q.Name)
+		if len(out.Plugins) == 0 {
+			return out, fmt.Errorf("plugin %s/%s: %w", q.Type, q.Name, api.ErrNotFound)
+		}
+	case api.QueryInstance:
+		p := st.Instance(q.Type, q.Name, q.AllocID)
+		if p == nil {
+			return out, fmt.Errorf("plugin %s/%s/%s: %w", q.Type, q.Name, q.AllocID, api.ErrNotFound)
+		}
+		out.Plugins = []*api.PluginInfo{p}
+	case api.QueryNode:
+		st.Walk(func(_, _ string, list []*fsm.PluginInfo) bool {
+			for _, p := range list {
+				if p.NodeID == q.NodeID {
+					out.Plugins = append(out.Plugins, p)
+				}
+			}
+			return true
+		})
+	}
+	if out.Plugins == nil && q.Kind != api.QueryTypes {
+		out.Plugins = []*api.PluginInfo{}
+	}
+	// The instances are the state's own: they are only encoded, never
+	// changed.
+	return out, nil
+}
+
+// block waits until an event of types (all types when empty) with an index
+// past index has been applied here, or wait has passed.
+func (b *Backend) block(ctx context.Context, types []string, index uint64, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	stop := context.AfterFunc(b.s.ctx, cancel) // Shutdown ends the wait
+	defer stop()
+	ch, err := b.s.store.Watch(ctx, registry.Filter{Types: types}, index)
+	if err != nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// Subscribe streams the events of types (none: all) after *from (nil: from
+// this server's applied index), with a heartbeat every heartbeat (zero:
+// none). It returns the position the stream starts at.
+func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
+	for _, t := range types {
+		if err := api.ValidateIdentifier("type", t); err != nil {
+			return nil, 0, err
+		}
+	}
+	start := b.s.AppliedIndex()
+	if from != nil {
+		start = *from
+	}
+	ch, err := b.s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types}, start, heartbeat)
+	if err != nil {
+		return nil, 0, apiError(err)
+	}
+	return ch, start, nil
+}
+
+// Leader is the leader's server address, "" when none is known.
+func (b *Backend) Leader() string { return b.s.Leader() }
+
+// Peers are the server addresses in the Raft configuration.
+func (b *Backend) Peers() ([]string, error) { return b.s.Peers() }
+
+// Members is the gossip pool, servers and client agents, as this server
+// sees it.
+func (b *Backend) Members() []api.Member {
+	voters := map[string]bool{}
+	if servers, err := b.s.RaftConfiguration(); err == nil {
+		for _, srv := range servers {
+			voters[string(srv.ID)] = srv.Suffrage == raft.Voter
+		}
+	}
+	leader := b.s.LeaderID()
+	out := []api.Member{}
+	for _, m := range b.s.Members() {
+		out = append(out, m.API(leader, voters[m.Meta.ID]))
+	}
+	return out
+}
+
+// Health is the server's view of itself and the cluster.
+func (b *Backend) Health() api.Health {
+	s := b.s
+	h := api.Health{Status: "ok", Node: s.NodeID(), Role: api.RoleServer, Leader: s.Leader(), AppliedIndex: s.AppliedIndex()}
+	stats := s.Stats()
+	h.RaftState = stats["state"]
+	h.Term, _ = strconv.ParseUint(stats["term"], 10, 64)
+	h.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
+	h.LastSnapshotIndex, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+	if h.Leader == "" {
+		h.Status = "no_leader"
+	}
+	return h
+}
+
+// TransferLeadership hands leadership to another voter and returns the
+// new leader's address as far as it is known.
+func (b *Backend) TransferLeadership(ctx context.Context) (string, error) {
+	if err := b.s.TransferLeadership(); err != nil {
+		return "", err
+	}
+	return b.s.Leader(), nil
+}
+
+// RemovePeer removes a server from the Raft configuration.
+func (b *Backend) RemovePeer(ctx context.Context, id string) error {
+	if err := api.ValidateIdentifier("id", id); err != nil {
+		return err
+	}
+	return b.s.RemovePeer(id)
+}
+
+// apiError gives the errors of this side of the system their api code, so
+// the HTTP API and the RPC answer them alike.
+func apiError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, registry.ErrShutdown), errors.Is(err, ErrShutdown):
+		return unknown(CodeShutdown, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		var coded api.Coded
+		if !errors.As(err, &coded) {
+			return unknown(CodeTimeout, err)
+		}
+	}
+	return err
+}
