@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testcluster"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/testcluster"
 )
 
 type reply struct {

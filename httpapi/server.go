@@ -64,7 +64,7 @@ type Backend interface {
 // Config of the HTTP API server.
 type Config struct {
 	Backend Backend
-	Logger hclog.Logger
+	Logger  hclog.Logger
 	// Heartbeat is the event stream's heartbeat period (zero: 5s).
 	Heartbeat time.Duration
 	// StreamWriteTimeout bounds each write of an event stream: a client
