@@ -70,7 +70,7 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-		case <-s.members.changed:
+		case <-s.gossip.Changed():
 		}
 	}
 }
@@ -95,32 +95,36 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 		}
 	}
 	now := time.Now()
-	for _, m := range s.members.list() {
+	for _, m := range s.gossip.Members() {
 		select {
 		case <-stop:
 			return
 		default:
 		}
 		srv, ok := inConfig[m.Meta.ID]
-		switch m.Status {
-		case StatusAlive:
-			delete(reaped, m.Name)
+		switch status := m.Status; {
+		case !m.Meta.IsServer():
+			// A client agent is never a voter; it is only reaped.
+		case status == StatusAlive:
 			if !ok || string(srv.Address) != m.Meta.RaftAddr {
 				s.logger.Info("adding voter", "id", m.Meta.ID, "addr", m.Meta.RaftAddr)
 				if err := s.raft.AddVoter(raft.ServerID(m.Meta.ID), raft.ServerAddress(m.Meta.RaftAddr), 0, 0).Error(); err != nil {
 					s.logger.Warn("add voter failed", "id", m.Meta.ID, "error", err)
 				}
 			}
-		case StatusLeft:
+		case status == StatusLeft:
 			if ok && m.Meta.ID != s.cfg.NodeID {
 				s.removeServer(m.Meta.ID, "left")
 				voters--
 			}
-		case StatusFailed:
+		case status == StatusFailed:
 			if ok && s.cfg.DeadServerCleanup > 0 && now.Sub(m.Since) > s.cfg.DeadServerCleanup && voters-1 >= s.cfg.MinQuorum {
 				s.removeServer(m.Meta.ID, "dead")
 				voters--
 			}
+		}
+		if m.Status == StatusAlive {
+			delete(reaped, m.Name)
 		}
 		if m.Status != StatusAlive && s.cfg.NodeReapAfter > 0 && now.Sub(m.Since) > s.cfg.NodeReapAfter && !reaped[m.Name] {
 			if s.reapNode(m.Name) {

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/fsm"
 )
@@ -48,41 +44,6 @@ func TestReplicationIsNotPipelined(t *testing.T) {
 	_, err = s.trans.AppendEntriesPipeline("peer", "127.0.0.1:1")
 	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
 		t.Fatalf("AppendEntriesPipeline: got %v, want %v", err, raft.ErrPipelineReplicationNotSupported)
-	}
-}
-
-// memberlist calls the event delegate synchronously under its own locks:
-// the delegate must not wait on the disk. Here the peers file's temporary
-// path is a FIFO nobody reads, so a write there blocks until a reader
-// comes; a membership change must still return at once.
-func TestMembershipChangeDoesNotWaitForTheDisk(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "gossip-peers.json")
-	if err := syscall.Mkfifo(path+".tmp", 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	m := newMembers(MemberMeta{ID: "self", Role: "server"}, path)
-	peer := &memberlist.Node{Name: "peer", Meta: []byte(`{"ID":"peer","Role":"server"}`)}
-	returned := make(chan struct{})
-	go func() {
-		m.NotifyJoin(peer)
-		close(returned)
-	}()
-	select {
-	case <-returned:
-	case <-time.After(10 * time.Second):
-		// Unblock the writer so the test can end, then fail.
-		f, err := os.OpenFile(path+".tmp", os.O_RDONLY, 0)
-		if err == nil {
-			f.Close()
-		}
-		<-returned
-		t.Fatal("NotifyJoin waited on the peers file")
-	}
-	select {
-	case <-m.save:
-	default:
-		t.Fatal("NotifyJoin did not ask for the peers file to be written")
 	}
 }
 

@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -42,8 +43,7 @@ type Server struct {
 
 	applyJournal *journalFSM // nil unless Config.ApplyJournal
 
-	ml      *memberlist.Memberlist
-	members *members
+	gossip *gossip.Pool
 
 	leaderNotify chan bool
 	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
@@ -110,13 +110,15 @@ func (s *Server) start() (err error) {
 	}
 	s.rpcReady.Store(true)
 
-	s.members = newMembers(MemberMeta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: "server"}, peersFile(cfg.DataDir))
-	if s.ml, err = s.newMemberlist(); err != nil {
+	s.gossip, err = gossip.Start(gossip.Config{
+		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
+		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer},
+		PeersFile: peersFile(cfg.DataDir), Logger: s.logger.Named("memberlist"),
+	})
+	if err != nil {
 		return err
 	}
-	s.members.set(s.ml.LocalNode(), StatusAlive)
 
-	s.goFunc(s.persistPeers)
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.emitMetrics)
 	if cfg.BootstrapExpect > 1 {
@@ -124,10 +126,10 @@ func (s *Server) start() (err error) {
 	}
 	join := cfg.Join
 	if len(join) == 0 {
-		join = loadPeers(peersFile(cfg.DataDir)) // rejoin after a restart
+		join = s.gossip.SavedPeers() // rejoin after a restart
 	}
 	if len(join) > 0 {
-		if _, err := s.ml.Join(join); err != nil {
+		if _, err := s.gossip.Join(join); err != nil {
 			if !cfg.RetryJoin && len(cfg.Join) > 0 {
 				return fmt.Errorf("join %v: %w (use -retry-join to keep trying)", join, err)
 			}
@@ -265,7 +267,7 @@ func (s *Server) goFunc(f func()) {
 
 func (s *Server) retryJoin(addrs []string) {
 	s.every(s.cfg.RetryInterval, func() bool {
-		if n, err := s.ml.Join(addrs); err == nil && n > 0 {
+		if n, err := s.gossip.Join(addrs); err == nil && n > 0 {
 			s.logger.Info("joined", "addrs", addrs)
 			return false
 		}
@@ -282,8 +284,9 @@ func (s *Server) bootstrapLoop() {
 			return false
 		}
 		var servers []raft.Server
-		for _, m := range s.members.list() {
-			if m.Status == StatusAlive {
+		for _, m := range s.gossip.Members() {
+			// Servers only: client agents never vote.
+			if m.Status == StatusAlive && m.Meta.IsServer() {
 				servers = append(servers, raft.Server{ID: raft.ServerID(m.Meta.ID), Address: raft.ServerAddress(m.Meta.RaftAddr), Suffrage: raft.Voter})
 			}
 		}
@@ -347,13 +350,10 @@ func (s *Server) NodeID() string { return s.cfg.NodeID }
 func (s *Server) RaftAddr() string { return s.raftAddr }
 
 // GossipAddr is this node's memberlist address.
-func (s *Server) GossipAddr() string {
-	n := s.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-}
+func (s *Server) GossipAddr() string { return s.gossip.Addr() }
 
 // Members returns the gossip pool as this node sees it.
-func (s *Server) Members() []Member { return s.members.list() }
+func (s *Server) Members() []Member { return s.gossip.Members() }
 
 // Leader returns the leader's server address, "" when none is known.
 func (s *Server) Leader() string {
@@ -441,8 +441,7 @@ func (s *Server) Leave() error {
 			s.logger.Warn("leadership transfer before leave failed", "error", err)
 		}
 	}
-	s.members.setLeaving()
-	if err := s.ml.UpdateNode(2 * time.Second); err != nil {
+	if err := s.gossip.AnnounceLeaving(2 * time.Second); err != nil {
 		s.logger.Warn("gossip leave intent failed", "error", err)
 	}
 	deadline := time.Now().Add(3*s.cfg.ReconcileInterval + 5*time.Second)
@@ -456,7 +455,7 @@ func (s *Server) Leave() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := s.ml.Leave(5 * time.Second); err != nil {
+	if err := s.gossip.Leave(5 * time.Second); err != nil {
 		s.logger.Warn("gossip leave failed", "error", err)
 	}
 	return s.Shutdown()
@@ -495,7 +494,7 @@ func (s *Server) askLeaderToRemove() error {
 // configuration (leader only), and remembers that it left so that
 // reconcile does not add it back.
 func (s *Server) removeLeaving(id string) error {
-	s.members.markLeft(id)
+	s.gossip.MarkLeft(id)
 	if err := s.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
 		return fmt.Errorf("remove leaving server %s: %w", id, err)
 	}
@@ -520,8 +519,8 @@ func (s *Server) Shutdown() error {
 			raftStopped, err = s.stopRaft()
 			errs = append(errs, err)
 		}
-		if s.ml != nil {
-			errs = append(errs, s.ml.Shutdown())
+		if s.gossip != nil {
+			errs = append(errs, s.gossip.Shutdown())
 		}
 		if s.trans != nil {
 			errs = append(errs, s.trans.Close())
