@@ -3,6 +3,16 @@
 // our StreamLayer) and plugreg's internal RPC, told apart by the first byte
 // of each connection, and a pooled RPC client for the second.
 //
+// RPC is request/reply (Pool.Call over pooled connections), or a stream:
+// a handler that returns a Streamer answers a Pool.Stream call with one
+// frame per value and an end frame carrying the streamer's error, on a
+// connection of its own that is closed afterwards. The streamer's context
+// ends when the caller closes the stream or goes away, and on shutdown;
+// each write has a deadline (ServeOptions.StreamWriteTimeout), so a
+// caller that stops reading cannot pin it. A stream has no idle timeout:
+// a caller that must notice a silent peer (a host that vanished without a
+// FIN) asks for heartbeats and closes a stream that stalls.
+//
 // Outgoing connections bind the node's own address, so nodes on 127.0.0.1,
 // .2 and .3 are distinct hosts to each other and to packet filters.
 //
@@ -11,5 +21,6 @@
 // checking the peer) covers Raft and RPC alike.
 //
 // Caller's duties: call Mux.Close and Pool.Close on shutdown; both wait for
-// the goroutines they own.
+// the goroutines they own (Pool.Close also closes its open streams). Close
+// every Stream you open (or cancel its ctx).
 package transport

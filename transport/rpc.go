@@ -33,12 +33,17 @@ func (e *RemoteError) Error() string { return e.Msg }
 
 // RPCHandler answers one request: it decodes the arguments with dec and
 // returns the reply to encode, or an error. An error implementing
-// interface{ Code() string } keeps its code across the wire.
+// interface{ Code() string } keeps its code across the wire. A handler
+// that returns a Streamer answers with a stream (see Pool.Stream); the
+// Streamer runs after the handler returned, with a context of its own.
 type RPCHandler func(ctx context.Context, method string, dec func(v interface{}) error) (interface{}, error)
 
 type rpcHeader struct {
 	Method  string
 	Timeout time.Duration // the caller's remaining time; zero: none
+	// Stream: the caller reads a stream (Pool.Stream). Omitted when
+	// false, so a Call's header is what it always was.
+	Stream bool `codec:",omitempty"`
 }
 
 type rpcStatus struct {
@@ -46,10 +51,28 @@ type rpcStatus struct {
 	Msg  string
 }
 
+// ServeOptions tune ServeRPCWith.
+type ServeOptions struct {
+	// StreamWriteTimeout bounds each write of a stream; a peer that stops
+	// reading for this long is disconnected. Zero: DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
+}
+
 // ServeRPC returns a ConnHandler that serves requests from one connection,
 // one at a time, until the peer closes it. Each request's context derives
-// from base (cancel it on shutdown) with the caller's timeout.
+// from base (cancel it on shutdown) with the caller's timeout. A request
+// answered with a stream is the connection's last: ServeRPC closes it
+// after the stream's end frame.
 func ServeRPC(base context.Context, h RPCHandler) ConnHandler {
+	return ServeRPCWith(base, h, ServeOptions{})
+}
+
+// ServeRPCWith is ServeRPC with options.
+func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHandler {
+	writeTimeout := opts.StreamWriteTimeout
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultStreamWriteTimeout
+	}
 	return func(conn net.Conn) {
 		r := bufio.NewReader(conn)
 		w := bufio.NewWriter(conn)
@@ -76,13 +99,23 @@ func ServeRPC(base context.Context, h RPCHandler) ConnHandler {
 					return
 				}
 			}
+			if s, ok := reply.(Streamer); ok && err == nil {
+				if hdr.Stream {
+					serveStream(base, hdr, conn, r, w, enc, s, writeTimeout)
+					return
+				}
+				reply, err = nil, notStreamError(hdr.Method)
+			} else if hdr.Stream && err == nil {
+				// A plain reply to a stream request: a stream of one.
+				one := reply
+				serveStream(base, hdr, conn, r, w, enc, func(_ context.Context, send func(interface{}) error) error {
+					return send(one)
+				}, writeTimeout)
+				return
+			}
 			st := rpcStatus{}
 			if err != nil {
-				st = rpcStatus{Code: "error", Msg: err.Error()}
-				var coded interface{ Code() string }
-				if errors.As(err, &coded) {
-					st.Code = coded.Code()
-				}
+				st = statusOf(err)
 				reply = nil
 			}
 			if err := enc.Encode(&st); err != nil {
@@ -103,9 +136,10 @@ type Pool struct {
 	dialer  *Dialer
 	timeout time.Duration // dial timeout
 
-	mu     sync.Mutex // guards idle, closed
-	idle   map[string][]*rpcConn
-	closed bool
+	mu      sync.Mutex // guards idle, streams, closed
+	idle    map[string][]*rpcConn
+	streams map[*Stream]struct{} // open streams, closed by Close
+	closed  bool
 }
 
 // maxIdlePerPeer bounds the idle connections kept per peer. Forwarded
@@ -230,15 +264,21 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 	return nil
 }
 
-// Close closes every idle connection. Idempotent.
+// Close closes every idle connection and every open stream (their Recv
+// returns ErrClosed). Idempotent.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.closed = true
 	for addr, conns := range p.idle {
 		for _, c := range conns {
 			c.Close()
 		}
 		delete(p.idle, addr)
+	}
+	streams := p.streams
+	p.streams = nil
+	p.mu.Unlock()
+	for s := range streams { // outside mu: Stream.close untracks under it
+		s.Close()
 	}
 }
