@@ -28,6 +28,10 @@ var (
 
 	// ErrMalformed marks bytes that do not decode as a command.
 	ErrMalformed = errors.New("plugreg: malformed command")
+
+	// ErrUnsupported marks a call the answering agent cannot serve (an
+	// operator call to a client agent: ask a server).
+	ErrUnsupported = errors.New("plugreg: not supported by this agent; ask a server")
 )
 
 // Outcome says what a failed write did to the log.
@@ -51,6 +55,7 @@ const (
 	CodeConflict       = "conflict"
 	CodeMalformed      = "malformed"
 	CodeUnknownCommand = "unknown_command" // not applied
+	CodeUnsupported    = "unsupported"
 
 	// Availability: try again, here or elsewhere.
 	CodeNoLeader       = "no_leader"        // not applied
@@ -70,7 +75,7 @@ const (
 func CodeOutcome(code string) Outcome {
 	switch code {
 	case CodeNoLeader, CodeEnqueueTimeout, CodeNotLeader, CodeNotReady, CodeStarting, CodeNoServer,
-		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed:
+		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed, CodeUnsupported:
 		return NotApplied
 	}
 	return OutcomeUnknown
@@ -121,6 +126,7 @@ var refusals = []struct {
 	{CodeConflict, ErrConflict},
 	{CodeMalformed, ErrMalformed},
 	{CodeUnknownCommand, ErrUnknownCommand},
+	{CodeUnsupported, ErrUnsupported},
 }
 
 // RefusalCode names err's refusal sentinel ("" when it has none).

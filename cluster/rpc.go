@@ -50,6 +50,9 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 	if !s.rpcReady.Load() {
 		return nil, notApplied(CodeStarting, ErrStarting)
 	}
+	if reply, ok, err := s.handleAgentRPC(ctx, method, dec); ok {
+		return reply, err
+	}
 	switch method {
 	case rpcApply:
 		var args applyArgs

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -70,7 +69,7 @@ func New(cfg *Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	if err := claimNodeID(cfg.DataDir, cfg.NodeID); err != nil {
+	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,24 +137,6 @@ func (s *Server) start() (err error) {
 		}
 	}
 	return nil
-}
-
-// claimNodeID records id in the data dir, or checks it against the one
-// recorded: a data dir belongs to one node for life.
-func claimNodeID(dir, id string) error {
-	path := filepath.Join(dir, "node-id")
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if got := strings.TrimSpace(string(b)); got != id {
-			return fmt.Errorf("data dir %s belongs to node %q, not %q", dir, got, id)
-		}
-		return nil
-	case errors.Is(err, os.ErrNotExist):
-		return os.WriteFile(path, []byte(id+"\n"), 0o640)
-	default:
-		return fmt.Errorf("read node id: %w", err)
-	}
 }
 
 func (s *Server) setupRaft() error {

@@ -27,12 +27,8 @@ const (
 	CodeInternal       = api.CodeInternal
 	CodeUnavailable    = "unavailable"
 	CodeUnknownCommand = api.CodeUnknownCommand
-	CodeUnsupported    = "unsupported"
+	CodeUnsupported    = api.CodeUnsupported
 )
-
-// ErrUnsupported marks a call this agent cannot serve (an operator call
-// to a client agent).
-var ErrUnsupported = errors.New("httpapi: not supported by this agent")
 
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
@@ -74,7 +70,7 @@ func classify(err error) (int, ErrorBody) {
 	case errors.Is(err, api.ErrConflict):
 		body.Code, body.Outcome = CodeConflict, string(api.NotApplied)
 		return http.StatusConflict, body
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, api.ErrUnsupported):
 		body.Code = CodeUnsupported
 		return http.StatusNotImplemented, body
 	case errors.As(err, &coded):

@@ -1,0 +1,52 @@
+package api
+
+import "time"
+
+// The internal RPC that client agents use to reach servers, on the server
+// port (transport's msgpack RPC). Each method takes the args struct named
+// beside it; errors cross as a code (ErrorCode) and a message and are
+// rebuilt with FromWire.
+const (
+	RPCRegister       = "Agent.Register"       // RegisterArgs -> WriteResult
+	RPCDeregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult
+	RPCDeregisterNode = "Agent.DeregisterNode" // DeregisterNodeArgs -> WriteResult
+	RPCQuery          = "Agent.Query"          // Query -> QueryResult
+	RPCSubscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
+	RPCStatus         = "Agent.Status"         // struct{} -> StatusReply
+)
+
+// RegisterArgs carries a registration and its request ID.
+type RegisterArgs struct {
+	Plugin    *PluginInfo
+	RequestID string `codec:",omitempty"`
+}
+
+// DeregisterArgs carries a (possibly conditional) deregistration.
+type DeregisterArgs struct {
+	Request   DeregisterRequest
+	RequestID string `codec:",omitempty"`
+}
+
+// DeregisterNodeArgs carries the removal of a node's instances.
+type DeregisterNodeArgs struct {
+	NodeID    string
+	RequestID string `codec:",omitempty"`
+}
+
+// SubscribeArgs opens an event stream: the events of Types (none: all)
+// after *From (nil: from the server's applied index), with a heartbeat
+// every Heartbeat. The stream's first event is a heartbeat at its starting
+// position.
+type SubscribeArgs struct {
+	Types     []string
+	From      *uint64
+	Heartbeat time.Duration
+}
+
+// StatusReply is a server's view of the Raft cluster.
+type StatusReply struct {
+	Leader   string // the leader's server address, "" when none is known
+	LeaderID string
+	Peers    []string
+	Voters   []string // node IDs of the voters
+}

@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/transport"
+)
+
+// wireError keeps an error's api code across the RPC (transport sends
+// Code() when an error has one).
+type wireError struct {
+	code string
+	err  error
+}
+
+func (e *wireError) Error() string { return e.err.Error() }
+func (e *wireError) Unwrap() error { return e.err }
+func (e *wireError) Code() string  { return e.code }
+
+func toWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := api.ErrorCode(err)
+	if code == "" {
+		code = api.CodeInternal
+	}
+	return &wireError{code: code, err: err}
+}
+
+// handleAgentRPC serves the calls of client agents (api.RPC*) with the
+// server's Backend, so a request through a client agent means what it
+// means through a server's HTTP API. It reports false for other methods.
+func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(interface{}) error) (reply interface{}, handled bool, err error) {
+	b := s.Backend()
+	withID := func(id string) context.Context {
+		if id == "" {
+			return ctx
+		}
+		return api.WithRequestID(ctx, id)
+	}
+	decode := func(v interface{}) error {
+		if err := dec(v); err != nil {
+			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)
+		}
+		return nil
+	}
+	switch method {
+	case api.RPCRegister:
+		var args api.RegisterArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := validateWrite(args.RequestID); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.Register(withID(args.RequestID), args.Plugin)
+		return res, true, toWire(err)
+	case api.RPCDeregister:
+		var args api.DeregisterArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := validateWrite(args.RequestID); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.Deregister(withID(args.RequestID), args.Request)
+		return res, true, toWire(err)
+	case api.RPCDeregisterNode:
+		var args api.DeregisterNodeArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := validateWrite(args.RequestID); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.DeregisterNode(withID(args.RequestID), args.NodeID)
+		return res, true, toWire(err)
+	case api.RPCQuery:
+		var q api.Query
+		if err := decode(&q); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.Query(ctx, q)
+		if err != nil {
+			return nil, true, toWire(err)
+		}
+		return res, true, nil
+	case api.RPCStatus:
+		var none struct{}
+		if err := decode(&none); err != nil {
+			return nil, true, toWire(err)
+		}
+		return s.status(), true, nil
+	case api.RPCSubscribe:
+		var args api.SubscribeArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		return transport.Streamer(func(ctx context.Context, send func(interface{}) error) error {
+			ch, start, err := b.Subscribe(ctx, args.Types, args.From, args.Heartbeat)
+			if err != nil {
+				return toWire(err)
+			}
+			// The first event says where the stream starts.
+			if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
+				return err
+			}
+			for ev := range ch {
+				if err := send(ev); err != nil {
+					return err
+				}
+			}
+			if ctx.Err() == nil {
+				return toWire(unknown(CodeShutdown, ErrShutdown))
+			}
+			return nil
+		}), true, nil
+	}
+	return nil, false, nil
+}
+
+func validateWrite(requestID string) error { return api.ValidateRequestID(requestID) }
+
+// status is this server's view of the Raft cluster, for client agents.
+func (s *Server) status() *api.StatusReply {
+	out := &api.StatusReply{Leader: s.Leader(), LeaderID: s.LeaderID()}
+	if servers, err := s.RaftConfiguration(); err == nil {
+		for _, srv := range servers {
+			out.Peers = append(out.Peers, string(srv.Address))
+			out.Voters = append(out.Voters, string(srv.ID))
+		}
+	}
+	return out
+}

@@ -1,0 +1,28 @@
+// Package nodeid pins a node's ID to its data dir: a data dir belongs to
+// one node for life, server or client agent.
+package nodeid
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Claim records id in dir, or checks it against the one recorded.
+func Claim(dir, id string) error {
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(b)); got != id {
+			return fmt.Errorf("data dir %s belongs to node %q, not %q", dir, got, id)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return os.WriteFile(path, []byte(id+"\n"), 0o640)
+	default:
+		return fmt.Errorf("read node id: %w", err)
+	}
+}
