@@ -113,6 +113,8 @@ var (
 	ErrNotFound = errors.New("client: not found")
 	ErrInvalid  = errors.New("client: invalid request")
 	ErrTooLarge = errors.New("client: request too large")
+	// ErrConflict: a conditional write's condition did not hold.
+	ErrConflict = errors.New("client: condition not met")
 )
 
 func (e *APIError) Is(target error) bool {
@@ -123,6 +125,8 @@ func (e *APIError) Is(target error) bool {
 		return e.StatusCode == http.StatusBadRequest
 	case ErrTooLarge:
 		return e.StatusCode == http.StatusRequestEntityTooLarge
+	case ErrConflict:
+		return e.StatusCode == http.StatusConflict
 	}
 	return false
 }
@@ -255,6 +259,31 @@ func (c *Client) Deregister(ctx context.Context, ptype, name, allocID string) (W
 	return c.write(ctx, http.MethodDelete, "/v1/plugins/"+seg(ptype)+"/"+seg(name)+"/"+seg(allocID), nil)
 }
 
+// DeregisterIf removes a plugin instance only if it still belongs to
+// req.IfNodeID and/or was last changed at req.IfModifyIndex; otherwise it
+// fails with an error matching ErrConflict and nothing changes.
+func (c *Client) DeregisterIf(ctx context.Context, req api.DeregisterRequest) (WriteResult, error) {
+	v := url.Values{}
+	if req.IfNodeID != "" {
+		v.Set("node", req.IfNodeID)
+	}
+	if req.IfModifyIndex != 0 {
+		v.Set("index", strconv.FormatUint(req.IfModifyIndex, 10))
+	}
+	path := "/v1/plugins/" + seg(req.Type) + "/" + seg(req.Name) + "/" + seg(req.AllocID)
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	return c.write(ctx, http.MethodDelete, path, nil)
+}
+
+// NodePlugins lists every instance registered with nodeID.
+func (c *Client) NodePlugins(ctx context.Context, nodeID string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
+	var out []*PluginInfo
+	meta, err := c.query(ctx, "/v1/nodes/"+seg(nodeID)+"/plugins", q, &out)
+	return out, meta, err
+}
+
 // DeregisterNode removes every plugin instance of a node.
 func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (WriteResult, error) {
 	return c.write(ctx, http.MethodDelete, "/v1/nodes/"+seg(nodeID)+"/plugins", nil)
@@ -342,16 +371,8 @@ func (c *Client) Get(ctx context.Context, ptype, name, allocID string, q *QueryO
 	return &out, meta, nil
 }
 
-// Member is one entry of Members.
-type Member struct {
-	Name       string
-	GossipAddr string
-	RaftAddr   string
-	HTTPAddr   string
-	Status     string
-	Leader     bool
-	Voter      bool
-}
+// Member is one entry of Members: a server or a client agent.
+type Member = api.Member
 
 // Members lists the gossip pool as the answering node sees it.
 func (c *Client) Members(ctx context.Context) ([]Member, error) {

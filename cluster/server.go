@@ -173,7 +173,7 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  s.mux.StreamLayer(),
+		Stream:  streamLayer{s.mux.RaftLayer()},
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("raft-net"),
@@ -561,4 +561,11 @@ func (s *Server) stopRaft() (bool, error) {
 	}
 	s.logger.Error("abandoning raft shutdown: its goroutines are still running and the log store is left open; the data dir is consistent (raft syncs every write)", "waited", 2*wait)
 	return false, ErrShutdownAbandoned
+}
+
+// streamLayer adapts the server port's Raft side to raft.StreamLayer.
+type streamLayer struct{ *transport.RaftLayer }
+
+func (l streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return l.DialRaft(string(addr), timeout)
 }

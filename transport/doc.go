@@ -1,7 +1,9 @@
 // Package transport owns bytes on the wire between servers: one TCP port
 // per node that carries both Raft (hashicorp/raft's NetworkTransport over
-// our StreamLayer) and plugreg's internal RPC, told apart by the first byte
-// of each connection, and a pooled RPC client for the second.
+// our RaftLayer, which cluster adapts to raft.StreamLayer) and plugreg's
+// internal RPC, told apart by the first byte of each connection, and a
+// pooled RPC client for the second. It does not import raft: client
+// agents use its RPC.
 //
 // RPC is request/reply (Pool.Call over pooled connections), or a stream:
 // a handler that returns a Streamer answers a Pool.Stream call with one

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 )
 
 // The first byte of every connection to the server port.
@@ -155,12 +154,17 @@ func (m *Mux) Close() error {
 	return err
 }
 
-// StreamLayer returns the raft.StreamLayer of this port.
-func (m *Mux) StreamLayer() raft.StreamLayer { return &streamLayer{m: m} }
+// RaftLayer returns this port's Raft side. cluster adapts it to
+// raft.StreamLayer (whose Dial takes a raft.ServerAddress): transport does
+// not import raft, so client agents, which use its RPC, do not either.
+func (m *Mux) RaftLayer() *RaftLayer { return &RaftLayer{m: m} }
 
-type streamLayer struct{ m *Mux }
+// RaftLayer is a net.Listener of the Raft connections to this port and a
+// dialer of Raft connections to others.
+type RaftLayer struct{ m *Mux }
 
-func (s *streamLayer) Accept() (net.Conn, error) {
+// Accept returns the next Raft connection.
+func (s *RaftLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.m.raftCh:
 		return c, nil
@@ -171,11 +175,14 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 
 // Close is called by raft's transport on shutdown; the Mux owns the
 // listener and closes it in Mux.Close.
-func (s *streamLayer) Close() error   { return nil }
-func (s *streamLayer) Addr() net.Addr { return s.m.ln.Addr() }
+func (s *RaftLayer) Close() error { return nil }
 
-func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	conn, err := s.m.dialer.dial(string(addr), protoRaft, timeout)
+// Addr is the port's address.
+func (s *RaftLayer) Addr() net.Addr { return s.m.ln.Addr() }
+
+// DialRaft opens a Raft connection to the server port at addr.
+func (s *RaftLayer) DialRaft(addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := s.m.dialer.dial(addr, protoRaft, timeout)
 	if err != nil {
 		return nil, err
 	}

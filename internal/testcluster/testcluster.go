@@ -39,8 +39,11 @@ type Node struct {
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
-	t     testing.TB
-	Nodes []*Node
+	t       testing.TB
+	Nodes   []*Node
+	Clients []*ClientNode
+	base    string // "127.X.Y."
+	root    string // data dirs
 }
 
 // Options tune a test cluster.
@@ -69,11 +72,13 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t}
 	base := subnet()
+	c.base = base
 	// Cleanups run last-registered first: the data dirs must be made
 	// before Shutdown is registered, so that they are removed after the
 	// nodes have stopped writing to them (a snapshot being installed
 	// while the dir was removed failed a test on a busy machine).
 	root := t.TempDir()
+	c.root = root
 	t.Cleanup(c.Shutdown)
 	var join []string
 	for i := 0; i < n; i++ {
@@ -184,8 +189,11 @@ func (c *Cluster) Running() []*Node {
 	return out
 }
 
-// Shutdown stops every node. Idempotent.
+// Shutdown stops every node, client agents first. Idempotent.
 func (c *Cluster) Shutdown() {
+	for _, cl := range c.Clients {
+		cl.Kill()
+	}
 	for i := range c.Nodes {
 		c.Kill(i)
 	}

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// The Client is an httpapi.Backend: every request goes to a server over
+// the internal RPC, with the request ID (if any) carried along.
+
+// NodeID is the host's node ID.
+func (c *Client) NodeID() string { return c.cfg.NodeID }
+
+// Role is api.RoleClient.
+func (c *Client) Role() string { return api.RoleClient }
+
+func (c *Client) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+// Register registers or updates p through a server.
+func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
+	if err := api.ValidatePlugin(p); err != nil {
+		return api.WriteResult{}, err
+	}
+	ctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	var res api.WriteResult
+	err := c.call(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx)}, &res)
+	if err != nil {
+		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
+	}
+	return res, nil
+}
+
+// Deregister removes an instance through a server, conditionally when req
+// says so.
+func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
+	if err := req.Validate(); err != nil {
+		return api.WriteResult{}, err
+	}
+	ctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	var res api.WriteResult
+	err := c.call(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx)}, &res)
+	if err != nil {
+		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
+	}
+	return res, nil
+}
+
+// DeregisterNode removes every instance of a node through a server.
+func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
+	if err := api.ValidateIdentifier("node", nodeID); err != nil {
+		return api.WriteResult{}, err
+	}
+	ctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	var res api.WriteResult
+	err := c.call(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx)}, &res)
+	if err != nil {
+		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
+	}
+	return res, nil
+}
+
+// Query reads through a server, with the consistency (and blocking) the
+// query asks for: the server does what it would do for its own HTTP API.
+func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+q.Wait)
+	defer cancel()
+	res := new(api.QueryResult)
+	if err := c.call(ctx, api.RPCQuery, &q, res); err != nil {
+		// A not-found answer still carries the state's index.
+		if errors.Is(err, api.ErrNotFound) {
+			return &api.QueryResult{KnownLeader: true}, err
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// Subscribe streams events through a server. (One upstream per filter,
+// fanned out here, is the hub's job: see fanout.)
+func (c *Client) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
+	for _, t := range types {
+		if err := api.ValidateIdentifier("type", t); err != nil {
+			return nil, 0, err
+		}
+	}
+	ch, err := c.upstream(ctx, types, from, heartbeat)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The upstream's first event is a heartbeat at its starting position.
+	select {
+	case first, ok := <-ch:
+		if !ok {
+			return nil, 0, api.NewError(api.CodeNoServer, errors.New("agent: the event stream ended before it started"))
+		}
+		return ch, first.Index, nil
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+}
+
+// upstream opens one event stream at a server. The channel closes when
+// the stream breaks or ctx ends; its first event is a heartbeat at the
+// stream's starting position.
+func (c *Client) upstream(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, error) {
+	servers := c.Servers()
+	if len(servers) == 0 {
+		return nil, api.NewError(api.CodeNoServer, errNoServer)
+	}
+	args := &api.SubscribeArgs{Types: types, From: from, Heartbeat: heartbeat}
+	var last error
+	for _, addr := range servers {
+		st, err := c.pool.Stream(ctx, addr, api.RPCSubscribe, args)
+		if err != nil {
+			last = c.wireError(err)
+			if !retryElsewhere(last) || ctx.Err() != nil {
+				return nil, last
+			}
+			continue
+		}
+		out := make(chan *api.Event, 64)
+		c.goFunc(func() {
+			defer close(out)
+			defer st.Close()
+			stop := context.AfterFunc(c.ctx, st.Close) // Shutdown ends it
+			defer stop()
+			for {
+				ev := new(api.Event)
+				if err := st.Recv(ev); err != nil {
+					if !errors.Is(err, io.EOF) && ctx.Err() == nil && c.ctx.Err() == nil {
+						c.logger.Debug("upstream event stream ended", "server", addr, "error", err)
+					}
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				case <-c.ctx.Done():
+					return
+				}
+			}
+		})
+		return out, nil
+	}
+	return nil, last
+}
+
+// status asks a server for its view of the Raft cluster.
+func (c *Client) status(ctx context.Context) (*api.StatusReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var st api.StatusReply
+	if err := c.call(ctx, api.RPCStatus, struct{}{}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Leader is the leader's server address as a server reports it, "" when
+// none is known or no server answers.
+func (c *Client) Leader() string {
+	st, err := c.status(c.ctx)
+	if err != nil {
+		return ""
+	}
+	return st.Leader
+}
+
+// Peers are the server addresses in the Raft configuration.
+func (c *Client) Peers() ([]string, error) {
+	st, err := c.status(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.Peers, nil
+}
+
+// Members is the gossip pool as this agent sees it, with the leader and
+// voters as a server reports them (unknown when none answers).
+func (c *Client) Members() []api.Member {
+	var leaderID string
+	voters := map[string]bool{}
+	if st, err := c.status(c.ctx); err == nil {
+		leaderID = st.LeaderID
+		for _, v := range st.Voters {
+			voters[v] = true
+		}
+	}
+	out := []api.Member{}
+	for _, m := range c.gossip.Members() {
+		out = append(out, m.API(leaderID, voters[m.Meta.ID]))
+	}
+	return out
+}
+
+// Health is "ok" when a server answers and knows a leader.
+func (c *Client) Health() api.Health {
+	h := api.Health{Status: "ok", Node: c.cfg.NodeID, Role: api.RoleClient, KnownServers: len(c.Servers())}
+	st, err := c.status(c.ctx)
+	switch {
+	case err != nil:
+		h.Status = "no_server"
+	case st.Leader == "":
+		h.Status = "no_leader"
+	default:
+		h.Leader = st.Leader
+	}
+	return h
+}
+
+// TransferLeadership is an operator call for servers.
+func (c *Client) TransferLeadership(ctx context.Context) (string, error) {
+	return "", fmt.Errorf("leadership transfer: %w", api.ErrUnsupported)
+}
+
+// RemovePeer is an operator call for servers.
+func (c *Client) RemovePeer(ctx context.Context, id string) error {
+	return fmt.Errorf("remove peer %s: %w", id, api.ErrUnsupported)
+}

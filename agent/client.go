@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/internal/nodeid"
+	"github.com/plugreg/plugreg/transport"
+)
+
+// Config of a client agent.
+type Config struct {
+	// NodeID names the host in gossip and on every instance the agent
+	// registers. It is kept in DataDir: a restart with another ID is
+	// refused.
+	NodeID  string
+	DataDir string // node-id and gossip-peers.json; required
+	// BindAddr is the IP gossip listens on and RPC connections come from.
+	BindAddr   string
+	GossipPort int    // 0 picks a free port
+	HTTPAddr   string // advertised in gossip; this package does not serve HTTP
+	// Join is a list of gossip addresses (host:port) to join at start;
+	// empty: the peers remembered in DataDir.
+	Join          []string
+	RetryJoin     bool
+	RetryInterval time.Duration // zero: 1s
+	GossipFast    bool          // memberlist's local-network timing (tests, dev)
+	// RPCTimeout bounds one call to a server (zero: 10s; a blocking
+	// query gets its wait on top).
+	RPCTimeout time.Duration
+	Logger     hclog.Logger
+}
+
+// Client is a client agent: a member of the gossip pool that is not a Raft
+// voter, and an httpapi.Backend that serves every request through a
+// server.
+type Client struct {
+	cfg    Config
+	logger hclog.Logger
+	gossip *gossip.Pool
+	pool   *transport.Pool
+
+	preferred atomic.Pointer[string] // the server that answered last
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New starts a client agent: it claims its data dir, joins gossip and
+// returns. It does not wait for a server.
+func New(cfg Config) (*Client, error) {
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.BindAddr == "" {
+		return nil, errors.New("agent: config needs NodeID, DataDir and BindAddr")
+	}
+	if err := api.ValidateIdentifier("node", cfg.NodeID); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = 10 * time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	var err error
+	c.gossip, err = gossip.Start(gossip.Config{
+		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
+		Meta:      gossip.Meta{ID: cfg.NodeID, HTTPAddr: cfg.HTTPAddr, Role: api.RoleClient},
+		PeersFile: filepath.Join(cfg.DataDir, "gossip-peers.json"), Logger: c.logger.Named("memberlist"),
+	})
+	if err != nil {
+		c.pool.Close()
+		return nil, err
+	}
+	join := cfg.Join
+	if len(join) == 0 {
+		join = c.gossip.SavedPeers()
+	}
+	if len(join) > 0 {
+		if _, err := c.gossip.Join(join); err != nil {
+			if !cfg.RetryJoin && len(cfg.Join) > 0 {
+				c.Shutdown()
+				return nil, fmt.Errorf("join %v: %w (use -retry-join to keep trying)", join, err)
+			}
+			c.logger.Warn("join failed; retrying in the background", "addrs", join, "error", err)
+			c.goFunc(func() { c.retryJoin(join) })
+		}
+	}
+	return c, nil
+}
+
+func (c *Client) goFunc(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+func (c *Client) retryJoin(addrs []string) {
+	t := time.NewTicker(c.cfg.RetryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := c.gossip.Join(addrs); err == nil && n > 0 {
+			c.logger.Info("joined", "addrs", addrs)
+			return
+		}
+	}
+}
+
+// GossipAddr is the agent's memberlist address.
+func (c *Client) GossipAddr() string { return c.gossip.Addr() }
+
+// Members is the gossip pool as this agent sees it.
+func (c *Client) GossipMembers() []gossip.Member { return c.gossip.Members() }
+
+// Servers returns the server addresses of the servers gossip says are
+// alive, the last one that answered first.
+func (c *Client) Servers() []string {
+	var out []string
+	for _, m := range c.gossip.Members() {
+		if m.Meta.IsServer() && m.Status == gossip.StatusAlive && m.Meta.RaftAddr != "" {
+			out = append(out, m.Meta.RaftAddr)
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	if p := c.preferred.Load(); p != nil {
+		for i, a := range out {
+			if a == *p {
+				out[0], out[i] = out[i], out[0]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// errNoServer: gossip knows no live server (not joined yet, or every server
+// is down or cut off).
+var errNoServer = errors.New("agent: no live server known; is the agent joined?")
+
+// call sends method to a server: the one that answered last, else the
+// others in turn while the failure says nothing was done (unreachable,
+// starting, no leader there). A write whose outcome is unknown is not
+// retried here: that is the caller's choice, with its request ID.
+func (c *Client) call(ctx context.Context, method string, args, reply interface{}) error {
+	servers := c.Servers()
+	if len(servers) == 0 {
+		return api.NewError(api.CodeNoServer, errNoServer)
+	}
+	var last error
+	for _, addr := range servers {
+		err := c.pool.Call(ctx, addr, method, args, reply)
+		if err == nil {
+			c.preferred.Store(&addr)
+			return nil
+		}
+		last = c.wireError(err)
+		if !retryElsewhere(last) || ctx.Err() != nil {
+			return last
+		}
+		c.logger.Debug("server did not serve the call; trying another", "server", addr, "method", method, "error", err)
+	}
+	return last
+}
+
+// wireError rebuilds an RPC failure as an api error.
+func (c *Client) wireError(err error) error {
+	var re *transport.RemoteError
+	switch {
+	case errors.As(err, &re):
+		return api.FromWire(re.Code, re.Msg)
+	case errors.Is(err, transport.ErrUnreachable):
+		return api.NewError(api.CodeNoServer, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return api.NewErrorOutcome(api.CodeTimeout, api.OutcomeUnknown, err)
+	}
+	return api.NewErrorOutcome(api.CodeForwardFailed, api.OutcomeUnknown, err)
+}
+
+// retryElsewhere reports whether err means "not done here; another server
+// may do it".
+func retryElsewhere(err error) bool {
+	if api.RefusalCode(err) != "" {
+		return false // the request is wrong everywhere
+	}
+	var coded api.Coded
+	return errors.As(err, &coded) && coded.Outcome() == api.NotApplied
+}
+
+// Leave announces the departure over gossip and leaves the pool; then
+// Shutdown.
+func (c *Client) Leave() error {
+	if err := c.gossip.AnnounceLeaving(2 * time.Second); err != nil {
+		c.logger.Warn("gossip leave intent failed", "error", err)
+	}
+	if err := c.gossip.Leave(5 * time.Second); err != nil {
+		c.logger.Warn("gossip leave failed", "error", err)
+	}
+	return c.Shutdown()
+}
+
+// Shutdown stops the agent: its goroutines, gossip and RPC connections.
+// Idempotent.
+func (c *Client) Shutdown() error {
+	var err error
+	c.once.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		err = c.gossip.Shutdown()
+		c.pool.Close()
+	})
+	return err
+}

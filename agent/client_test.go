@@ -1,0 +1,198 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/internal/testcluster"
+)
+
+func plugin(node, name, alloc string) *api.PluginInfo {
+	return &api.PluginInfo{Type: "csi", Name: name, AllocID: alloc, NodeID: node, Version: "1",
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
+}
+
+func newClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{Addrs: []string{url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A client agent serves the whole HTTP API through the servers: writes
+// land in Raft, reads see them with the consistency asked for, events
+// stream, conditions hold, and it is a member with role client that never
+// votes.
+func TestClientAgentServesTheAPI(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ac := newClient(t, cn.HTTPURL)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+
+	events := ac.Watch(ctx, 0, client.WatchOptions{Types: []string{"csi"}})
+	res, err := ac.Register(ctx, plugin("client1", "ebs", "a1"))
+	if err != nil || res.Result != api.ResultRegistered {
+		t.Fatalf("register through the agent: %+v %v", res, err)
+	}
+	// Acknowledged through the agent: every server has it at that index.
+	for _, n := range c.Nodes {
+		sc := newClient(t, n.HTTPURL)
+		list, meta, err := sc.List(ctx, "csi", nil)
+		if err != nil || len(list) != 1 || meta.Index < res.Index {
+			t.Fatalf("%s: list %v meta %+v err %v", n.Config.NodeID, list, meta, err)
+		}
+	}
+	for _, q := range []*client.QueryOptions{nil, {Stale: true}} {
+		list, meta, err := ac.List(ctx, "csi", q)
+		if err != nil || len(list) != 1 || list[0].AllocID != "a1" || !meta.KnownLeader {
+			t.Fatalf("list through the agent (%+v): %v %+v %v", q, list, meta, err)
+		}
+	}
+	if _, _, err := ac.Get(ctx, "csi", "ebs", "nope", nil); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("get absent through the agent: %v", err)
+	}
+	if _, err := ac.Register(ctx, &api.PluginInfo{Type: "csi", Name: ""}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("invalid register through the agent: %v", err)
+	}
+	// Blocking query through the agent: woken by a write.
+	woke := make(chan error, 1)
+	go func() {
+		_, meta, err := ac.List(ctx, "csi", &client.QueryOptions{WaitIndex: res.Index, WaitTime: 30 * time.Second})
+		if err == nil && meta.Index <= res.Index {
+			err = errors.New("woke without a change")
+		}
+		woke <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	res2, err := ac.Register(ctx, plugin("client1", "ebs", "a2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; err != nil {
+		t.Fatalf("blocking query through the agent: %v", err)
+	}
+	// A conditional deregister names the owner.
+	if _, err := ac.DeregisterIf(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "someone-else"}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("conditional deregister of another node's instance: %v", err)
+	}
+	if r, err := ac.DeregisterIf(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "client1"}); err != nil || r.Result != api.ResultDeregistered {
+		t.Fatalf("conditional deregister by the owner: %+v %v", r, err)
+	}
+	// The event stream through the agent: in order, at their indexes.
+	want := []struct {
+		typ   api.EventType
+		alloc string
+		index uint64
+	}{{api.EventRegistered, "a1", res.Index}, {api.EventRegistered, "a2", res2.Index}, {api.EventDeregistered, "a1", 0}}
+	for i, w := range want {
+		select {
+		case ev := <-events:
+			if ev.EventType != w.typ || ev.Info.AllocID != w.alloc || (w.index != 0 && ev.Index != w.index) {
+				t.Fatalf("event %d: %+v, want %+v", i, ev, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("event %d never came", i)
+		}
+	}
+	// Membership: the agent is a client, and never a voter.
+	members, err := ac.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]string{}
+	for _, m := range members {
+		roles[m.Name] = m.Role
+		if m.Role == api.RoleClient && m.Voter {
+			t.Fatalf("a client agent is a voter: %+v", m)
+		}
+	}
+	if roles["client1"] != api.RoleClient || roles["node1"] != api.RoleServer || len(roles) != 4 {
+		t.Fatalf("members seen through the agent: %+v", members)
+	}
+	peers, err := ac.Peers(ctx)
+	if err != nil || len(peers) != 3 {
+		t.Fatalf("peers: %v %v", peers, err)
+	}
+	// Operator calls are for servers.
+	req, _ := http.NewRequest(http.MethodPost, cn.HTTPURL+"/v1/operator/leadership-transfer", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotImplemented {
+		t.Fatalf("leadership transfer through a client agent: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// A client agent whose host dies loses its plugins after -node-reap-after;
+// one that comes back is a member again.
+func TestClientAgentIsReapedWhenItDies(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) { cfg.NodeReapAfter = time.Second }})
+	cn := c.AddClient(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ac := newClient(t, cn.HTTPURL)
+	for _, a := range []string{"a1", "a2"} {
+		if _, err := ac.Register(ctx, plugin("client1", "ebs", a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ac.Register(ctx, plugin("elsewhere", "ebs", "b1")); err != nil {
+		t.Fatal(err)
+	}
+	cn.Kill()
+	sc := newClient(t, c.Leader().HTTPURL)
+	c.Eventually(30*time.Second, "the dead agent's plugins to be reaped", func() bool {
+		list, _, err := sc.Instances(ctx, "csi", "ebs", nil)
+		return err == nil && len(list) == 1 && list[0].AllocID == "b1"
+	})
+	cn.Restart()
+	c.Eventually(30*time.Second, "the agent to be alive again", func() bool {
+		for _, m := range c.Leader().Members() {
+			if m.Name == "client1" {
+				return m.Status == cluster.StatusAlive
+			}
+		}
+		return false
+	})
+	if n := len(c.Leader().Backend().Members()); n != 4 {
+		t.Fatalf("members after the agent's return: %d", n)
+	}
+}
+
+// A write through a client agent survives the loss of the server it was
+// using: the agent tries the next one.
+func TestClientAgentFailsOverBetweenServers(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ac := newClient(t, cn.HTTPURL)
+	if _, err := ac.Register(ctx, plugin("client1", "ebs", "a1")); err != nil {
+		t.Fatal(err)
+	}
+	used := cn.Servers()[0]
+	for i, n := range c.Nodes {
+		if n.RaftAddr() == used {
+			c.Kill(i)
+		}
+	}
+	c.WaitForLeader()
+	if _, err := ac.Register(ctx, plugin("client1", "ebs", "a2")); err != nil {
+		t.Fatalf("register after the agent's server died: %v", err)
+	}
+	list, _, err := ac.Instances(ctx, "csi", "ebs", nil)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("instances: %v %v", list, err)
+	}
+}

@@ -1,0 +1,31 @@
+package agent_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// What runs on every host, and what it is built from, must not pull the
+// server in: no Raft, no FSM, no registry, no cluster.
+func TestHostSideDoesNotImportTheServer(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	for _, pkg := range []string{"agent", "httpapi", "gossip", "transport", "api", "client"} {
+		t.Run(pkg, func(t *testing.T) {
+			out, err := exec.Command(goBin, "list", "-deps", "github.com/plugreg/plugreg/"+pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list: %v\n%s", err, out)
+			}
+			for _, dep := range strings.Fields(string(out)) {
+				for _, banned := range []string{"github.com/hashicorp/raft", "github.com/plugreg/plugreg/fsm", "github.com/plugreg/plugreg/registry", "github.com/plugreg/plugreg/cluster"} {
+					if dep == banned || strings.HasPrefix(dep, banned+"/") {
+						t.Errorf("%s imports %s", pkg, dep)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,11 @@
+package agent_test
+
+import (
+	"testing"
+
+	"github.com/plugreg/plugreg/internal/testcluster"
+	"go.uber.org/goleak"
+)
+
+// Every test must leave no goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testcluster.LeakOptions()...) }
