@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/cluster"
 )
 
@@ -30,7 +31,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg agent [flags]\n\nRuns a server node. Flags may also come from -config, a JSON object with the\nsame keys (\"node\", \"data-dir\", \"join\": [...], ...); the command line wins.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: plugreg agent [flags]\n\nRuns a server (a Raft voter) or, with -client, a client agent (a host's agent:\ngossip, the HTTP API through the servers, plugin discovery; never a voter).\nFlags may also come from -config, a JSON object with the same keys (\"node\",\n\"data-dir\", \"join\": [...], ...); the command line wins.\n\n")
 		fs.PrintDefaults()
 	}
 	d := cluster.DefaultConfig()
@@ -60,6 +61,7 @@ func runAgent(args []string) error {
 		logStore  = fs.String("log-store", cluster.LogStoreBolt, "Raft log store: boltdb or wal (a data dir keeps the one it was created with)")
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
+		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +83,20 @@ func runAgent(args []string) error {
 		return fmt.Errorf("-raft-multiplier %d: want 1 to 10", *raftMul)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
+	if *isClient {
+		if err := clientOnlyFlags(fs); err != nil {
+			return err
+		}
+		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
+			Join: join, RetryJoin: *retry, Logger: logger}
+		leaveCh := make(chan struct{})
+		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
+		if err != nil {
+			return err
+		}
+		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr())
+		return runUntilStopped(logger, n, leaveCh)
+	}
 	cfg := cluster.DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.BindAddr = *nodeID, *dataDir, *bind
 	cfg.ServerPort, cfg.GossipPort = *srvPort, *gosPort
@@ -114,7 +130,12 @@ func runAgent(args []string) error {
 		return err
 	}
 	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr())
+	return runUntilStopped(logger, n, leaveCh)
+}
 
+// runUntilStopped waits for a signal, a leave request or the HTTP server's
+// end, and stops the node within its grace.
+func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -124,7 +145,7 @@ func runAgent(args []string) error {
 	}
 	select {
 	case s := <-sig:
-		// A server keeps its membership across a restart: stop without
+		// An agent keeps its membership across a restart: stop without
 		// leaving ('plugreg leave' leaves on purpose).
 		logger.Info("shutting down", "signal", s, "within", signalStopGrace)
 		return stop(false, signalStopGrace)
@@ -135,6 +156,27 @@ func runAgent(args []string) error {
 		stop(false, signalStopGrace)
 		return fmt.Errorf("http server: %w", err)
 	}
+}
+
+// serverOnly are the flags that mean nothing to a client agent: setting
+// one with -client is a mistake worth saying.
+var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
+	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-journal",
+	"heartbeat-timeout", "log-store", "commit-timeout"}
+
+func clientOnlyFlags(fs *flag.FlagSet) error {
+	var bad []string
+	fs.Visit(func(f *flag.Flag) {
+		for _, s := range serverOnly {
+			if f.Name == s {
+				bad = append(bad, "-"+s)
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return fmt.Errorf("%s: server flags; a client agent (-client) has no Raft", strings.Join(bad, ", "))
+	}
+	return nil
 }
 
 // applyConfigFile sets every flag named in the JSON file that the command

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/registry"
 )
@@ -385,7 +386,7 @@ func printEvent(ev *client.Event) {
 }
 
 func runMembers(args []string) error {
-	cf := newClientFlags("members", "", "Lists the servers the answering node knows of.")
+	cf := newClientFlags("members", "", "Lists the servers and client agents the answering node knows of.")
 	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
 		ms, err := c.Members(ctx)
 		if err != nil {
@@ -394,19 +395,29 @@ func runMembers(args []string) error {
 		if *cf.json {
 			return printJSON(ms)
 		}
-		sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+		// Servers first, then client agents, each by name.
+		sort.Slice(ms, func(i, j int) bool {
+			if ms[i].Role != ms[j].Role {
+				return ms[i].Role == api.RoleServer
+			}
+			return ms[i].Name < ms[j].Name
+		})
 		var rows [][]string
 		for _, m := range ms {
-			role := "follower"
+			raft := "follower"
 			if m.Leader {
-				role = "leader"
+				raft = "leader"
 			}
 			if !m.Voter {
-				role = "-"
+				raft = "-"
 			}
-			rows = append(rows, []string{m.Name, m.Status, role, m.HTTPAddr, m.RaftAddr, m.GossipAddr})
+			server := m.RaftAddr
+			if server == "" {
+				server = "-"
+			}
+			rows = append(rows, []string{m.Name, m.Role, m.Status, raft, m.HTTPAddr, server, m.GossipAddr})
 		}
-		table("NODE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP", rows)
+		table("NODE\tROLE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP", rows)
 		return nil
 	})
 }

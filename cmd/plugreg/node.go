@@ -12,18 +12,25 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics/compat"
 	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// node is a server and its HTTP API, as run by agent and dev.
+// node is an agent, server or client, and its HTTP API, as run by agent
+// and dev.
 type node struct {
-	srv  *cluster.Server
-	api  *httpapi.Server
-	ln   net.Listener
-	done chan error // Serve's result
-	once sync.Once
+	srv    *cluster.Server // nil on a client agent
+	client *agent.Client   // nil on a server
+	core   lifecycle       // srv or client
+	// host-side work (plugin discovery, anti-entropy), stopped before core
+	hostStop []func()
+	api      *httpapi.Server
+	be       httpapi.Backend
+	ln       net.Listener
+	done     chan error // Serve's result
+	once     sync.Once
 	// stopping says what stop is doing now, for the log line of an
 	// agent that gives up waiting.
 	stopping atomic.Value // string
@@ -54,6 +61,12 @@ func setupMetrics(logger hclog.Logger) http.Handler {
 	return metricsHandler
 }
 
+// lifecycle is how an agent's core stops: gracefully (Leave) or not.
+type lifecycle interface {
+	Leave() error
+	Shutdown() error
+}
+
 // startNode starts a server and serves its HTTP API on httpAddr.
 func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*node, error) {
 	ln, err := net.Listen("tcp", httpAddr)
@@ -66,10 +79,42 @@ func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*no
 		ln.Close()
 		return nil, err
 	}
-	n := &node{srv: srv, ln: ln, done: make(chan error, 1)}
-	n.api = httpapi.New(httpapi.Config{Backend: srv.Backend(), Logger: cfg.Logger.Named("http"), Metrics: setupMetrics(cfg.Logger), Token: token, OnLeave: onLeave})
-	go func() { n.done <- n.api.Serve(ln) }()
+	n := &node{srv: srv, core: srv, ln: ln, done: make(chan error, 1)}
+	n.serve(srv.Backend(), cfg.Logger, token, onLeave)
 	return n, nil
+}
+
+// startClientNode starts a client agent and serves its HTTP API on
+// httpAddr.
+func startClientNode(cfg agent.Config, httpAddr, token string, onLeave func()) (*node, error) {
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on http port %s: %w", httpAddr, err)
+	}
+	cfg.HTTPAddr = ln.Addr().String()
+	cl, err := agent.New(cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	n := &node{client: cl, core: cl, ln: ln, done: make(chan error, 1)}
+	n.serve(cl, cfg.Logger, token, onLeave)
+	return n, nil
+}
+
+func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLeave func()) {
+	n.be = be
+	n.api = httpapi.New(httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: token, OnLeave: onLeave})
+	go func() { n.done <- n.api.Serve(n.ln) }()
+}
+
+// nodeID, gossipAddr and serverAddr describe the node for people.
+func (n *node) nodeID() string { return n.be.NodeID() }
+func (n *node) gossipAddr() string {
+	if n.srv != nil {
+		return n.srv.GossipAddr()
+	}
+	return n.client.GossipAddr()
 }
 
 // stage says what stop is doing ("running" before it starts).
@@ -95,13 +140,24 @@ func (n *node) stop(leave bool) error {
 			herr = n.api.Close()
 		}
 		<-n.done
+		n.stopping.Store("stopping plugin discovery")
+		for i := len(n.hostStop) - 1; i >= 0; i-- {
+			n.hostStop[i]()
+		}
 		var serr error
-		if leave {
+		switch {
+		case leave && n.srv != nil:
 			n.stopping.Store("leaving the cluster (leadership transfer, removal from Raft)")
-			serr = n.srv.Leave()
-		} else {
+			serr = n.core.Leave()
+		case leave:
+			n.stopping.Store("leaving the gossip pool")
+			serr = n.core.Leave()
+		case n.srv != nil:
 			n.stopping.Store("stopping Raft, gossip and the stores")
-			serr = n.srv.Shutdown()
+			serr = n.core.Shutdown()
+		default:
+			n.stopping.Store("stopping gossip")
+			serr = n.core.Shutdown()
 		}
 		n.stopping.Store("stopped")
 		err = errors.Join(herr, serr)
