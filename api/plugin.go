@@ -147,3 +147,31 @@ func validateText(field, v string, max int) error {
 	}
 	return nil
 }
+
+// Options keys plugreg itself sets on the instances a host agent registers.
+const (
+	// OptionSource names what registered an instance on its host's
+	// behalf; the host's agent owns (and keeps right) the instances of its
+	// node with a source it runs.
+	OptionSource = "plugreg.source"
+	// SourceKubelet: discovered in the plugins dir (kubelet protocol).
+	SourceKubelet = "kubelet"
+	// SourceStub: a plugin connected to the agent's plugin socket.
+	SourceStub = "stub"
+)
+
+// SameContent reports whether a and b register the same thing: every
+// field but the indexes.
+func SameContent(a, b *PluginInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Type != b.Type || a.Name != b.Name || a.AllocID != b.AllocID || a.Version != b.Version || a.NodeID != b.NodeID {
+		return false
+	}
+	ca, cb := a.ConnectionInfo, b.ConnectionInfo
+	if (ca == nil) != (cb == nil) || (ca != nil && *ca != *cb) {
+		return false
+	}
+	return maps.Equal(a.Options, b.Options)
+}

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"maps"
-
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -31,16 +29,4 @@ func ValidateIdentifier(field, v string) error { return api.ValidateIdentifier(f
 // sameContent reports whether a and b describe the same instance with the
 // same content, ignoring the indexes the FSM assigns. An empty Options map
 // equals a nil one: both encode to nothing meaningful.
-func sameContent(a, b *PluginInfo) bool {
-	if a.Type != b.Type || a.Name != b.Name || a.AllocID != b.AllocID ||
-		a.Version != b.Version || a.NodeID != b.NodeID {
-		return false
-	}
-	if (a.ConnectionInfo == nil) != (b.ConnectionInfo == nil) {
-		return false
-	}
-	if a.ConnectionInfo != nil && *a.ConnectionInfo != *b.ConnectionInfo {
-		return false
-	}
-	return maps.Equal(a.Options, b.Options)
-}
+func sameContent(a, b *PluginInfo) bool { return api.SameContent(a, b) }

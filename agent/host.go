@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/api"
+)
+
+// Writer is what Host writes through: a server's or a client agent's
+// Backend.
+type Writer interface {
+	NodeID() string
+	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
+	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
+	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
+}
+
+// HostConfig configures a Host.
+type HostConfig struct {
+	Backend Writer
+	// Sources are the plugin sources this agent runs (api.SourceKubelet,
+	// api.SourceStub): the instances of its node whose Options carry one
+	// of them are the host's, and anti-entropy removes those the host no
+	// longer has. Instances of the node registered otherwise (by hand,
+	// over HTTP) are left alone.
+	Sources []string
+	// SyncInterval between anti-entropy rounds (zero: 30s). A round that
+	// fails is retried sooner, with backoff from 1s: after a partition
+	// heals, the host's registrations are right again within seconds.
+	SyncInterval time.Duration
+	// WriteTimeout bounds each write (zero: 10s).
+	WriteTimeout time.Duration
+	Logger       hclog.Logger
+}
+
+// Host is the registrations a host's agent makes on its host's behalf:
+// every plugin source on the host (the kubelet-protocol watcher, the
+// plugin socket) registers and deregisters through it, and it keeps the
+// registry true to them (anti-entropy, as Consul's agent does for its
+// services): what the host has is registered, unchanged registrations are
+// not rewritten, and what the host no longer has is removed, only from
+// this node (a conditional deregister), never from a host that has since
+// taken the instance over.
+type Host struct {
+	cfg    HostConfig
+	be     Writer
+	node   string
+	logger hclog.Logger
+
+	mu      sync.Mutex // guards desired, ready, stats
+	desired map[key]*api.PluginInfo
+	ready   map[string]bool // sources that finished their first pass
+
+	keys  [64]sync.Mutex // striped per key: one write per instance at a time
+	kick  chan struct{}  // capacity 1: a coalesced "sync soon"
+	stats HostStats
+}
+
+// HostStats count what anti-entropy did.
+type HostStats struct {
+	Rounds, Failed, Registered, Deregistered int
+}
+
+type key struct{ typ, name, alloc string }
+
+func keyOf(p *api.PluginInfo) key { return key{p.Type, p.Name, p.AllocID} }
+
+// NewHost returns a Host; Run it.
+func NewHost(cfg HostConfig) (*Host, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("agent: host needs a Backend")
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 30 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Host{
+		cfg: cfg, be: cfg.Backend, node: cfg.Backend.NodeID(), logger: cfg.Logger,
+		desired: make(map[key]*api.PluginInfo), ready: make(map[string]bool), kick: make(chan struct{}, 1),
+	}, nil
+}
+
+// NodeID is the host's node ID, stamped on every registration.
+func (h *Host) NodeID() string { return h.node }
+
+func (h *Host) lock(k key) func() {
+	f := fnv.New32a()
+	f.Write([]byte(k.typ + "\x00" + k.name + "\x00" + k.alloc))
+	m := &h.keys[f.Sum32()%uint32(len(h.keys))]
+	m.Lock()
+	return m.Unlock
+}
+
+// Register registers info for this host (its NodeID is set to the host's)
+// and remembers it: if the write fails, anti-entropy makes it later.
+func (h *Host) Register(ctx context.Context, info *api.PluginInfo) error {
+	p := info.Copy()
+	p.NodeID = h.node
+	if err := api.ValidatePlugin(p); err != nil {
+		return err
+	}
+	k := keyOf(p)
+	defer h.lock(k)()
+	h.mu.Lock()
+	h.desired[k] = p
+	h.mu.Unlock()
+	return h.register(ctx, p)
+}
+
+// Deregister removes info from this host: it is forgotten at once, and
+// deregistered from the registry if it is still this node's there.
+func (h *Host) Deregister(ctx context.Context, info *api.PluginInfo) error {
+	k := keyOf(info)
+	defer h.lock(k)()
+	h.mu.Lock()
+	delete(h.desired, k)
+	h.mu.Unlock()
+	return h.deregister(ctx, k, 0)
+}
+
+// Ready says that source has made its first pass (registered what the host
+// has at start). Anti-entropy removes nothing before every source is
+// ready: after a restart, an instance not yet re-discovered is not gone.
+func (h *Host) Ready(source string) {
+	h.mu.Lock()
+	h.ready[source] = true
+	h.mu.Unlock()
+	h.Resync()
+}
+
+// Resync asks for an anti-entropy round soon (on reconnect).
+func (h *Host) Resync() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Plugins returns copies of what the host has, by type, name and alloc.
+func (h *Host) Plugins() []*api.PluginInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*api.PluginInfo, 0, len(h.desired))
+	for _, p := range h.desired {
+		out = append(out, p.Copy())
+	}
+	slices.SortFunc(out, func(a, b *api.PluginInfo) int {
+		return cmpKey(keyOf(a), keyOf(b))
+	})
+	return out
+}
+
+func cmpKey(a, b key) int {
+	switch {
+	case a == b:
+		return 0
+	case a.typ < b.typ || (a.typ == b.typ && (a.name < b.name || (a.name == b.name && a.alloc < b.alloc))):
+		return -1
+	}
+	return 1
+}
+
+// Stats returns what anti-entropy has done so far.
+func (h *Host) Stats() HostStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats
+}
+
+func (h *Host) register(ctx context.Context, p *api.PluginInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	defer cancel()
+	_, err := h.be.Register(ctx, p)
+	h.noteWrite(err)
+	return err
+}
+
+// deregister removes k if it is still this node's (and, with ifIndex, was
+// last changed at ifIndex); another node's instance is not this host's to
+// remove, so a conflict is success.
+func (h *Host) deregister(ctx context.Context, k key, ifIndex uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	defer cancel()
+	_, err := h.be.Deregister(ctx, api.DeregisterRequest{Type: k.typ, Name: k.name, AllocID: k.alloc, IfNodeID: h.node, IfModifyIndex: ifIndex})
+	if errors.Is(err, api.ErrConflict) {
+		return nil
+	}
+	h.noteWrite(err)
+	return err
+}
+
+// noteWrite asks for a round soon after a failure that a retry may cure
+// (the cluster was unreachable or had no leader): Run then retries with
+// backoff until it succeeds.
+func (h *Host) noteWrite(err error) {
+	var coded api.Coded
+	if err != nil && errors.As(err, &coded) {
+		h.Resync()
+	}
+}
+
+// owned reports whether p is an instance this host keeps right.
+func (h *Host) owned(p *api.PluginInfo) bool {
+	return p.NodeID == h.node && slices.Contains(h.cfg.Sources, p.Options[api.OptionSource])
+}
+
+// Sync makes one anti-entropy round: it reads the node's instances (a
+// linearizable read: a lagging server's answer would cost a round, e.g.
+// show instances already reaped) and registers what is missing or
+// different, then removes what the host no longer has, each write under
+// its instance's lock with the host's wish checked again.
+func (h *Host) Sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	defer cancel()
+	res, err := h.be.Query(ctx, api.Query{Kind: api.QueryNode, NodeID: h.node})
+	if err != nil {
+		return fmt.Errorf("anti-entropy: read node %s: %w", h.node, err)
+	}
+	have := make(map[key]*api.PluginInfo)
+	for _, p := range res.Plugins {
+		if h.owned(p) {
+			have[keyOf(p)] = p
+		}
+	}
+	var errs []error
+	registered, deregistered := 0, 0
+	for _, want := range h.Plugins() {
+		k := keyOf(want)
+		if got := have[k]; got != nil && api.SameContent(got, want) {
+			continue
+		}
+		unlock := h.lock(k)
+		h.mu.Lock()
+		cur := h.desired[k]
+		h.mu.Unlock()
+		if cur != nil && api.SameContent(cur, want) { // still wanted, as it was
+			if err := h.register(ctx, cur); err != nil {
+				errs = append(errs, err)
+			} else {
+				registered++
+			}
+		}
+		unlock()
+	}
+	if h.allReady() {
+		for k, got := range have {
+			unlock := h.lock(k)
+			h.mu.Lock()
+			_, wanted := h.desired[k]
+			h.mu.Unlock()
+			if !wanted {
+				if err := h.deregister(ctx, k, got.ModifyIndex); err != nil {
+					errs = append(errs, err)
+				} else {
+					deregistered++
+				}
+			}
+			unlock()
+		}
+	}
+	h.mu.Lock()
+	h.stats.Rounds++
+	h.stats.Registered += registered
+	h.stats.Deregistered += deregistered
+	if len(errs) > 0 {
+		h.stats.Failed++
+	}
+	h.mu.Unlock()
+	if registered+deregistered > 0 {
+		h.logger.Info("anti-entropy corrected the registry", "registered", registered, "deregistered", deregistered)
+	}
+	return errors.Join(errs...)
+}
+
+func (h *Host) allReady() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.cfg.Sources {
+		if !h.ready[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// Run syncs every SyncInterval, soon after Resync, and with backoff while
+// rounds fail, until ctx ends.
+func (h *Host) Run(ctx context.Context) {
+	backoff := time.Second
+	t := time.NewTimer(h.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.kick:
+		}
+		wait := h.cfg.SyncInterval
+		if err := h.Sync(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.logger.Debug("anti-entropy round failed; retrying", "in", backoff, "error", err)
+			wait, backoff = backoff, min(backoff*2, h.cfg.SyncInterval)
+		} else {
+			backoff = time.Second
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(wait)
+	}
+}

@@ -1,0 +1,143 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testcluster"
+)
+
+func hostPlugin(name, alloc string) *api.PluginInfo {
+	p := plugin("", name, alloc)
+	p.Options = map[string]string{api.OptionSource: api.SourceKubelet}
+	return p
+}
+
+func startHost(t *testing.T, w agent.Writer, interval time.Duration) (*agent.Host, context.CancelFunc) {
+	t.Helper()
+	h, err := agent.NewHost(agent.HostConfig{Backend: w, Sources: []string{api.SourceKubelet}, SyncInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	return h, func() { cancel(); <-done }
+}
+
+// Anti-entropy: what the host has is registered (again, after its node was
+// reaped), what it has stopped having is removed, an unchanged
+// registration is never rewritten, and what is not the host's (another
+// node's, or registered by hand) is left alone.
+func TestHostAntiEntropy(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := c.Leader().Backend()
+	get := func(name, alloc string) *api.PluginInfo {
+		res, err := srv.Query(ctx, api.Query{Kind: api.QueryInstance, Type: "csi", Name: name, AllocID: alloc})
+		if err != nil || len(res.Plugins) != 1 {
+			return nil
+		}
+		return res.Plugins[0]
+	}
+
+	h, stop := startHost(t, cn.Client, time.Hour) // rounds only when asked
+	defer stop()
+	if err := h.Register(ctx, hostPlugin("ebs", "a1")); err != nil {
+		t.Fatal(err)
+	}
+	first := get("ebs", "a1")
+	if first == nil || first.NodeID != "client1" || first.Options[api.OptionSource] != api.SourceKubelet {
+		t.Fatalf("registered through the host: %+v", first)
+	}
+	// Instances the host does not own: one by hand on its node, one of
+	// another node; and a stale one of its own (a socket gone while the
+	// agent was down).
+	manual := plugin("client1", "manual", "m1")
+	other := hostPlugin("ebs", "o1")
+	other.NodeID = "client2"
+	stale := hostPlugin("ebs", "s1")
+	stale.NodeID = "client1"
+	for _, p := range []*api.PluginInfo{manual, other, stale} {
+		if _, err := srv.Register(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before the source is ready, nothing is removed.
+	if err := h.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get("ebs", "s1") == nil {
+		t.Fatal("anti-entropy removed an instance before the sources were ready")
+	}
+	h.Ready(api.SourceKubelet)
+
+	c.Eventually(20*time.Second, "the stale instance to be removed", func() bool { return get("ebs", "s1") == nil })
+	if get("manual", "m1") == nil || get("ebs", "o1") == nil {
+		t.Fatal("anti-entropy removed an instance that is not the host's")
+	}
+	if got := get("ebs", "a1"); got == nil || got.ModifyIndex != first.ModifyIndex {
+		t.Fatalf("an unchanged registration was rewritten: %+v, first at %d", got, first.ModifyIndex)
+	}
+	// The node was reaped (as after a long partition): the next round
+	// registers the host's plugins again, and only them.
+	if _, err := srv.DeregisterNode(ctx, "client1"); err != nil {
+		t.Fatal(err)
+	}
+	h.Resync()
+	c.Eventually(20*time.Second, "the host's plugin to be registered again", func() bool { return get("ebs", "a1") != nil })
+	if get("manual", "m1") != nil {
+		t.Fatal("anti-entropy registered what the host never had")
+	}
+	// Deregistering an instance another host has taken over changes
+	// nothing: the conditional deregister refuses, and that is success.
+	if err := h.Deregister(ctx, other); err != nil {
+		t.Fatalf("deregister of another host's instance: %v", err)
+	}
+	if get("ebs", "o1") == nil {
+		t.Fatal("a host removed another host's instance")
+	}
+	if st := h.Stats(); st.Registered != 1 || st.Deregistered != 1 {
+		t.Fatalf("anti-entropy stats %+v, want 1 registered (after the reap), 1 deregistered (the stale one)", st)
+	}
+}
+
+// A registration made while the cluster cannot take writes is made by
+// anti-entropy once it can.
+func TestHostRegistersAfterAnOutage(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h, stop := startHost(t, cn.Client, time.Hour)
+	defer stop()
+	h.Ready(api.SourceKubelet)
+	leader := c.Leader()
+	for i, n := range c.Nodes { // no quorum
+		if n != leader {
+			c.Kill(i)
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+	err := h.Register(wctx, hostPlugin("ebs", "a1"))
+	wcancel()
+	if err == nil {
+		t.Fatal("a write without quorum succeeded")
+	}
+	for i, n := range c.Nodes {
+		if n != leader {
+			c.Restart(i)
+		}
+	}
+	c.Eventually(60*time.Second, "anti-entropy to make the registration", func() bool {
+		res, err := c.Leader().Backend().Query(ctx, api.Query{Kind: api.QueryList, Type: "csi"})
+		return err == nil && len(res.Plugins) == 1 && res.Plugins[0].NodeID == "client1"
+	})
+}
