@@ -232,13 +232,9 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 	w.goOp(ctx, func() func() {
 		key, info, err := w.probe(ctx, path)
 		return func() {
-			s := w.dsw[path]
-			if s == nil {
-				return // removed meanwhile
-			}
 			s.busy = false
-			if s.seq != seq {
-				return // re-created meanwhile: ask the new one
+			if w.dsw[path] != s || s.seq != seq {
+				return // removed, or re-created, meanwhile
 			}
 			now := time.Now()
 			if err != nil {
@@ -248,8 +244,19 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 				s.ok = false
 				s.failures++
 				s.retryAt = now.Add(w.backoff(s.failures))
-				w.log.Warn("plugin not registered; will retry", "socket", path, "error", err, "retry_in", s.retryAt.Sub(now).Round(time.Millisecond))
+				// A socket nobody serves any more (a plugin that died
+				// without removing it) fails forever: say so once, then
+				// quietly.
+				logf := w.log.Debug
+				if s.failures == 1 {
+					logf = w.log.Warn
+				}
+				logf("plugin not registered; will retry", "socket", path, "error", err, "attempt", s.failures,
+					"retry_in", s.retryAt.Sub(now).Round(time.Millisecond))
 				return
+			}
+			if s.failures > 0 {
+				w.log.Info("plugin answers again", "socket", path, "type", key.typ, "name", key.name)
 			}
 			s.ok, s.gotSeq, s.key, s.info = true, seq, key, info
 			s.probeAt = now.Add(w.cfg.ProbeInterval)
@@ -390,8 +397,14 @@ func (w *Watcher) deregister(ctx context.Context, infos []*api.PluginInfo) []*ap
 // tell sends NotifyRegistrationStatus; a failure is logged only (kubelet
 // does not retry it either: the plugin learns on the next round).
 func (w *Watcher) tell(ctx context.Context, c *pluginConn, path string, registered bool, reason string) {
-	if err := c.notify(ctx, w.cfg.GetInfoTimeout, registered, reason); err != nil && ctx.Err() == nil {
+	err := c.notify(ctx, w.cfg.GetInfoTimeout, registered, reason)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case registered:
 		w.log.Warn("NotifyRegistrationStatus failed", "socket", path, "registered", registered, "error", err)
+	default:
+		// The DRA helper answers a refusal with an error of its own.
+		w.log.Debug("NotifyRegistrationStatus failed", "socket", path, "registered", registered, "error", err)
 	}
 }
 

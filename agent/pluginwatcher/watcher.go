@@ -154,6 +154,11 @@ func (w *Watcher) Wait(ctx context.Context, cond func([]*api.PluginInfo) bool) e
 			return ctx.Err()
 		case <-changed:
 		case <-done:
+			// Stopped (by Stop or Start's ctx): one last look.
+			if cond(w.Plugins()) {
+				return nil
+			}
+			return ErrStopped
 		}
 	}
 }

@@ -459,3 +459,48 @@ func TestStartTwice(t *testing.T) {
 		t.Fatalf("second Start = %v", err)
 	}
 }
+
+// Wait sees a registration; when Start's ctx ends the watcher stops and
+// Wait says so.
+func TestWaitAndStartContext(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := testConfig(t, f.dir, f.reg)
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	startPlugin(t, filepath.Join(f.dir, "p.sock"), draInfo("wait.example.com"))
+	wctx, wcancel := context.WithTimeout(context.Background(), waitFor)
+	defer wcancel()
+	if err := w.Wait(wctx, func(l []*api.PluginInfo) bool { return len(l) == 1 && l[0].Name == "wait.example.com" }); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := w.Wait(wctx, func([]*api.PluginInfo) bool { return false }); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Wait after Start's ctx ended = %v", err)
+	}
+}
+
+// The newest socket of a name goes away while an older one still
+// answers: the older one is registered again, then the newest's instance
+// removed.
+func TestNewestGoneOlderTakesOver(t *testing.T) {
+	f := newFixture(t)
+	f.start(t)
+	const name = "takeover.example.com"
+	old := startPlugin(t, filepath.Join(f.dir, "old.sock"), draInfo(name))
+	f.waitRegistered(t, registerapi.DRAPlugin, name, old.path)
+	newer := startPlugin(t, filepath.Join(f.dir, "new.sock"), draInfo(name))
+	f.waitRegistered(t, registerapi.DRAPlugin, name, newer.path)
+	newer.stop()
+	f.waitRegistered(t, registerapi.DRAPlugin, name, old.path)
+	eventually(t, "one instance left", func() (bool, string) {
+		return len(f.reg.instances(registerapi.DRAPlugin, name)) == 1, "more"
+	})
+}
