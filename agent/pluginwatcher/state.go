@@ -1,0 +1,77 @@
+package pluginwatcher
+
+import (
+	"maps"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// nameKey is a plugin name: the state machine of one (Type, Name) runs one
+// operation at a time.
+type nameKey struct{ typ, name string }
+
+// socketState is one entry of the desired state of world: a socket seen
+// in Dir, with what it last answered.
+type socketState struct {
+	path string
+	// stamp and seq identify the current incarnation of the socket: its
+	// creation time (mtime) and the discovery counter. Newer (stamp, seq)
+	// wins among sockets of one name.
+	stamp time.Time
+	seq   uint64
+
+	// ok: the last GetInfo, of incarnation gotSeq, answered and validated
+	// as key/info. A socket re-created on the same path keeps its old
+	// answer (and registration) until its new incarnation has answered.
+	ok     bool
+	gotSeq uint64
+	key    nameKey
+	info   *api.PluginInfo
+
+	busy     bool      // a probe of this socket is running
+	failures int       // consecutive failed steps, for the backoff
+	retryAt  time.Time // no probe before this, while !ok or unanswered
+	probeAt  time.Time // next periodic probe, while ok
+}
+
+// newer reports whether s is a newer socket than o.
+func (s *socketState) newer(o *socketState) bool {
+	if !s.stamp.Equal(o.stamp) {
+		return s.stamp.After(o.stamp)
+	}
+	return s.seq > o.seq
+}
+
+// answered reports whether the current incarnation's answer is in.
+func (s *socketState) answered() bool { return s.ok && s.gotSeq == s.seq }
+
+// registration is one entry of the actual state of world: what the
+// Registrar holds from this watcher for a name.
+type registration struct {
+	path string
+	seq  uint64 // incarnation registered and notified
+	info *api.PluginInfo
+}
+
+// nameState is the state machine of one plugin name.
+type nameState struct {
+	busy bool          // an operation (register or deregister) is running
+	reg  *registration // nil: nothing registered for the name
+	// stale are registrations of the name to remove: a replaced instance,
+	// or one whose Deregister failed; they are retried with backoff.
+	stale    []*api.PluginInfo
+	failures int
+	retryAt  time.Time
+}
+
+func infoEqual(a, b *api.PluginInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ca, cb := a.ConnectionInfo, b.ConnectionInfo
+	return a.Type == b.Type && a.Name == b.Name && a.AllocID == b.AllocID &&
+		a.Version == b.Version && a.NodeID == b.NodeID &&
+		(ca == nil) == (cb == nil) && (ca == nil || *ca == *cb) &&
+		maps.Equal(a.Options, b.Options)
+}

@@ -1,0 +1,5 @@
+// Package kubelet tests plugreg's kubelet-protocol plugin discovery
+// (agent/pluginwatcher) against the real Kubernetes DRA kubelet-plugin
+// helper, k8s.io/dynamic-resource-allocation/kubeletplugin. It is a module
+// of its own so that the product never depends on client-go; see README.md.
+package kubelet
