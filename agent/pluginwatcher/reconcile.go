@@ -28,6 +28,7 @@ func (w *Watcher) run(ctx context.Context, fsw *fsnotify.Watcher) {
 	defer timer.Stop()
 	for {
 		next := w.reconcile(ctx, time.Now())
+		w.checkSettled()
 		timer.Reset(next)
 		select {
 		case <-ctx.Done():

@@ -26,12 +26,11 @@ type Registrar interface {
 // Keys and values of the Options the watcher puts on every registration.
 const (
 	// SourceKey marks who registered an instance; with NodeID it tells the
-	// agent's anti-entropy which instances are its own to re-assert or
-	// remove.
-	SourceKey = "plugreg.source"
+	// host's agent which instances are its own (api.OptionSource).
+	SourceKey = api.OptionSource
 	// SourceKubelet is SourceKey's value on instances registered by this
-	// package.
-	SourceKubelet = "kubelet"
+	// package (api.SourceKubelet).
+	SourceKubelet = api.SourceKubelet
 	// OptionVersions holds the plugin's supported versions as GetInfo
 	// reported them, comma-separated, in its order.
 	OptionVersions = "versions"

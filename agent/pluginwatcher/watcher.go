@@ -30,6 +30,7 @@ type Watcher struct {
 	done    chan struct{} // closed when the loop has returned
 	plugins []*api.PluginInfo
 	changed chan struct{} // closed and replaced when plugins changes
+	settled chan struct{} // closed once every socket of the first walk was tried
 
 	// The loop goroutine (run) owns everything below; operations hand it
 	// their outcome as a func on results, which run applies.
@@ -38,6 +39,7 @@ type Watcher struct {
 	dsw     map[string]*socketState
 	names   map[nameKey]*nameState
 	seq     uint64
+	initial map[string]uint64 // sockets of the first walk not yet tried, by incarnation
 }
 
 // New checks cfg and Dir (it must exist, be a directory and be readable)
@@ -66,6 +68,7 @@ func New(cfg Config) (*Watcher, error) {
 		log:      cfg.Logger.Named("pluginwatcher"),
 		handlers: cfg.Handlers,
 		changed:  make(chan struct{}),
+		settled:  make(chan struct{}),
 		done:     make(chan struct{}),
 		results:  make(chan func()),
 		dsw:      make(map[string]*socketState),
@@ -99,8 +102,10 @@ func (w *Watcher) Start(ctx context.Context) error {
 		_ = fsw.Close()
 		return fmt.Errorf("pluginwatcher: watch %s: %w", w.cfg.Dir, err)
 	}
+	w.initial = make(map[string]uint64, len(socks))
 	for _, f := range socks {
 		w.see(f)
+		w.initial[f.path] = w.dsw[f.path].seq
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w.cancel = cancel
@@ -108,6 +113,37 @@ func (w *Watcher) Start(ctx context.Context) error {
 	w.log.Info("watching for kubelet plugins", "dir", w.cfg.Dir, "sockets", len(socks))
 	go w.run(ctx, fsw)
 	return nil
+}
+
+// Settled is closed once every socket found at Start has been tried:
+// registered (or found to belong to a name a newer socket holds), refused,
+// failed once, or gone. Until then, the watcher's Plugins are not yet what
+// the host has (a restarted agent has not re-discovered them all), and
+// nothing should be removed for not being in it.
+func (w *Watcher) Settled() <-chan struct{} { return w.settled }
+
+// checkSettled closes settled when the first walk's sockets have all been
+// tried. Called by the loop.
+func (w *Watcher) checkSettled() {
+	if w.initial == nil {
+		return
+	}
+	for path, seq := range w.initial {
+		s := w.dsw[path]
+		if s == nil || s.seq != seq || s.failures > 0 {
+			delete(w.initial, path) // gone, re-created, or failed
+			continue
+		}
+		if !s.answered() {
+			return
+		}
+		if n := w.names[s.key]; n == nil || n.busy || n.reg == nil {
+			return // its name's registration has not run yet
+		}
+		delete(w.initial, path)
+	}
+	w.initial = nil
+	close(w.settled)
 }
 
 // Stop ends the watcher and waits for all its goroutines; calls to a

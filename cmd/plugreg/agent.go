@@ -61,6 +61,7 @@ func runAgent(args []string) error {
 		logStore  = fs.String("log-store", cluster.LogStoreBolt, "Raft log store: boltdb or wal (a data dir keeps the one it was created with)")
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
+		plugDir   = fs.String("plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
 		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
@@ -94,7 +95,11 @@ func runAgent(args []string) error {
 		if err != nil {
 			return err
 		}
-		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr())
+		if err := n.startServices(*plugDir, logger); err != nil {
+			n.stop(false)
+			return err
+		}
+		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir)
 		return runUntilStopped(logger, n, leaveCh)
 	}
 	cfg := cluster.DefaultConfig()
@@ -129,7 +134,11 @@ func runAgent(args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr())
+	if err := n.startServices(*plugDir, logger); err != nil {
+		n.stop(false)
+		return err
+	}
+	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir)
 	return runUntilStopped(logger, n, leaveCh)
 }
 

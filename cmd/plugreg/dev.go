@@ -13,20 +13,25 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/cluster"
 )
 
 func runDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg dev [flags]\n\nRuns a three-node cluster on 127.0.0.1 in temporary data dirs, until Ctrl-C.\nNode i (0, 1, 2) uses HTTP port http-port+10i, server port 8300+10i and\ngossip port 8301+10i.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: plugreg dev [flags]\n\nRuns a three-server cluster (and, with -clients N, N client agents) on\n127.0.0.1 in temporary data dirs, until Ctrl-C. Agent i (servers 0, 1, 2,\nthen the clients) uses HTTP port http-port+10i and gossip port\nserver-port+10i+1; server i uses server port server-port+10i. Every agent\nwatches a plugins dir of its own (kubelet plugin registration sockets).\n\n")
 		fs.PrintDefaults()
 	}
 	httpPort := fs.Int("http-port", 8500, "HTTP port of the first node")
 	basePort := fs.Int("server-port", 8300, "server port of the first node; its gossip port is one more")
 	logLevel := fs.String("log-level", "error", "trace, debug, info, warn or error")
+	clients := fs.Int("clients", 0, "client agents to run beside the three servers (0 to 20)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *clients < 0 || *clients > 20 {
+		return fmt.Errorf("-clients %d: want 0 to 20", *clients)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg-dev", Level: hclog.LevelFromString(*logLevel)})
 	dir, err := os.MkdirTemp("", "plugreg-dev-")
@@ -43,7 +48,13 @@ func runDev(args []string) error {
 		}
 		return errors.Join(errs...)
 	}
-	var addrs []string
+	var addrs, pluginDirs []string
+	// Each agent's plugins dir, made before it starts (discovery refuses a
+	// dir that does not exist).
+	pluginsDir := func(node string) (string, error) {
+		d := filepath.Join(dir, node, "plugins")
+		return d, os.MkdirAll(d, 0o755)
+	}
 	for i := 0; i < 3; i++ {
 		cfg := cluster.DefaultConfig()
 		cfg.NodeID = fmt.Sprintf("dev%d", i+1)
@@ -60,13 +71,48 @@ func runDev(args []string) error {
 		cfg.ReconcileInterval = 500 * time.Millisecond
 		cfg.NodeReapAfter = 30 * time.Second
 		cfg.Logger = logger.Named(cfg.NodeID)
+		pd, err := pluginsDir(cfg.NodeID)
+		if err != nil {
+			stopAll()
+			return err
+		}
 		n, err := startNode(cfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), "", nil)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("start %s: %w", cfg.NodeID, err)
 		}
 		nodes = append(nodes, n)
+		if err := n.startServices(pd, logger.Named(cfg.NodeID)); err != nil {
+			stopAll()
+			return fmt.Errorf("start %s: %w", cfg.NodeID, err)
+		}
 		addrs = append(addrs, n.ln.Addr().String())
+		pluginDirs = append(pluginDirs, pd)
+	}
+	for i := 3; i < 3+*clients; i++ {
+		id := fmt.Sprintf("host%d", i-2)
+		pd, err := pluginsDir(id)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		acfg := agent.Config{
+			NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
+			Join: []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1))}, RetryJoin: true,
+			GossipFast: true, Logger: logger.Named(id),
+		}
+		n, err := startClientNode(acfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), "", nil)
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		nodes = append(nodes, n)
+		if err := n.startServices(pd, logger.Named(id)); err != nil {
+			stopAll()
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		addrs = append(addrs, n.ln.Addr().String())
+		pluginDirs = append(pluginDirs, pd)
 	}
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
@@ -79,7 +125,11 @@ func runDev(args []string) error {
 	}
 	fmt.Printf("plugreg dev cluster ready in %v (data in %s)\n\n", time.Since(start).Round(time.Millisecond), dir)
 	for i, n := range nodes {
-		fmt.Printf("  %s  http=%s  server=%s  gossip=%s\n", n.srv.NodeID(), addrs[i], n.srv.RaftAddr(), n.srv.GossipAddr())
+		server := "server=" + "-"
+		if n.srv != nil {
+			server = "server=" + n.srv.RaftAddr()
+		}
+		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n", n.nodeID(), n.be.Role(), addrs[i], server, n.gossipAddr(), pluginDirs[i])
 	}
 	fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2])
 

@@ -26,6 +26,7 @@ type node struct {
 	core   lifecycle       // srv or client
 	// host-side work (plugin discovery, anti-entropy), stopped before core
 	hostStop []func()
+	services *agent.Services // nil until startServices
 	api      *httpapi.Server
 	be       httpapi.Backend
 	ln       net.Listener
@@ -106,6 +107,18 @@ func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLe
 	n.be = be
 	n.api = httpapi.New(httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: token, OnLeave: onLeave})
 	go func() { n.done <- n.api.Serve(n.ln) }()
+}
+
+// startServices runs the host's plugin sources (the plugins dir) and
+// anti-entropy over the node's backend; stop stops them first.
+func (n *node) startServices(pluginsDir string, logger hclog.Logger) error {
+	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, Logger: logger.Named("host")})
+	if err != nil {
+		return err
+	}
+	n.services = svc
+	n.hostStop = append(n.hostStop, svc.Stop)
+	return nil
 }
 
 // nodeID, gossipAddr and serverAddr describe the node for people.

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent/pluginwatcher"
+	"github.com/plugreg/plugreg/api"
+)
+
+// ServicesConfig configures what an agent runs for its host.
+type ServicesConfig struct {
+	// PluginsDir, when set, is watched for kubelet-protocol plugin
+	// sockets (it must exist and be readable).
+	PluginsDir string
+	// SyncInterval of anti-entropy (zero: 30s).
+	SyncInterval time.Duration
+	// Watcher tunes discovery; Dir, NodeID, Registrar and Logger are set
+	// here. Zero fields take pluginwatcher's defaults.
+	Watcher pluginwatcher.Config
+	Logger  hclog.Logger
+}
+
+// Services are a host's plugin sources and the Host they write through,
+// with its anti-entropy running.
+type Services struct {
+	Host    *Host
+	Watcher *pluginwatcher.Watcher // nil without PluginsDir
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// StartServices starts the host's services over be (a server's or a
+// client agent's Backend). It fails at once on a plugins dir that does not
+// exist or cannot be read.
+func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	var sources []string
+	if cfg.PluginsDir != "" {
+		sources = append(sources, api.SourceKubelet)
+	}
+	host, err := NewHost(HostConfig{Backend: be, Sources: sources, SyncInterval: cfg.SyncInterval, Logger: cfg.Logger.Named("anti-entropy")})
+	if err != nil {
+		return nil, err
+	}
+	s := &Services{Host: host}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if cfg.PluginsDir != "" {
+		wc := cfg.Watcher
+		wc.Dir, wc.NodeID, wc.Registrar, wc.Logger = cfg.PluginsDir, be.NodeID(), host, cfg.Logger
+		if s.Watcher, err = pluginwatcher.New(wc); err != nil {
+			cancel()
+			return nil, fmt.Errorf("plugins dir: %w", err)
+		}
+		if err := s.Watcher.Start(ctx); err != nil {
+			cancel()
+			return nil, fmt.Errorf("plugins dir: %w", err)
+		}
+		s.goFunc(func() {
+			select {
+			case <-s.Watcher.Settled():
+				host.Ready(api.SourceKubelet)
+			case <-ctx.Done():
+			}
+		})
+	}
+	if len(sources) > 0 { // nothing to keep right otherwise
+		s.goFunc(func() { host.Run(ctx) })
+	}
+	return s, nil
+}
+
+func (s *Services) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Stop stops discovery and anti-entropy. It deregisters nothing: the host's
+// registrations stay for the agent to re-assert when it comes back (or for
+// the leader to reap if it does not). Idempotent.
+func (s *Services) Stop() {
+	s.once.Do(func() {
+		s.cancel()
+		if s.Watcher != nil {
+			s.Watcher.Stop()
+		}
+		s.wg.Wait()
+	})
+}
