@@ -15,6 +15,12 @@ import (
 
 // checkDir refuses a Dir that does not exist, is not a directory, or
 // cannot be listed.
+// CheckDir reports why dir cannot be a plugins dir (it does not exist, is
+// not a directory, or cannot be read), or nil. New checks it; an agent
+// checks it before it starts anything else, so that a mistyped path is
+// said at once.
+func CheckDir(dir string) error { return checkDir(dir) }
+
 func checkDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
 )
 
@@ -82,6 +83,13 @@ func runAgent(args []string) error {
 	}
 	if *raftMul < 1 || *raftMul > 10 {
 		return fmt.Errorf("-raft-multiplier %d: want 1 to 10", *raftMul)
+	}
+	if *plugDir != "" {
+		// Say it before anything starts: a mistyped path is the
+		// operator's to fix, not a half-started agent's.
+		if err := pluginwatcher.CheckDir(*plugDir); err != nil {
+			return fmt.Errorf("-plugins-dir: %w", err)
+		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
 	if *isClient {

@@ -63,3 +63,31 @@ func TestConfigFile(t *testing.T) {
 		}
 	}
 }
+
+// An agent refuses bad flags before it starts anything: nothing is created
+// in its data dir, and the error names the flag and the path.
+func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o600)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"plugins dir missing", []string{"-plugins-dir", "/nonexistent/plugins"}, "/nonexistent/plugins"},
+		{"plugins dir is a file", []string{"-plugins-dir", file}, "not a directory"},
+		{"client with server flags", []string{"-client", "-bootstrap-expect", "3"}, "-bootstrap-expect, -server-port: server flags"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			err := runAgent(append([]string{"-node", "x", "-data-dir", data, "-bind", "127.0.0.1", "-http-port", "0", "-gossip-port", "0", "-server-port", "0"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one containing %q", err, tc.want)
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Fatalf("the data dir was created (%v): the agent started before refusing", err)
+			}
+		})
+	}
+}
