@@ -196,3 +196,28 @@ func TestClientAgentFailsOverBetweenServers(t *testing.T) {
 		t.Fatalf("instances: %v %v", list, err)
 	}
 }
+
+// -bootstrap-expect counts servers only: two servers expecting three do
+// not bootstrap with a client agent as the third.
+func TestClientAgentDoesNotCountForBootstrap(t *testing.T) {
+	c := testcluster.New(t, 2, testcluster.Options{NoLeaderWait: true, Modify: func(_ int, cfg *cluster.Config) { cfg.BootstrapExpect = 3 }})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "both servers to see the client agent", func() bool {
+		for _, n := range c.Nodes {
+			if len(n.Members()) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// Bootstrap checks every 200ms; give it many chances to be wrong.
+	time.Sleep(2 * time.Second)
+	for _, n := range c.Nodes {
+		if peers, err := n.Peers(); err != nil || len(peers) != 0 {
+			t.Fatalf("%s bootstrapped with a client agent counted as a server: peers %v %v", n.Config.NodeID, peers, err)
+		}
+	}
+	if st := cn.Health(); st.Status == "ok" {
+		t.Fatalf("client agent healthy without a cluster: %+v", st)
+	}
+}

@@ -56,6 +56,9 @@ type Options struct {
 	Token string
 	// StreamWriteTimeout of the HTTP event stream (zero: the API's default).
 	StreamWriteTimeout time.Duration
+	// NoLeaderWait returns from New without waiting for a leader (for
+	// tests of bootstrap itself).
+	NoLeaderWait bool
 }
 
 var clusterSeq atomic.Uint32
@@ -109,7 +112,9 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 			join = []string{node.GossipAddr()}
 		}
 	}
-	c.WaitForLeader()
+	if !opts.NoLeaderWait {
+		c.WaitForLeader()
+	}
 	return c
 }
 
