@@ -198,7 +198,9 @@ func TestClientAgentFailsOverBetweenServers(t *testing.T) {
 }
 
 // -bootstrap-expect counts servers only: two servers expecting three do
-// not bootstrap with a client agent as the third.
+// not bootstrap with a client agent as the third, and a client agent that
+// joined before the third server does not keep them from bootstrapping
+// when it comes (it cannot answer the servers' "do you have a cluster?").
 func TestClientAgentDoesNotCountForBootstrap(t *testing.T) {
 	c := testcluster.New(t, 2, testcluster.Options{NoLeaderWait: true, Modify: func(_ int, cfg *cluster.Config) { cfg.BootstrapExpect = 3 }})
 	cn := c.AddClient(nil)
@@ -220,4 +222,10 @@ func TestClientAgentDoesNotCountForBootstrap(t *testing.T) {
 	if st := cn.Health(); st.Status == "ok" {
 		t.Fatalf("client agent healthy without a cluster: %+v", st)
 	}
+	c.AddServer()
+	leader := c.WaitForLeader()
+	if peers, err := leader.Peers(); err != nil || len(peers) != 3 {
+		t.Fatalf("peers after the third server came: %v %v", peers, err)
+	}
+	c.Eventually(20*time.Second, "the client agent to be healthy", func() bool { return cn.Health().Status == "ok" })
 }

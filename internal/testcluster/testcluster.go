@@ -44,6 +44,46 @@ type Cluster struct {
 	Clients []*ClientNode
 	base    string // "127.X.Y."
 	root    string // data dirs
+	opts    Options
+	expect  int // BootstrapExpect of the servers New starts
+}
+
+// AddServer starts one more server, joined to the first, with the same
+// options (and BootstrapExpect) as New's.
+func (c *Cluster) AddServer() *Node {
+	c.t.Helper()
+	return c.addServer()
+}
+
+func (c *Cluster) addServer() *Node {
+	c.t.Helper()
+	i := len(c.Nodes)
+	ip := c.base + strconv.Itoa(i+1)
+	cfg := cluster.DefaultConfig()
+	cfg.NodeID = fmt.Sprintf("node%d", i+1)
+	cfg.DataDir = filepath.Join(c.root, cfg.NodeID)
+	cfg.BindAddr = ip
+	cfg.ServerPort, cfg.GossipPort = 0, 0
+	cfg.BootstrapExpect = c.expect
+	if i > 0 {
+		cfg.Join = []string{c.Nodes[0].GossipAddr()}
+	}
+	cfg.HeartbeatTimeout = 500 * time.Millisecond
+	cfg.ElectionTimeout = 500 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 250 * time.Millisecond
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.ReconcileInterval = 200 * time.Millisecond
+	cfg.RetryJoin = true
+	cfg.RetryInterval = 100 * time.Millisecond
+	cfg.GossipFast = true
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.Warn, Output: testWriter{c.t}})
+	if c.opts.Modify != nil {
+		c.opts.Modify(i, cfg)
+	}
+	node := &Node{Config: cfg, IP: ip}
+	c.Nodes = append(c.Nodes, node)
+	c.start(node, c.opts)
+	return node
 }
 
 // Options tune a test cluster.
@@ -83,34 +123,10 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	root := t.TempDir()
 	c.root = root
 	t.Cleanup(c.Shutdown)
-	var join []string
+	c.opts = opts
+	c.expect = n
 	for i := 0; i < n; i++ {
-		ip := base + strconv.Itoa(i+1)
-		cfg := cluster.DefaultConfig()
-		cfg.NodeID = fmt.Sprintf("node%d", i+1)
-		cfg.DataDir = filepath.Join(root, cfg.NodeID)
-		cfg.BindAddr = ip
-		cfg.ServerPort, cfg.GossipPort = 0, 0
-		cfg.BootstrapExpect = n
-		cfg.Join = append([]string(nil), join...)
-		cfg.HeartbeatTimeout = 500 * time.Millisecond
-		cfg.ElectionTimeout = 500 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
-		cfg.CommitTimeout = 5 * time.Millisecond
-		cfg.ReconcileInterval = 200 * time.Millisecond
-		cfg.RetryJoin = true
-		cfg.RetryInterval = 100 * time.Millisecond
-		cfg.GossipFast = true
-		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.Warn, Output: testWriter{t}})
-		if opts.Modify != nil {
-			opts.Modify(i, cfg)
-		}
-		node := &Node{Config: cfg, IP: ip}
-		c.Nodes = append(c.Nodes, node)
-		c.start(node, opts)
-		if i == 0 {
-			join = []string{node.GossipAddr()}
-		}
+		c.addServer()
 	}
 	if !opts.NoLeaderWait {
 		c.WaitForLeader()
