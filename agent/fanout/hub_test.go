@@ -1,0 +1,317 @@
+package fanout
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Many local subscribers with one filter (spelled differently) share one
+// upstream, and each gets exactly what a direct subscription gets; another
+// filter gets an upstream of its own.
+func TestSubscribersShareOneUpstream(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	write(t, u.s, 5, "csi", "device")
+
+	const n = 50
+	chans := make([]<-chan *api.Event, n)
+	var start uint64
+	for i := range chans {
+		types := []string{"csi", "device"}
+		if i%2 == 1 {
+			types = []string{"device", "csi", "device"}
+		}
+		ch, at, err := h.Subscribe(ctx, types, nil, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && at != start {
+			t.Fatalf("subscriber %d starts at %d, the first at %d (no write in between)", i, at, start)
+		}
+		chans[i], start = ch, at
+	}
+	if got := u.opens.Load(); got != 1 {
+		t.Fatalf("%d upstreams opened for one filter, want 1", got)
+	}
+	last := write(t, u.s, 200, "csi", "device", "net")
+	want := direct(t, u.s, []string{"csi", "device"}, start, last)
+	var wg sync.WaitGroup
+	got := make([][]string, n)
+	for i, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = collect(t, ch, last)
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		same(t, "subscriber", got[i], want)
+	}
+
+	if _, _, err := h.Subscribe(ctx, []string{"net"}, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Subscribe(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := u.opens.Load(); got != 3 {
+		t.Fatalf("%d upstreams opened for three filters, want 3", got)
+	}
+	if st := h.Stats(); st.Upstreams != 3 || st.Passthroughs != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A subscriber from an index the ring covers is served from it; one from
+// an older index gets a passthrough (here a reset from the store, whose
+// journal is short too), then moves onto the shared upstream.
+func TestSubscribeFromRingOrPassthrough(t *testing.T) {
+	u := newTestUpstream(t, 64)
+	h := newHub(t, u, func(c *Config) { c.Buffer = 32 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	types := []string{"csi"}
+	_, start, err := h.Subscribe(ctx, types, nil, 0) // never read: it falls off, the feed stays
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := write(t, u.s, 200, "csi")
+	eventually(t, "the shared upstream to reach the last write", func() bool { return feedPos(h, types) >= last })
+	// the ring now holds the last 32 events
+
+	t.Run("in the ring", func(t *testing.T) {
+		from := last - 10
+		ch, at, err := h.Subscribe(ctx, types, &from, 0)
+		if err != nil || at != from {
+			t.Fatalf("at %d, %v", at, err)
+		}
+		got, want := collect(t, ch, last), direct(t, u.s, types, from, last)
+		equivalent(t, "from the ring", got, want, fold(got), fold(want))
+		if st := h.Stats(); st.Passthroughs != 0 {
+			t.Fatalf("a passthrough for an index in the ring: %+v", st)
+		}
+	})
+	t.Run("too old", func(t *testing.T) {
+		opens := u.opens.Load()
+		from := start + 1
+		ch, _, err := h.Subscribe(ctx, types, &from, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, ch, last)
+		want := direct(t, u.s, types, from, last)
+		equivalent(t, "passthrough", got, want, fold(got), fold(want))
+		if got[0][:5] != "reset" {
+			t.Fatalf("first event %s, want the store's reset", got[0])
+		}
+		if st := h.Stats(); st.Passthroughs != 1 || u.opens.Load() != opens+1 {
+			t.Fatalf("stats %+v, opens %d (were %d)", st, u.opens.Load(), opens)
+		}
+		// Caught up, it moves onto the shared upstream and drops its own.
+		eventually(t, "the passthrough to move onto the ring", func() bool { return h.Stats().ActivePassthroughs == 0 })
+		eventually(t, "the passthrough's upstream to close", func() bool { return u.live.Load() == 1 })
+		last2 := write(t, u.s, 5, "csi") // registrations only: the store's short journal keeps them
+		same(t, "after the move", collect(t, ch, last2), direct(t, u.s, types, last, last2))
+	})
+}
+
+// The upstream breaks in the middle of an index's events, and then again
+// and again under load: the local subscribers still see one gapless,
+// duplicate-free sequence, identical to a direct subscription's.
+func TestUpstreamBreaksMidIndex(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// node0 gets 5 plugins; its DeregisterNode makes 5 events at one
+	// index. The first upstream dies after 5+2 change events: mid-index.
+	ctx0 := context.Background()
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		if _, err := u.s.RegisterPlugin(ctx0, plugin("csi", name, "x"+name, "node0")); err != nil {
+			t.Fatal(err)
+		}
+		_ = i
+	}
+	u.cutAfter.Store(7)
+	from := uint64(0)
+	ch, _, err := h.Subscribe(ctx, nil, &from, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := u.s.DeregisterNode(ctx0, "node0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, ch, res.Index)
+	same(t, "across a mid-index break", got, direct(t, u.s, nil, 0, res.Index))
+	if u.opens.Load() < 2 {
+		t.Fatal("the upstream was never cut")
+	}
+
+	// Now break every upstream often while writing.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+				u.breakAll()
+			}
+		}
+	}()
+	last := write(t, u.s, 400, "csi", "device")
+	got = collect(t, ch, last)
+	close(stop)
+	wg.Wait()
+	same(t, "across many breaks", got, direct(t, u.s, nil, res.Index, last))
+	t.Logf("%d upstream opens", u.opens.Load())
+}
+
+// A subscriber that stops reading delays no other; once its next event
+// left the ring its channel is closed, and a resume from the last index
+// it received continues without gap or duplicate.
+func TestSlowSubscriber(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, func(c *Config) { c.Buffer = 64; c.SubscriberBuffer = 4 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	types := []string{"csi"}
+	slow, start, err := h.Subscribe(ctx, types, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _, err := h.Subscribe(ctx, types, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastGot := make(chan []string, 1)
+	const n = 500
+	go func() { fastGot <- collect(t, fast, uint64(n)) }() // indexes are 1..n here
+	last := write(t, u.s, n, "csi")
+	if last != n {
+		t.Fatalf("last index %d, want %d", last, n)
+	}
+	want := direct(t, u.s, types, start, last)
+	same(t, "fast subscriber", <-fastGot, want)
+
+	var got []*api.Event
+	for ev := range slow { // drains what it holds, then sees the close
+		got = append(got, ev)
+	}
+	if h.Stats().FellBehind != 1 {
+		t.Fatalf("stats %+v", h.Stats())
+	}
+	// Resume as client.Watch does: from the last whole index, skipping
+	// the events of the index after it that were already received.
+	lastIdx := got[len(got)-1].Index
+	var whole uint64
+	had := 0
+	for _, ev := range got {
+		if ev.Index < lastIdx {
+			whole = ev.Index
+		} else {
+			had++
+		}
+	}
+	resumed, _, err := h.Subscribe(ctx, types, &whole, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := collect(t, resumed, last)
+	var all []string
+	for _, ev := range got {
+		all = append(all, describe(ev))
+	}
+	for i := 0; i < had; i++ {
+		if rest[i] != all[len(all)-had+i] {
+			t.Fatalf("resumed stream's event %d is %s, had %s", i, rest[i], all[len(all)-had+i])
+		}
+	}
+	same(t, "slow subscriber, resumed", append(all, rest[had:]...), want)
+}
+
+func feedPos(h *Hub, types []string) uint64 {
+	_, key := canonical(types)
+	h.mu.Lock()
+	f := h.feeds[key]
+	h.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pos
+}
+
+// An upstream with no subscriber left is closed after Linger; a new
+// subscriber opens it again.
+func TestIdleUpstreamCloses(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, func(c *Config) { c.Linger = 20 * time.Millisecond })
+	for round := 1; round <= 2; round++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, _, err := h.Subscribe(ctx, []string{"csi"}, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.live.Load() != 1 || h.Stats().Upstreams != 1 {
+			t.Fatalf("round %d: %d live upstreams, stats %+v", round, u.live.Load(), h.Stats())
+		}
+		cancel()
+		for range ch {
+		}
+		eventually(t, "the idle upstream to close", func() bool { return u.live.Load() == 0 && h.Stats().Upstreams == 0 })
+		if got := u.opens.Load(); got != int64(round) {
+			t.Fatalf("round %d: %d opens", round, got)
+		}
+	}
+}
+
+// Close while subscribers (reading, stuck, on a passthrough) are active
+// closes every channel and returns; goleak checks nothing is left.
+func TestCloseWithActiveSubscribers(t *testing.T) {
+	u := newTestUpstream(t, 16)
+	h := newHub(t, u, func(c *Config) { c.Buffer = 8 })
+	ctx := context.Background()
+	reading, _, err := h.Subscribe(ctx, nil, nil, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, _, err := h.Subscribe(ctx, []string{"csi"}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, u.s, 100, "csi")
+	zero := uint64(0)
+	pass, _, err := h.Subscribe(ctx, nil, &zero, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range reading {
+		}
+	}()
+	h.Close()
+	h.Close()
+	<-done
+	for _, ch := range []<-chan *api.Event{stuck, pass} {
+		for range ch {
+		}
+	}
+	if _, _, err := h.Subscribe(ctx, nil, nil, 0); err != ErrClosed {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if u.live.Load() != 0 {
+		t.Fatalf("%d upstreams still open", u.live.Load())
+	}
+}
