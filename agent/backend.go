@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/plugreg/plugreg/agent/fanout"
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -88,29 +89,28 @@ func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, erro
 	return res, nil
 }
 
-// Subscribe streams events through a server. (One upstream per filter,
-// fanned out here, is the hub's job: see fanout.)
+// Subscribe streams events from the agent's fan-out: one upstream stream
+// per filter at a server, shared by every local subscriber (see fanout).
 func (c *Client) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
 	for _, t := range types {
 		if err := api.ValidateIdentifier("type", t); err != nil {
 			return nil, 0, err
 		}
 	}
-	ch, err := c.upstream(ctx, types, from, heartbeat)
+	ch, start, err := c.hub.Subscribe(ctx, types, from, heartbeat)
 	if err != nil {
+		var coded api.Coded
+		if !errors.As(err, &coded) && api.RefusalCode(err) == "" {
+			err = api.NewError(api.CodeNoServer, err)
+		}
 		return nil, 0, err
 	}
-	// The upstream's first event is a heartbeat at its starting position.
-	select {
-	case first, ok := <-ch:
-		if !ok {
-			return nil, 0, api.NewError(api.CodeNoServer, errors.New("agent: the event stream ended before it started"))
-		}
-		return ch, first.Index, nil
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
-	}
+	return ch, start, nil
 }
+
+// EventStats are the fan-out's counters (upstreams open, subscribers,
+// passthroughs).
+func (c *Client) EventStats() fanout.Stats { return c.hub.Stats() }
 
 // upstream opens one event stream at a server. The channel closes when
 // the stream breaks or ctx ends; its first event is a heartbeat at the
@@ -131,6 +131,7 @@ func (c *Client) upstream(ctx context.Context, types []string, from *uint64, hea
 			}
 			continue
 		}
+		c.preferred.Store(&addr)
 		out := make(chan *api.Event, 64)
 		c.goFunc(func() {
 			defer close(out)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent/fanout"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/nodeid"
@@ -38,8 +39,15 @@ type Config struct {
 	// RPCTimeout bounds one call to a server (zero: 10s; a blocking
 	// query gets its wait on top).
 	RPCTimeout time.Duration
-	Logger     hclog.Logger
+	// Events tunes the event fan-out (its Upstream is set here).
+	Events fanout.Config
+	Logger hclog.Logger
 }
+
+// upstreamHeartbeat is the heartbeat period the agent asks of a server's
+// event stream: well under the hub's stall timeout (15 s), so a silent
+// stream is a dead one.
+const upstreamHeartbeat = 2 * time.Second
 
 // Client is a client agent: a member of the gossip pool that is not a Raft
 // voter, and an httpapi.Backend that serves every request through a
@@ -49,6 +57,7 @@ type Client struct {
 	logger hclog.Logger
 	gossip *gossip.Pool
 	pool   *transport.Pool
+	hub    *fanout.Hub // one upstream event stream per filter, fanned out
 
 	preferred atomic.Pointer[string] // the server that answered last
 
@@ -84,13 +93,26 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	var err error
+	hc := cfg.Events
+	hc.Upstream = func(ctx context.Context, types []string, from *uint64) (<-chan *api.Event, error) {
+		return c.upstream(ctx, types, from, upstreamHeartbeat)
+	}
+	if hc.Logger == nil {
+		hc.Logger = c.logger.Named("events")
+	}
+	hub, err := fanout.New(hc)
+	if err != nil {
+		c.pool.Close()
+		return nil, err
+	}
+	c.hub = hub
 	c.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
 		Meta:      gossip.Meta{ID: cfg.NodeID, HTTPAddr: cfg.HTTPAddr, Role: api.RoleClient},
 		PeersFile: filepath.Join(cfg.DataDir, "gossip-peers.json"), Logger: c.logger.Named("memberlist"),
 	})
 	if err != nil {
+		c.hub.Close()
 		c.pool.Close()
 		return nil, err
 	}
@@ -233,6 +255,7 @@ func (c *Client) Shutdown() error {
 	var err error
 	c.once.Do(func() {
 		c.cancel()
+		c.hub.Close()
 		c.wg.Wait()
 		err = c.gossip.Shutdown()
 		c.pool.Close()

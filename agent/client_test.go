@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -228,4 +229,100 @@ func TestClientAgentDoesNotCountForBootstrap(t *testing.T) {
 		t.Fatalf("peers after the third server came: %v %v", peers, err)
 	}
 	c.Eventually(20*time.Second, "the client agent to be healthy", func() bool { return cn.Health().Status == "ok" })
+}
+
+// Local watchers of a client agent share one upstream stream per filter,
+// and their streams go on without a gap or a duplicate when the server
+// feeding them dies: the agent resumes upstream at another server.
+func TestClientAgentEventsFanOutAndSurviveTheirServer(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ac := newClient(t, cn.HTTPURL)
+	const watchers, writes = 20, 60
+	// Writes go to every server in turn (with retries under one request
+	// ID), so that killing any one of them loses none.
+	sc, err := client.New(client.Config{Addrs: []string{c.Nodes[0].HTTPURL, c.Nodes[1].HTTPURL, c.Nodes[2].HTTPURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, meta, err := sc.List(ctx, "csi", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half resume from index 0 (older than the agent's buffer: each gets
+	// a passthrough, which joins the shared stream once caught up), half
+	// from the current index (served from the shared stream at once).
+	streams := make([]<-chan *client.Event, watchers)
+	for i := range streams {
+		from := meta.Index
+		if i%2 == 0 {
+			from = 0
+		}
+		streams[i] = ac.Watch(ctx, from, client.WatchOptions{Types: []string{"csi"}})
+	}
+	write := func(i int) {
+		t.Helper()
+		if _, err := sc.Register(ctx, plugin("elsewhere", "ebs", fmt.Sprintf("a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([][]uint64, watchers)
+	take := func(n int) {
+		t.Helper()
+		for w, ch := range streams {
+			for len(got[w]) < n {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						t.Fatalf("watcher %d: stream closed", w)
+					}
+					if ev.EventType != api.EventRegistered {
+						t.Fatalf("watcher %d: unexpected %s", w, ev.EventType)
+					}
+					got[w] = append(got[w], ev.Index)
+				case <-ctx.Done():
+					t.Fatalf("watcher %d: %d of %d events", w, len(got[w]), n)
+				}
+			}
+		}
+	}
+	write(0)
+	take(1)
+	c.Eventually(30*time.Second, "every watcher on the one shared upstream", func() bool {
+		st := cn.EventStats()
+		return st.Upstreams == 1 && st.ActivePassthroughs == 0 && st.Subscribers == watchers
+	})
+	for i := 1; i < writes/2; i++ {
+		write(i)
+	}
+	// Kill the server the agent streams from (the agent prefers the
+	// server it last opened a stream to or called).
+	used := cn.Servers()[0]
+	killed := false
+	for i, n := range c.Nodes {
+		if n.RaftAddr() == used {
+			c.Kill(i)
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatalf("no server at %s", used)
+	}
+	for i := writes / 2; i < writes; i++ {
+		write(i)
+	}
+	take(writes)
+	for w := range got {
+		for i := 1; i < len(got[w]); i++ {
+			if got[w][i] <= got[w][i-1] {
+				t.Fatalf("watcher %d: index %d after %d (duplicate or out of order)", w, got[w][i], got[w][i-1])
+			}
+		}
+		if len(got[w]) != writes {
+			t.Fatalf("watcher %d: %d events, want %d", w, len(got[w]), writes)
+		}
+	}
 }
