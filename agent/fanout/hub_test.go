@@ -111,7 +111,17 @@ func TestSubscribeFromRingOrPassthrough(t *testing.T) {
 		if got[0][:5] != "reset" {
 			t.Fatalf("first event %s, want the store's reset", got[0])
 		}
-		if st := h.Stats(); st.Passthroughs != 1 || u.opens.Load() != opens+1 {
+		st := h.Stats()
+		if st.Passthroughs == 0 && u.opens.Load() == opens {
+			// On a slow machine the shared feed itself fell behind the
+			// store's short journal and holds a reset: the subscriber
+			// was served from that reset (the other valid path). The
+			// reset check above covered it; there is no passthrough to
+			// move.
+			t.Log("served from a reset in the ring, not a passthrough")
+			return
+		}
+		if st.Passthroughs != 1 || u.opens.Load() != opens+1 {
 			t.Fatalf("stats %+v, opens %d (were %d)", st, u.opens.Load(), opens)
 		}
 		// Caught up, it moves onto the shared upstream and drops its own.
