@@ -37,7 +37,13 @@ type HostConfig struct {
 	SyncInterval time.Duration
 	// WriteTimeout bounds each write (zero: 10s).
 	WriteTimeout time.Duration
-	Logger       hclog.Logger
+	// LiveServers, when set, reports how many servers this agent's gossip
+	// sees alive. Run polls it every second and makes a round as soon as
+	// the number rises (a partition healed, servers came back): the
+	// reconnect that matters, even when the host wrote nothing meanwhile
+	// and saw no failure.
+	LiveServers func() int
+	Logger      hclog.Logger
 }
 
 // Host is the registrations a host's agent makes on its host's behalf:
@@ -295,9 +301,17 @@ func (h *Host) allReady() bool {
 	return true
 }
 
-// Run syncs every SyncInterval, soon after Resync, and with backoff while
-// rounds fail, until ctx ends.
+// Run syncs every SyncInterval, soon after Resync or a reconnect, and with
+// backoff while rounds fail, until ctx ends.
 func (h *Host) Run(ctx context.Context) {
+	if h.cfg.LiveServers != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.watchServers(ctx)
+		}()
+		defer func() { <-done }()
+	}
 	backoff := time.Second
 	t := time.NewTimer(h.cfg.SyncInterval)
 	defer t.Stop()
@@ -325,5 +339,26 @@ func (h *Host) Run(ctx context.Context) {
 			}
 		}
 		t.Reset(wait)
+	}
+}
+
+// watchServers asks for a round whenever the number of live servers rises.
+// It ends with ctx; Run waits for it.
+func (h *Host) watchServers(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := h.cfg.LiveServers()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := h.cfg.LiveServers()
+		if n > last {
+			h.logger.Debug("servers came back; anti-entropy round", "live", n, "before", last)
+			h.Resync()
+		}
+		last = n
 	}
 }

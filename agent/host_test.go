@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +143,47 @@ func TestHostRegistersAfterAnOutage(t *testing.T) {
 		res, err := c.Leader().Backend().Query(ctx, api.Query{Kind: api.QueryList, Type: "csi"})
 		return err == nil && len(res.Plugins) == 1 && res.Plugins[0].NodeID == "client1"
 	})
+}
+
+// When the servers come back into view (a partition healed), the host
+// makes a round at once, not at its next interval: a node reaped while it
+// was cut off has its plugins back within seconds.
+func TestHostSyncsWhenServersComeBack(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var live atomic.Int32
+	live.Store(3)
+	h, err := agent.NewHost(agent.HostConfig{Backend: cn.Client, Sources: []string{api.SourceKubelet}, SyncInterval: time.Hour,
+		LiveServers: func() int { return int(live.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(rctx) }()
+	defer func() { rcancel(); <-done }()
+	if err := h.Register(ctx, hostPlugin("ebs", "a1")); err != nil {
+		t.Fatal(err)
+	}
+	h.Ready(api.SourceKubelet)
+	srv := c.Leader().Backend()
+	present := func() bool {
+		res, err := srv.Query(ctx, api.Query{Kind: api.QueryNode, NodeID: "client1"})
+		return err == nil && len(res.Plugins) == 1
+	}
+	c.Eventually(20*time.Second, "the first round", func() bool { return h.Stats().Rounds >= 1 })
+	// Cut off: gossip sees no server; meanwhile the leader reaps the node.
+	live.Store(0)
+	time.Sleep(1500 * time.Millisecond) // the watcher polls every second
+	if _, err := srv.DeregisterNode(ctx, "client1"); err != nil {
+		t.Fatal(err)
+	}
+	if present() {
+		t.Fatal("still registered after the reap")
+	}
+	live.Store(3) // healed
+	c.Eventually(20*time.Second, "the host's plugin to be back after the servers came back", present)
 }

@@ -18,6 +18,9 @@ type ServicesConfig struct {
 	PluginsDir string
 	// SyncInterval of anti-entropy (zero: 30s).
 	SyncInterval time.Duration
+	// LiveServers reports how many servers the agent sees alive; a rise
+	// triggers an anti-entropy round (see HostConfig). May be nil.
+	LiveServers func() int
 	// Watcher tunes discovery; Dir, NodeID, Registrar and Logger are set
 	// here. Zero fields take pluginwatcher's defaults.
 	Watcher pluginwatcher.Config
@@ -46,7 +49,8 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 	if cfg.PluginsDir != "" {
 		sources = append(sources, api.SourceKubelet)
 	}
-	host, err := NewHost(HostConfig{Backend: be, Sources: sources, SyncInterval: cfg.SyncInterval, Logger: cfg.Logger.Named("anti-entropy")})
+	host, err := NewHost(HostConfig{Backend: be, Sources: sources, SyncInterval: cfg.SyncInterval,
+		LiveServers: cfg.LiveServers, Logger: cfg.Logger.Named("anti-entropy")})
 	if err != nil {
 		return nil, err
 	}

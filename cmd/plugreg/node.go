@@ -112,13 +112,27 @@ func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLe
 // startServices runs the host's plugin sources (the plugins dir) and
 // anti-entropy over the node's backend; stop stops them first.
 func (n *node) startServices(pluginsDir string, logger hclog.Logger) error {
-	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, Logger: logger.Named("host")})
+	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, LiveServers: n.liveServers, Logger: logger.Named("host")})
 	if err != nil {
 		return err
 	}
 	n.services = svc
 	n.hostStop = append(n.hostStop, svc.Stop)
 	return nil
+}
+
+// liveServers counts the servers this agent's gossip sees alive.
+func (n *node) liveServers() int {
+	if n.client != nil {
+		return len(n.client.Servers())
+	}
+	live := 0
+	for _, m := range n.srv.Members() {
+		if m.Meta.IsServer() && m.Status == cluster.StatusAlive {
+			live++
+		}
+	}
+	return live
 }
 
 // nodeID, gossipAddr and serverAddr describe the node for people.
