@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// What runs on every host, and what it is built from, must not pull the
-// server in: no Raft, no FSM, no registry, no cluster.
+// What runs on every host, what it is built from, and the Go client must
+// not pull the server in: no Raft, no FSM, no registry, no cluster. (One
+// test for all of them; it replaces the client's own.)
 func TestHostSideDoesNotImportTheServer(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
