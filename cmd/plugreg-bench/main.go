@@ -64,6 +64,8 @@ type options struct {
 	agentReapAfter time.Duration
 	agentSettle    time.Duration
 	agentTimeout   time.Duration
+	agentProcs     int
+	agentInterval  time.Duration
 }
 
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
@@ -121,6 +123,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.agentReapAfter, "agent-reap-after", 5*time.Second, "agents: the servers' -node-reap-after")
 	fs.DurationVar(&o.agentSettle, "agent-settle", 10*time.Second, "agents: wait this long after start before reading memory (and CPU at rest over it)")
 	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
+	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
+	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -170,7 +174,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
 	if o.agents < 0 || o.agents > 250*254 || o.agentSockets < 1 || o.agentKill < 0 || o.agentKill > o.agents ||
-		o.agentReapAfter <= 0 || o.agentSettle < 0 || o.agentTimeout <= 0 {
+		o.agentReapAfter <= 0 || o.agentSettle < 0 || o.agentTimeout <= 0 || o.agentProcs < 0 || o.agentInterval < 0 {
 		return nil, errors.New("-agents (0 to 63500), -agent-sockets (1 or more), -agent-kill (0 to -agents), -agent-reap-after and -agent-timeout (positive), -agent-settle: out of range")
 	}
 	return o, nil
