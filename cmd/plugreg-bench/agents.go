@@ -385,10 +385,11 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 	defer cancel()
 	types := pluginTypes(s)
 	for _, nd := range pc.nodes {
-		cli, _, cerr := b.sys.newClient([]string{nd.httpAddr()})
+		cli, tr, cerr := b.sys.newClient([]string{nd.httpAddr()})
 		if cerr != nil {
 			return rep, cerr
 		}
+		defer tr.CloseIdleConnections()
 		t := newInstTracker(nd.id)
 		b.track = append(b.track, t)
 		ch := cli.Watch(ctx, 0, client.WatchOptions{Types: types})
@@ -403,10 +404,11 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 	if b.leader, err = pc.leader(ctx); err != nil {
 		return rep, err
 	}
-	mcli, _, err := b.sys.newClient([]string{pc.nodes[b.leader].httpAddr()})
+	mcli, mtr, err := b.sys.newClient([]string{pc.nodes[b.leader].httpAddr()})
 	if err != nil {
 		return rep, err
 	}
+	defer mtr.CloseIdleConnections()
 	b.members = &memberLog{trans: map[string][]memberTrans{}, last: map[string]string{}}
 	wg.Add(1)
 	go func() {
