@@ -5,8 +5,16 @@
 // with the same workloads at several concurrencies, and prints both
 // systems' throughput and latency percentiles with the plugreg/etcd ratio.
 //
-// Every process and temp dir it creates is removed at the end, also on
-// error and on Ctrl-C.
+// With -agents N it runs the client-agent scale test instead, plugreg only
+// (etcd has no agent): N `plugreg agent -client` processes on their own
+// loopback addresses, each discovering -agent-sockets kubelet plugins that
+// the bench serves in its plugins dir; it times the start until every
+// server lists every instance, reads each agent's memory, kills some agents
+// with SIGKILL and times until the servers reap their instances, and
+// restarts them (agents.go).
+//
+// Every process, socket and temp dir it creates is removed at the end,
+// also on error and on Ctrl-C.
 package main
 
 import (
@@ -48,6 +56,16 @@ type options struct {
 	scaleTypes   int
 	scaleClients int
 	scaleEtcd    bool
+
+	agents         int
+	agentSockets   int
+	agentKill      int
+	agentRestart   bool
+	agentReapAfter time.Duration
+	agentSettle    time.Duration
+	agentTimeout   time.Duration
+	agentProcs     int
+	agentInterval  time.Duration
 }
 
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
@@ -73,7 +91,7 @@ func main() {
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("plugreg-bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg-bench [flags]\n\nRuns plugreg and etcd side by side (3 members each, loopback) and prints one table.\nRun it from the plugreg module (it builds ./cmd/plugreg) or pass -plugreg-bin.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: plugreg-bench [flags]\n\nRuns plugreg and etcd side by side (3 members each, loopback) and prints one table.\nWith -agents N: client agents at scale, plugreg only.\nRun it from the plugreg module (it builds ./cmd/plugreg) or pass -plugreg-bin.\n\n")
 		fs.PrintDefaults()
 	}
 	o := &options{}
@@ -98,6 +116,15 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.scaleTypes, "scale-types", 10, "scale: plugin types")
 	fs.IntVar(&o.scaleClients, "scale-clients", 128, "scale: concurrent writers while loading")
 	fs.BoolVar(&o.scaleEtcd, "scale-etcd", true, "scale: load etcd with the same instances and report its figures too")
+	fs.IntVar(&o.agents, "agents", 0, "run the client-agent scale test instead (plugreg only): this many `plugreg agent -client` processes, each on its own loopback address")
+	fs.IntVar(&o.agentSockets, "agent-sockets", 10, "agents: kubelet plugin sockets per agent, served by the bench")
+	fs.IntVar(&o.agentKill, "agent-kill", 20, "agents: kill -9 this many agents and time until their instances are gone (0: skip)")
+	fs.BoolVar(&o.agentRestart, "agent-restart", true, "agents: restart the killed agents and time until their instances are back")
+	fs.DurationVar(&o.agentReapAfter, "agent-reap-after", 5*time.Second, "agents: the servers' -node-reap-after")
+	fs.DurationVar(&o.agentSettle, "agent-settle", 10*time.Second, "agents: wait this long after start before reading memory (and CPU at rest over it)")
+	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
+	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
+	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -146,6 +173,10 @@ func parseFlags(args []string) (*options, error) {
 	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
+	if o.agents < 0 || o.agents > 250*254 || o.agentSockets < 1 || o.agentKill < 0 || o.agentKill > o.agents ||
+		o.agentReapAfter <= 0 || o.agentSettle < 0 || o.agentTimeout <= 0 || o.agentProcs < 0 || o.agentInterval < 0 {
+		return nil, errors.New("-agents (0 to 63500), -agent-sockets (1 or more), -agent-kill (0 to -agents), -agent-reap-after and -agent-timeout (positive), -agent-settle: out of range")
+	}
 	return o, nil
 }
 
@@ -162,6 +193,7 @@ type report struct {
 	FailoverRaw  map[string][]float64 `json:"failover_samples_ms,omitempty"`
 	FailoverRate ratio                `json:"failover_ratio_plugreg_over_etcd"`
 	Scale        *scaleReport         `json:"scale,omitempty"`
+	Agents       *agentsReport        `json:"agents,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -169,9 +201,13 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o *options, out io.Writer) (err error) {
-	etcdBin, err := ensureEtcd(logf)
-	if err != nil {
-		return err
+	// The client-agent mode runs plugreg alone: etcd has no agent.
+	withEtcd := o.agents == 0
+	var etcdBin string
+	if withEtcd {
+		if etcdBin, err = ensureEtcd(logf); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp(o.dir, "plugreg-bench-")
 	if err != nil {
@@ -204,13 +240,38 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		}
 	}
 	rep := &report{Date: time.Now().Format("2006-01-02"), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Args: os.Args[1:]}
-	if v, verr := exec.Command(etcdBin, "--version").Output(); verr == nil {
-		rep.EtcdVersion = strings.TrimPrefix(strings.SplitN(string(v), "\n", 2)[0], "etcd Version: ")
+	if withEtcd {
+		if v, verr := exec.Command(etcdBin, "--version").Output(); verr == nil {
+			rep.EtcdVersion = strings.TrimPrefix(strings.SplitN(string(v), "\n", 2)[0], "etcd Version: ")
+		}
 	}
 	if b, merr := json.Marshal(rec{Type: "bench", Name: "name-00042", Alloc: "c0064-0000042"}.pluginInfo()); merr == nil {
 		rep.RecordBytes = len(b)
 	}
 
+	if !withEtcd {
+		// Info level for the reap log lines ("reaped plugins of dead
+		// node"); the bench's flags come first, so -plugreg-flags wins.
+		flags := append([]string{"-node-reap-after", o.agentReapAfter.String(), "-log-level", "info"}, o.plugregFlags...)
+		logf("starting plugreg (3 servers) in %s", dir)
+		if pc, err = startPlugreg(bin, dir, flags); err != nil {
+			return err
+		}
+		if err := pc.waitReady(ctx, 60*time.Second); err != nil {
+			return err
+		}
+		if rep.Agents, err = runAgents(ctx, o, pc, bin, dir); err != nil {
+			return err
+		}
+		if o.jsonOut {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		fmt.Fprintf(out, "plugreg %s, %d CPUs, %s\n", rep.Date, rep.CPUs, rep.GoVersion)
+		printAgents(out, rep.Agents)
+		return nil
+	}
 	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
 	if ec, err = startEtcd(etcdBin, dir, o.etcdFlags); err != nil {
 		return err

@@ -18,6 +18,7 @@ type proc struct {
 	name    string
 	path    string
 	args    []string
+	env     []string // added to the bench's environment
 	logPath string
 
 	mu   sync.Mutex
@@ -34,6 +35,9 @@ func (p *proc) start() error {
 	}
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	// Own process group: a Ctrl-C in the terminal reaches only the bench,
 	// which then stops the children itself, in order, and removes their
 	// data; the children never see a signal we did not send.
