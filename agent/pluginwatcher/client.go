@@ -62,6 +62,18 @@ func (c *pluginConn) notify(ctx context.Context, timeout time.Duration, register
 	return err
 }
 
+// accepts reports whether something accepts connections on the socket: a
+// plugin that timed out in GetInfo but accepts is slow, one that refuses
+// is gone (gRPC's wait-for-ready turns both into a deadline).
+func accepts(path string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("unix", path, timeout)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // answered reports whether err came from a plugin that answered (with an
 // error status) rather than from a socket nobody serves: only then is it
 // worth telling the plugin why it is not registered.

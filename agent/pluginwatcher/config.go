@@ -34,6 +34,15 @@ type Config struct {
 	// deregistered. Zero: DefaultProbeInterval. Negative: never probe.
 	ProbeInterval time.Duration
 
+	// SlowProbes is how many probes in a row a registered plugin may let
+	// time out, while its socket still accepts connections, before it is
+	// deregistered. A plugin whose socket refuses connections (it died)
+	// is deregistered at its first failed probe; one that is merely slow
+	// (a loaded host: the scale bench saw healthy plugins time out) is
+	// given this many chances, probed again after RetryMin each time.
+	// Zero: DefaultSlowProbes.
+	SlowProbes int
+
 	// RetryMin and RetryMax bound the jittered exponential backoff after a
 	// failed step (GetInfo, validation, Register, Deregister). Zero:
 	// DefaultRetryMin, DefaultRetryMax.
@@ -56,6 +65,10 @@ const (
 	DefaultGetInfoTimeout = 5 * time.Second
 	// DefaultProbeInterval is kubelet's connection-check interval.
 	DefaultProbeInterval = 10 * time.Second
+	// DefaultSlowProbes: three timed-out probes in a row (about 15 s of
+	// GetInfo timeouts plus the retries) before a plugin that still accepts
+	// connections is taken for dead.
+	DefaultSlowProbes = 3
 	// DefaultRetryMin and DefaultRetryMax bound the backoff after a
 	// failed step (kubelet: 500 ms doubling to about 2 min).
 	DefaultRetryMin = 500 * time.Millisecond
@@ -113,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.SlowProbes == 0 {
+		c.SlowProbes = DefaultSlowProbes
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = DefaultRetryMin

@@ -13,4 +13,8 @@ var (
 	// ErrStopped is returned by Start after Stop, and by Wait once the
 	// watcher has stopped.
 	ErrStopped = errors.New("pluginwatcher: stopped")
+
+	// errSlow marks a GetInfo that timed out on a socket that accepts
+	// connections: the plugin is alive but did not answer in time.
+	errSlow = errors.New("pluginwatcher: plugin accepts connections but did not answer in time")
 )

@@ -12,6 +12,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/plugreg/plugreg/api"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -238,6 +240,15 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 				return // removed, or re-created, meanwhile
 			}
 			now := time.Now()
+			if err != nil && s.ok && errors.Is(err, errSlow) && s.slow+1 < w.cfg.SlowProbes {
+				// Alive but slow: keep it registered, ask again soon.
+				s.slow++
+				s.probeAt = now.Add(w.cfg.RetryMin)
+				w.log.Warn("registered plugin slow to answer; keeping it registered for now", "socket", path,
+					"error", err, "slow_probes", s.slow, "of", w.cfg.SlowProbes)
+				return
+			}
+			s.slow = 0
 			if err != nil {
 				if s.ok {
 					w.log.Warn("plugin stopped answering", "socket", path, "error", err)
@@ -337,6 +348,9 @@ func (w *Watcher) probe(ctx context.Context, path string) (nameKey, *api.PluginI
 	defer c.Close()
 	gi, err := c.getInfo(ctx, w.cfg.GetInfoTimeout)
 	if err != nil {
+		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil && accepts(path, w.cfg.GetInfoTimeout) {
+			err = fmt.Errorf("%w: %v", errSlow, err)
+		}
 		err = stopping(ctx, fmt.Errorf("GetInfo: %w", err))
 		if answered(err) && ctx.Err() == nil {
 			w.tell(ctx, c, path, false, err.Error())

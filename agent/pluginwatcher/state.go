@@ -31,6 +31,7 @@ type socketState struct {
 
 	busy     bool      // a probe of this socket is running
 	failures int       // consecutive failed steps, for the backoff
+	slow     int       // consecutive timed-out probes while registered (see SlowProbes)
 	retryAt  time.Time // no probe before this, while !ok or unanswered
 	probeAt  time.Time // next periodic probe, while ok
 }
