@@ -163,6 +163,9 @@ type fakePlugin struct {
 	hang     chan struct{} // non-nil: GetInfo blocks until closed or ctx ends
 	statuses []*registerapi.RegistrationStatus
 	getInfos int
+	// failNotify: fail this many NotifyRegistrationStatus calls (not
+	// recorded), as a plugin on a loaded host would time out.
+	failNotify int
 }
 
 // startPlugin serves the registration API at path, answering info.
@@ -206,6 +209,11 @@ func (p *fakePlugin) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*
 
 func (p *fakePlugin) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
 	p.mu.Lock()
+	if p.failNotify > 0 {
+		p.failNotify--
+		p.mu.Unlock()
+		return nil, errors.New("busy")
+	}
 	p.statuses = append(p.statuses, s)
 	p.mu.Unlock()
 	return &registerapi.RegistrationStatusResponse{}, nil

@@ -232,10 +232,22 @@ func (w *Watcher) goOp(ctx context.Context, op func() func()) {
 func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 	s.busy = true
 	path, seq := s.path, s.seq
+	// The registration of this socket whose plugin was not told yet.
+	var untold *registration
+	if n := w.names[s.key]; s.answered() && n != nil && n.reg != nil && n.reg.path == path && n.reg.seq == seq && !n.reg.told {
+		untold = n.reg
+	}
 	w.goOp(ctx, func() func() {
 		key, info, err := w.probe(ctx, path)
+		told := false
+		if err == nil && untold != nil {
+			told = w.retell(ctx, path)
+		}
 		return func() {
 			s.busy = false
+			if told {
+				untold.told = true
+			}
 			if w.dsw[path] != s || s.seq != seq {
 				return // removed, or re-created, meanwhile
 			}
@@ -283,7 +295,7 @@ func (w *Watcher) startRegister(ctx context.Context, key nameKey, n *nameState, 
 	path, seq, info := win.path, win.gotSeq, win.info.Copy()
 	var replaced = n.reg
 	w.goOp(ctx, func() func() {
-		leftover, err := w.register(ctx, path, info, replaced)
+		leftover, told, err := w.register(ctx, path, info, replaced)
 		return func() {
 			n.busy = false
 			if err != nil {
@@ -296,7 +308,7 @@ func (w *Watcher) startRegister(ctx context.Context, key nameKey, n *nameState, 
 				return
 			}
 			w.log.Info("plugin registered", "type", key.typ, "name", key.name, "socket", path, "alloc_id", info.AllocID)
-			n.reg = &registration{path: path, seq: seq, info: info}
+			n.reg = &registration{path: path, seq: seq, info: info, told: told}
 			if leftover != nil {
 				n.stale = append(n.stale, leftover)
 				n.retryAt = time.Now().Add(w.backoff(1))
@@ -368,10 +380,10 @@ func (w *Watcher) probe(ctx context.Context, path string) (nameKey, *api.PluginI
 
 // register runs Register for info, then Deregister for the instance it
 // replaces (returned if that fails), then notifies the plugin.
-func (w *Watcher) register(ctx context.Context, path string, info *api.PluginInfo, replaced *registration) (*api.PluginInfo, error) {
+func (w *Watcher) register(ctx context.Context, path string, info *api.PluginInfo, replaced *registration) (leftover *api.PluginInfo, told bool, err error) {
 	c, err := dialPlugin(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer c.Close()
 	if err := w.cfg.Registrar.Register(ctx, info.Copy()); err != nil {
@@ -379,9 +391,8 @@ func (w *Watcher) register(ctx context.Context, path string, info *api.PluginInf
 		if ctx.Err() == nil {
 			w.tell(ctx, c, path, false, err.Error())
 		}
-		return nil, err
+		return nil, false, err
 	}
-	var leftover *api.PluginInfo
 	if replaced != nil && replaced.info.AllocID != info.AllocID {
 		w.log.Info("deregistering the instance replaced", "type", info.Type, "name", info.Name, "socket", replaced.path)
 		if err := w.cfg.Registrar.Deregister(ctx, replaced.info.Copy()); err != nil {
@@ -389,8 +400,7 @@ func (w *Watcher) register(ctx context.Context, path string, info *api.PluginInf
 			leftover = replaced.info
 		}
 	}
-	w.tell(ctx, c, path, true, "")
-	return leftover, nil
+	return leftover, w.tell(ctx, c, path, true, ""), nil
 }
 
 // deregister runs Deregister for each instance and returns those that
@@ -409,9 +419,26 @@ func (w *Watcher) deregister(ctx context.Context, infos []*api.PluginInfo) []*ap
 	return failed
 }
 
-// tell sends NotifyRegistrationStatus; a failure is logged only (kubelet
-// does not retry it either: the plugin learns on the next round).
-func (w *Watcher) tell(ctx context.Context, c *pluginConn, path string, registered bool, reason string) {
+// retell sends a registered plugin the NotifyRegistrationStatus(true) it
+// missed.
+func (w *Watcher) retell(ctx context.Context, path string) bool {
+	c, err := dialPlugin(path)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	ok := w.tell(ctx, c, path, true, "")
+	if ok {
+		w.log.Info("plugin told it is registered, after a failed first notice", "socket", path)
+	}
+	return ok
+}
+
+// tell sends NotifyRegistrationStatus and reports whether the plugin took
+// it. A failed "registered" is sent again after the next successful probe
+// (kubelet does not retry it; the scale bench saw plugins never told on a
+// loaded host); a failed refusal is logged only.
+func (w *Watcher) tell(ctx context.Context, c *pluginConn, path string, registered bool, reason string) bool {
 	err := c.notify(ctx, w.cfg.GetInfoTimeout, registered, reason)
 	switch {
 	case err == nil || ctx.Err() != nil:
@@ -421,6 +448,7 @@ func (w *Watcher) tell(ctx context.Context, c *pluginConn, path string, register
 		// The DRA helper answers a refusal with an error of its own.
 		w.log.Debug("NotifyRegistrationStatus failed", "socket", path, "registered", registered, "error", err)
 	}
+	return err == nil
 }
 
 // validate turns a GetInfo answer into the registration, or says why not.

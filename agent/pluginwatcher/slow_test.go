@@ -49,3 +49,24 @@ func TestSlowIsNotDead(t *testing.T) {
 		f.waitGone(t, registerapi.DRAPlugin, "dead.example.com")
 	})
 }
+
+// A plugin that missed its "registered" notice (the call failed) is told
+// again after the next successful probe: the DRA helper waits for it.
+func TestMissedNoticeIsSentAgain(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "deaf.sock")
+	p := &fakePlugin{path: path, info: draInfo("deaf.example.com"), server: grpc.NewServer(), done: make(chan struct{}), failNotify: 1}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerapi.RegisterRegistrationServer(p.server, p)
+	go func() {
+		defer close(p.done)
+		_ = p.server.Serve(l)
+	}()
+	t.Cleanup(p.stop)
+	f.start(t)
+	f.waitRegistered(t, registerapi.DRAPlugin, "deaf.example.com", path)
+	waitStatus(t, p, true)
+}

@@ -53,6 +53,10 @@ type registration struct {
 	path string
 	seq  uint64 // incarnation registered and notified
 	info *api.PluginInfo
+	// told: the plugin acknowledged NotifyRegistrationStatus(true). When
+	// it did not (a timeout on a loaded host), the next successful probe
+	// tells it again: the DRA helper, for one, waits for it.
+	told bool
 }
 
 // nameState is the state machine of one plugin name.
