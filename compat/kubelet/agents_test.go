@@ -162,7 +162,9 @@ func logTail(path string, n int) string {
 }
 
 // buildPlugreg builds cmd/plugreg from the repository this module sits in
-// (../..), with -race when this test binary has it, into dir.
+// (../..), with -race when this test binary has it, into dir. go test's
+// result cache does not see those sources (they are outside this module):
+// run with -count=1, as README.md and CI do.
 func buildPlugreg(t *testing.T, dir string) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
