@@ -139,13 +139,20 @@ func (h helper) status() *registerapi.RegistrationStatus {
 
 func (e *env) startHelper(t *testing.T, opts ...kubeletplugin.Option) helper {
 	t.Helper()
+	return startHelper(t, nodeID, e.regDir, e.dataDir, opts...)
+}
+
+// startHelper starts the driver's helper on node with its registration
+// socket in regDir and its DRA socket in dataDir; t's cleanup stops it.
+func startHelper(t *testing.T, node, regDir, dataDir string, opts ...kubeletplugin.Option) helper {
+	t.Helper()
 	mu := new(sync.Mutex)
 	opts = append([]kubeletplugin.Option{
 		kubeletplugin.KubeClient(fake.NewClientset()),
-		kubeletplugin.NodeName(nodeID),
+		kubeletplugin.NodeName(node),
 		kubeletplugin.DriverName(driverName),
-		kubeletplugin.RegistrarDirectoryPath(e.regDir),
-		kubeletplugin.PluginDataDirectoryPath(e.dataDir),
+		kubeletplugin.RegistrarDirectoryPath(regDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.GRPCInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			mu.Lock()
 			defer mu.Unlock()

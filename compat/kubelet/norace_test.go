@@ -1,0 +1,5 @@
+//go:build !race
+
+package kubelet
+
+const raceEnabled = false
