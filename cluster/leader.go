@@ -161,9 +161,9 @@ func (s *Server) reapNode(nodeID string) bool {
 	defer cancel()
 	res, err := s.store.DeregisterNode(ctx, nodeID)
 	if err != nil {
-		s.logger.Warn("reap node failed", "node", nodeID, "error", err)
+		s.logger.Warn("reap node failed", "dead_node", nodeID, "error", err)
 		return false
 	}
-	s.logger.Info("reaped plugins of dead node", "node", nodeID, "index", res.Index)
+	s.logger.Info("reaped plugins of dead node", "dead_node", nodeID, "index", res.Index)
 	return true
 }

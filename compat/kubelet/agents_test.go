@@ -572,7 +572,7 @@ func TestAgentsAcceptance(t *testing.T) {
 	reaped := false
 	for _, l := range e.logs[:len(e.servers)] {
 		if b, err := os.ReadFile(l); err == nil && strings.Contains(string(b), "reaped plugins of dead node") &&
-			strings.Contains(string(b), "node="+clientNode) {
+			strings.Contains(string(b), "dead_node="+clientNode) {
 			reaped = true
 		}
 	}
