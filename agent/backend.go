@@ -80,11 +80,13 @@ func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, erro
 	defer cancel()
 	res := new(api.QueryResult)
 	if err := c.call(ctx, api.RPCQuery, &q, res); err != nil {
-		// A not-found answer still carries the state's index.
-		if errors.Is(err, api.ErrNotFound) {
-			return &api.QueryResult{KnownLeader: true}, err
-		}
 		return nil, err
+	}
+	if res.NotFound != "" {
+		// The server's not-found, with the index of the state it read
+		// (the fault suite caught an index 0 here: a blocking query
+		// from it returned at once, and a checker read it as stale).
+		return res, api.FromWire(api.CodeNotFound, res.NotFound)
 	}
 	return res, nil
 }

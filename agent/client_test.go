@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -61,6 +62,16 @@ func TestClientAgentServesTheAPI(t *testing.T) {
 	}
 	if _, _, err := ac.Get(ctx, "csi", "ebs", "nope", nil); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("get absent through the agent: %v", err)
+	}
+	// A not-found answer carries the index of the state read, as a
+	// server's does (the fault suite caught it at 0).
+	resp, err := http.Get(cn.HTTPURL + "/v1/plugins/csi/ebs/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if idx, _ := strconv.ParseUint(resp.Header.Get("X-Plugreg-Index"), 10, 64); resp.StatusCode != http.StatusNotFound || idx < res.Index {
+		t.Fatalf("not found through the agent: %d with X-Plugreg-Index %q, want 404 at or past %d", resp.StatusCode, resp.Header.Get("X-Plugreg-Index"), res.Index)
 	}
 	if _, err := ac.Register(ctx, &api.PluginInfo{Type: "csi", Name: ""}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("invalid register through the agent: %v", err)

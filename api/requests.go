@@ -122,4 +122,9 @@ type QueryResult struct {
 	LastContact time.Duration
 	Types       []string      `json:",omitempty"`
 	Plugins     []*PluginInfo `json:",omitempty"`
+	// NotFound carries a not-found answer's message across the agent RPC
+	// in the reply, so that its index and leader metadata cross with it
+	// (an RPC error carries a code and a message only). The client agent
+	// turns it back into ErrNotFound.
+	NotFound string `json:",omitempty"`
 }

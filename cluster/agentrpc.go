@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/plugreg/plugreg/api"
@@ -84,6 +85,10 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, toWire(err)
 		}
 		res, err := b.Query(ctx, q)
+		if errors.Is(err, api.ErrNotFound) && res != nil {
+			res.NotFound = err.Error() // in the reply: the index crosses too
+			return res, true, nil
+		}
 		if err != nil {
 			return nil, true, toWire(err)
 		}
