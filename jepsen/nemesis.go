@@ -27,7 +27,7 @@ type fault struct {
 	// and when the rules were in place (from the first to the last
 	// moment). What it answered ok meanwhile cannot have come from a
 	// server.
-	Cut             string `json:",omitempty"`
+	Cut            string `json:",omitempty"`
 	CutFrom, CutTo int64  `json:",omitempty"`
 }
 
@@ -41,7 +41,7 @@ type nemesis struct {
 	clock  func() int64
 	fams   []string
 	load   func(ctx context.Context, node int, d time.Duration) int // writes through node for d (workload.burst)
-	read   func(ctx context.Context, j int, tag string) check.Op      // a recorded linearizable read through client agent j (workload.clientRead)
+	read   func(ctx context.Context, j int, tag string) check.Op    // a recorded linearizable read through client agent j (workload.clientRead)
 	logf   func(format string, args ...interface{})
 	mu     sync.Mutex // guards faults, stuck
 	faults []fault
