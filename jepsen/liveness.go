@@ -140,7 +140,7 @@ func probe(ctx context.Context, w *workload, i int) (uint64, []check.Violation) 
 // clientRead is one linearizable read through client agent j, recorded
 // like any other operation (process 3000+j): a get of a key of the probe
 // type that only the liveness writes touch.
-func (w *workload) clientRead(ctx context.Context, j int, tag string) check.Op {
+func (w *workload) clientRead(ctx context.Context, j int) check.Op {
 	c := w.db.clients[j]
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

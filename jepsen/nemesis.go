@@ -41,7 +41,7 @@ type nemesis struct {
 	clock  func() int64
 	fams   []string
 	load   func(ctx context.Context, node int, d time.Duration) int // writes through node for d (workload.burst)
-	read   func(ctx context.Context, j int, tag string) check.Op    // a recorded linearizable read through client agent j (workload.clientRead)
+	read   func(ctx context.Context, j int) check.Op                // a recorded linearizable read through client agent j (workload.clientRead)
 	logf   func(format string, args ...interface{})
 	mu     sync.Mutex // guards faults, stuck
 	faults []fault
@@ -206,7 +206,7 @@ func (nm *nemesis) clientCatchUp(ctx context.Context, f fault, j int) {
 			nm.db.start(i)
 		}
 		attempts++
-		last = nm.read(ctx, j, f.Name)
+		last = nm.read(ctx, j)
 		return last.Outcome == check.OK
 	})
 	if ok || ctx.Err() != nil {
