@@ -1,6 +1,7 @@
 // Command jepsen is plugreg's fault-injection suite: it builds plugreg,
-// runs three agents as separate processes on 127.0.0.1, .2 and .3, drives
-// them with concurrent clients (from 127.0.0.100) and subscribers while a
+// runs three servers as separate processes on 127.0.0.1, .2 and .3 and
+// client agents (-client-agents, default 1) on .4, .5, ..., drives them
+// with concurrent clients (from 127.0.0.100) and subscribers while a
 // seeded nemesis kills, pauses, partitions and reconfigures them, records
 // everything on one monotonic clock, and checks the history. It exits
 // non-zero on any violation, or when the run was not valid (no fault took
