@@ -130,7 +130,7 @@ func funcName(frame string) string {
 func agentFailures(d *db) []check.Violation {
 	var vs []check.Violation
 	crashes := d.crashes()
-	for _, n := range d.nodes {
+	for _, n := range d.hosts {
 		starts := d.procStarts(n)
 		startAt := func(k int) string {
 			if k < len(starts) {

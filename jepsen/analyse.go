@@ -143,6 +143,14 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 		journals[n.Name] = recs
 	}
 	truth, vs := check.Merge(journals)
+	// A client agent has no journal and no snapshot of its own: its
+	// streams come from whichever server its fan-out follows, so a reset
+	// through it is explained by a restore on any server.
+	for _, c := range d.clients {
+		for _, n := range d.nodes {
+			truth.Restores[c.Name] = append(truth.Restores[c.Name], truth.Restores[n.Name]...)
+		}
+	}
 	add := func(name string, vs []check.Violation) {
 		logf("checker %-14s %d violations", name, len(vs))
 		res.violations = append(res.violations, vs...)
@@ -152,6 +160,7 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	add("reads", check.ReadsAtIndex(rec.ops, truth))
 	add("events", check.Events(rec.sessions, truth, r.journalSize))
 	add("leaders", check.Leaders(rec.leaders))
+	add("isolated", cutOffAnswers(rec.ops, faults))
 	add("convergence", conv.violations)
 	// The converged lists must be the ground truth's final state.
 	if conv.lists != nil {
@@ -212,6 +221,32 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	return res
 }
 
+// cutOffAnswers: while a client agent is cut off from every server
+// (isolate-client), nothing it answers can come from one. An operation
+// through it that began after the cut was in place, ended before the heal,
+// and was answered ok is a write acknowledged without being sent or a read
+// served from nowhere.
+func cutOffAnswers(ops []check.Op, faults []fault) []check.Violation {
+	var vs []check.Violation
+	for _, f := range faults {
+		if f.Cut == "" || f.CutTo == 0 {
+			continue
+		}
+		n := 0
+		for _, op := range ops {
+			if op.Node != f.Cut || op.Start < f.CutFrom || op.End > f.CutTo {
+				continue
+			}
+			n++
+			if op.Outcome == check.OK {
+				vs = append(vs, check.Violation{Checker: "isolated", Detail: fmt.Sprintf("op %d: %s %s/%s/%s through %s answered ok (index %d) at %.3fs-%.3fs while %s was cut off from every server (%.3fs-%.3fs)",
+					op.ID, op.F, op.Type, op.Name, op.Alloc, op.Node, op.Index, float64(op.Start)/1e9, float64(op.End)/1e9, f.Cut, float64(f.CutFrom)/1e9, float64(f.CutTo)/1e9)})
+			}
+		}
+	}
+	return vs
+}
+
 // watchCatchUp: the slow watcher must reach the last write once the
 // consumer hurries, unless a node was stuck (then the cluster's
 // violations say why; the client may be attached to that node).
@@ -232,8 +267,8 @@ func nonNil(items []check.Item) []check.Item {
 
 func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers and a slow Go-client watcher (subscriber %d)\n",
-		r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers, r.subscribers)
+	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers and a slow Go-client watcher (subscriber %d), %d client agents\n",
+		r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers, r.subscribers, r.clientAgents)
 	bin := "built from ./cmd/plugreg"
 	if r.plugregBin != "" {
 		bin = r.plugregBin
@@ -249,6 +284,26 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	fmt.Fprintf(&b, "%-11s %7s %7s %7s\n", "operation", "ok", "fail", "unknown")
 	for _, f := range []string{check.FRegister, check.FDeregister, check.FGet, check.FList} {
 		fmt.Fprintf(&b, "%-11s %7d %7d %7d\n", f, counts[f][check.OK], counts[f][check.Fail], counts[f][check.Unknown])
+	}
+	if r.clientAgents > 0 {
+		// The same through the client agents alone.
+		via := map[string]bool{}
+		for j := 0; j < r.clientAgents; j++ {
+			via[fmt.Sprintf("c%d", j+1)] = true
+		}
+		var c [3]int
+		for _, op := range rec.ops {
+			if via[op.Node] {
+				c[map[string]int{check.OK: 0, check.Fail: 1, check.Unknown: 2}[op.Outcome]]++
+			}
+		}
+		cs := 0
+		for _, s := range rec.sessions {
+			if via[s.Node] {
+				cs++
+			}
+		}
+		fmt.Fprintf(&b, "%-11s %7d %7d %7d   (operations through client agents; %d event sessions on them)\n", "via client", c[0], c[1], c[2], cs)
 	}
 	events, resets := 0, 0
 	for _, s := range rec.sessions {

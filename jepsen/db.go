@@ -17,14 +17,17 @@ import (
 )
 
 // node is one plugreg agent on its own loopback address, run as one
-// process after another (a proc each) as the nemesis kills and restarts it.
+// process after another (a proc each) as the nemesis kills and restarts it:
+// a server (n1, n2, n3) or a client agent (c1, c2, ...: -client, no Raft,
+// no apply journal).
 type node struct {
 	Name    string
 	IP      string
 	HTTP    string // ip:port
 	Dir     string // data dir
-	Journal string // apply journal
+	Journal string // apply journal; "" for a client agent
 	Log     string // agent output
+	Client  bool   // a client agent
 
 	mu     sync.Mutex // guards cur, procs, paused and every proc's fields
 	cur    *proc      // the process the harness runs now, or nil
@@ -44,14 +47,19 @@ type proc struct {
 	crashed   bool   // exited while the harness had not asked it to
 }
 
-// db runs the cluster under test.
+// db runs the cluster under test. Processes are numbered as in hosts:
+// the servers first (nodes, 0-2), then the client agents (clients, 3 on).
 type db struct {
 	bin         string
 	root        string
-	nodes       []*node
+	hosts       []*node // every agent: nodes, then clients
+	nodes       []*node // the servers
+	clients     []*node // the client agents
 	httpPort    int
 	serverPort  int
 	gossipPort  int
+	clientHTTP  int // a client agent's HTTP port (on its own address)
+	clientGosp  int // a client agent's gossip port
 	hbTimeout   time.Duration
 	hbFlag      bool // pass -heartbeat-timeout (false: the agent's defaults)
 	snapshotThr int
@@ -64,6 +72,7 @@ type db struct {
 
 func newDB(root, bin string, r *runConfig) *db {
 	d := &db{bin: bin, root: root, httpPort: r.portBase, serverPort: r.portBase + 1, gossipPort: r.portBase + 2,
+		clientHTTP: r.portBase + 3, clientGosp: r.portBase + 4,
 		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize,
 		clock: func() int64 { return 0 }, logf: func(string, ...interface{}) {}}
 	if r.defaultTimeouts {
@@ -78,6 +87,15 @@ func newDB(root, bin string, r *runConfig) *db {
 			Log: filepath.Join(root, name+".log"),
 		})
 	}
+	for j := 0; j < r.clientAgents; j++ {
+		name := fmt.Sprintf("c%d", j+1)
+		ip := fmt.Sprintf("127.0.0.%d", 4+j)
+		d.clients = append(d.clients, &node{
+			Name: name, IP: ip, HTTP: net.JoinHostPort(ip, strconv.Itoa(d.clientHTTP)),
+			Dir: filepath.Join(root, "data", name), Log: filepath.Join(root, name+".log"), Client: true,
+		})
+	}
+	d.hosts = append(append([]*node(nil), d.nodes...), d.clients...)
 	d.hc = clientFrom(clientIP, 2*time.Second)
 	return d
 }
@@ -101,6 +119,15 @@ const agentDefaultTimeout = time.Second
 
 // args is node n's agent command line.
 func (d *db) args(n *node) []string {
+	if n.Client {
+		// Only the flags a client agent takes: it refuses server flags.
+		args := []string{"agent", "-client", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
+			"-http-port", strconv.Itoa(d.clientHTTP), "-gossip-port", strconv.Itoa(d.clientGosp), "-retry-join", "-log-level", "info"}
+		for _, o := range d.nodes {
+			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
+		}
+		return args
+	}
 	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
 		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
 		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
@@ -119,7 +146,7 @@ func (d *db) args(n *node) []string {
 
 // start launches node i on its data dir, unless its process runs.
 func (d *db) start(i int) error {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cur != nil && !n.cur.gone() {
@@ -184,7 +211,7 @@ func (p *proc) gone() bool {
 // take detaches node i's process for the harness to stop: its exit will
 // not count as a crash. It returns nil when none runs.
 func (d *db) take(i int) *proc {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p := n.cur
@@ -209,12 +236,12 @@ func (d *db) kill(i int) error {
 	case <-p.exited:
 		return nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("kill %s: still running after 10s", d.nodes[i].Name)
+		return fmt.Errorf("kill %s: still running after 10s", d.hosts[i].Name)
 	}
 }
 
 func (d *db) running(i int) bool {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cur != nil && !n.cur.gone()
@@ -222,7 +249,7 @@ func (d *db) running(i int) bool {
 
 // pid is node i's process ID, or 0 when it does not run.
 func (d *db) pid(i int) int {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cur == nil || n.cur.gone() {
@@ -232,7 +259,7 @@ func (d *db) pid(i int) int {
 }
 
 func (d *db) signal(i int, sig syscall.Signal) error {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cur == nil || n.cur.gone() {
@@ -263,7 +290,7 @@ func (d *db) wipe(i int) error {
 // stopAll kills every node, resuming paused ones first: the cleanup after
 // an error. A healthy run ends with terminateAll.
 func (d *db) stopAll() {
-	for i := range d.nodes {
+	for i := range d.hosts {
 		d.resume(i)
 		d.kill(i)
 	}
@@ -280,7 +307,7 @@ type crash struct {
 // crashes lists every unexpected exit so far.
 func (d *db) crashes() []crash {
 	var cs []crash
-	for _, n := range d.nodes {
+	for _, n := range d.hosts {
 		n.mu.Lock()
 		for k, p := range n.procs {
 			if p.crashed {
@@ -305,7 +332,8 @@ func (d *db) procStarts(n *node) []int64 {
 
 // health is GET /v1/health.
 type health struct {
-	Status            string
+	Status            string // a client agent: "ok" once a server answers and knows a leader
+	KnownServers      int    // a client agent: the servers it knows alive
 	Node              string
 	Leader            string
 	AppliedIndex      uint64
@@ -318,7 +346,7 @@ type health struct {
 func (d *db) health(ctx context.Context, i int) (*health, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.nodes[i].HTTP+"/v1/health", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.hosts[i].HTTP+"/v1/health", nil)
 	resp, err := d.hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -387,4 +415,36 @@ func (d *db) operator(ctx context.Context, i int, method, path string) error {
 		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b.Error)
 	}
 	return nil
+}
+
+// clientIndex is client agent j's process number (its index in hosts).
+func (d *db) clientIndex(j int) int { return len(d.nodes) + j }
+
+// waitClients waits until every running client agent says it is healthy:
+// a server answers it and knows a leader.
+func (d *db) waitClients(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var notYet []string
+		for j, c := range d.clients {
+			i := d.clientIndex(j)
+			if !d.running(i) {
+				continue
+			}
+			if h, err := d.health(ctx, i); err != nil || h.Status != "ok" {
+				notYet = append(notYet, c.Name)
+			}
+		}
+		if len(notYet) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("client agents %v not healthy after %v", notYet, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -27,12 +27,14 @@ type liveness struct {
 	maxIndex   uint64 // the highest index a probe write was acknowledged at
 }
 
-// checkLiveness registers a fresh plugin through each node's HTTP API, as
-// a user would, and requires each write to succeed and to be visible on
-// every node (a stale read of the node's own state) within livenessBound.
-// A node that cannot write, or that never applies the others' writes, is
-// named. The probes are recorded like any other operation, so the safety
-// checkers see them too.
+// checkLiveness registers a fresh plugin through each agent's HTTP API
+// (servers and client agents), as a user would, and requires each write to
+// succeed and to be visible on every server (a stale read of the server's
+// own state) within livenessBound; through a client agent, a linearizable
+// read of its write must then succeed through it as well. A node that
+// cannot write, or that never applies the others' writes, is named. The
+// probes are recorded like any other operation, so the safety checkers see
+// them too.
 func checkLiveness(ctx context.Context, w *workload, logf func(string, ...interface{})) liveness {
 	var (
 		res liveness
@@ -41,7 +43,7 @@ func checkLiveness(ctx context.Context, w *workload, logf func(string, ...interf
 	)
 	ctx, cancel := context.WithTimeout(ctx, livenessBound)
 	defer cancel()
-	for i := range w.db.nodes {
+	for i := range w.db.hosts {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
@@ -54,14 +56,15 @@ func checkLiveness(ctx context.Context, w *workload, logf func(string, ...interf
 	}
 	wg.Wait()
 	sort.Slice(res.violations, func(a, b int) bool { return res.violations[a].Detail < res.violations[b].Detail })
-	logf("liveness: a write through every node, applied everywhere: %v (%d violations)", len(res.violations) == 0, len(res.violations))
+	logf("liveness: a write through every agent, applied everywhere (and read back through each client agent): %v (%d violations)", len(res.violations) == 0, len(res.violations))
 	return res
 }
 
-// probe writes through node i until a write succeeds (each attempt a new
-// request, recorded), then waits until every node shows it.
+// probe writes through agent i until a write succeeds (each attempt a new
+// request, recorded), then waits until every server shows it; through a
+// client agent, it then reads the write back through it, linearizably.
 func probe(ctx context.Context, w *workload, i int) (uint64, []check.Violation) {
-	n := w.db.nodes[i]
+	n := w.db.hosts[i]
 	hc := clientFrom(clientIP, 5*time.Second)
 	var op check.Op
 	for attempt := 0; ; attempt++ {
@@ -108,7 +111,43 @@ func probe(ctx context.Context, w *workload, i int) (uint64, []check.Violation) 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return op.Index, nil
+	if !n.Client {
+		return op.Index, nil
+	}
+	// Read back through the client agent: a linearizable read that must
+	// succeed and see the write (the reads checker checks its index too).
+	var rd check.Op
+	for attempt := 0; ; attempt++ {
+		rd = check.Op{Process: 1000 + i, Node: n.Name, F: check.FGet, Type: op.Type, Name: op.Name, Alloc: op.Alloc}
+		w.do(ctx, hc, n.HTTP, &rd)
+		w.rec.add(rd)
+		if rd.Outcome == check.OK {
+			if !rd.Found || rd.Got != op.Value {
+				return op.Index, []check.Violation{{Checker: "liveness", Detail: fmt.Sprintf("a linearizable read through %s after its write %s (index %d) returned (%q, found %v)",
+					n.Name, op.Value, op.Index, rd.Got, rd.Found)}}
+			}
+			return op.Index, nil
+		}
+		select {
+		case <-ctx.Done():
+			return op.Index, []check.Violation{{Checker: "liveness", Detail: fmt.Sprintf("no linearizable read through %s succeeded within %v of the final heal (%d attempts; the last: %s %s)",
+				n.Name, livenessBound, attempt+1, rd.Outcome, rd.Error)}}
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// clientRead is one linearizable read through client agent j, recorded
+// like any other operation (process 3000+j): a get of a key of the probe
+// type that only the liveness writes touch.
+func (w *workload) clientRead(ctx context.Context, j int) check.Op {
+	c := w.db.clients[j]
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	op := check.Op{Process: 3000 + j, Node: c.Name, F: check.FGet, Type: probeType, Name: "after-fault", Alloc: c.Name}
+	w.do(ctx, w.db.hc, c.HTTP, &op)
+	w.rec.add(op)
+	return op
 }
 
 // staleGet reads one plugin instance's version from node i's own state.

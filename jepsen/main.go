@@ -1,6 +1,7 @@
 // Command jepsen is plugreg's fault-injection suite: it builds plugreg,
-// runs three agents as separate processes on 127.0.0.1, .2 and .3, drives
-// them with concurrent clients (from 127.0.0.100) and subscribers while a
+// runs three servers as separate processes on 127.0.0.1, .2 and .3 and
+// client agents (-client-agents, default 1) on .4, .5, ..., drives them
+// with concurrent clients (from 127.0.0.100) and subscribers while a
 // seeded nemesis kills, pauses, partitions and reconfigures them, records
 // everything on one monotonic clock, and checks the history. It exits
 // non-zero on any violation, or when the run was not valid (no fault took
@@ -45,6 +46,7 @@ type runConfig struct {
 	journalSize       int
 	checkTimeout      time.Duration
 	minThroughput     float64
+	clientAgents      int // client agent processes on 127.0.0.4, .5, ...
 }
 
 func main() {
@@ -63,10 +65,15 @@ func main() {
 	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
+	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
 		r.seed = time.Now().UnixNano() % 1_000_000
+	}
+	if r.clientAgents < 0 || r.clientAgents > 16 {
+		fmt.Fprintf(os.Stderr, "jepsen: -client-agents %d: want 0 to 16\n", r.clientAgents)
+		os.Exit(2)
 	}
 	switch nem {
 	case "all":
@@ -191,8 +198,8 @@ func run(r *runConfig) (int, error) {
 	dir, _ = filepath.Abs(dir)
 	logf := newLog(filepath.Join(dir, "run.log"))
 	defer logf.close()
-	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d",
-		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
+	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d, %d client agents",
+		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize, r.clientAgents)
 
 	bin, err := plugregBinary(r, dir)
 	if err != nil {
@@ -202,6 +209,9 @@ func run(r *runConfig) (int, error) {
 	d := newDB(dir, bin, r)
 	d.logf = logf.printf
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
+	if len(d.clients) > 0 {
+		nf.ports += fmt.Sprintf(",%d", d.clientGosp)
+	}
 	for _, n := range d.nodes {
 		nf.ips = append(nf.ips, n.IP)
 	}
@@ -237,7 +247,7 @@ func run(r *runConfig) (int, error) {
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
 	d.clock = clock
-	for i := range d.nodes {
+	for i := range d.hosts {
 		if err := d.start(i); err != nil {
 			return 2, err
 		}
@@ -246,12 +256,15 @@ func run(r *runConfig) (int, error) {
 	if _, err := d.waitLeader(ctx, 60*time.Second); err != nil {
 		return 2, fmt.Errorf("cluster did not come up: %w", err)
 	}
+	if err := d.waitClients(ctx, 30*time.Second); err != nil {
+		return 2, fmt.Errorf("cluster did not come up: %w", err)
+	}
 	logf.printf("cluster up at %v", time.Since(start).Round(time.Millisecond))
 
 	rec := &recorder{}
 	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
 	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
-	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, logf: logf.printf}
+	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, read: wl.clientRead, logf: logf.printf}
 	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
 	logf.printf("slow watcher (Go client, subscriber %d): stall timeout %v", r.subscribers, slow.stall)
 

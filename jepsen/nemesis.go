@@ -23,6 +23,12 @@ type fault struct {
 	End    int64
 	Effect bool
 	Detail string
+	// A client agent cut off from every server (isolate-client): which,
+	// and when the rules were in place (from the first to the last
+	// moment). What it answered ok meanwhile cannot have come from a
+	// server.
+	Cut            string `json:",omitempty"`
+	CutFrom, CutTo int64  `json:",omitempty"`
 }
 
 // families of faults, as the -nemesis flag names them.
@@ -35,6 +41,7 @@ type nemesis struct {
 	clock  func() int64
 	fams   []string
 	load   func(ctx context.Context, node int, d time.Duration) int // writes through node for d (workload.burst)
+	read   func(ctx context.Context, j int) check.Op                // a recorded linearizable read through client agent j (workload.clientRead)
 	logf   func(format string, args ...interface{})
 	mu     sync.Mutex // guards faults, stuck
 	faults []fault
@@ -82,13 +89,25 @@ func (nm *nemesis) run(ctx context.Context) {
 
 func (nm *nemesis) inject(ctx context.Context, fam string) {
 	var actions []func(context.Context) fault
+	clients := len(nm.db.clients) > 0
 	switch fam {
 	case "kill":
 		actions = []func(context.Context) fault{nm.killRandom, nm.killLeader, nm.killAll}
+		if clients {
+			actions = append(actions, nm.killClient)
+		}
 	case "pause":
 		actions = []func(context.Context) fault{nm.pauseLeader, nm.strobe}
+		if clients {
+			actions = append(actions, nm.pauseClient)
+		}
 	case "partition":
 		actions = []func(context.Context) fault{nm.isolateLeader, nm.isolateFollower, nm.bridge, nm.flap, nm.loss}
+		if clients {
+			// Twice: the fault that tells an agent that answers from
+			// nowhere from one that fails honestly.
+			actions = append(actions, nm.isolateClient, nm.isolateClient)
+		}
 	case "snapshot":
 		actions = []func(context.Context) fault{nm.snapshotInstall}
 	case "membership":
@@ -99,6 +118,9 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		// The leader twice as often: the restart that followers forwarding
 		// to it are most likely to meet half-started.
 		actions = []func(context.Context) fault{nm.restartLeader, nm.restartLeader, nm.restartRandom, nm.restartTwice}
+		if clients {
+			actions = append(actions, nm.restartClient)
+		}
 	case "disk":
 		actions = []func(context.Context) fault{nm.diskFull}
 	}
@@ -119,6 +141,15 @@ const catchUpBound = 20 * time.Second
 // the leader's heartbeats but never receives another entry (hashicorp/raft
 // issue 612) fails here, whatever fault comes next.
 func (nm *nemesis) catchUp(ctx context.Context, f fault) {
+	var wg sync.WaitGroup
+	for j := range nm.db.clients {
+		wg.Add(1)
+		go func(j int) {
+			defer wg.Done()
+			nm.clientCatchUp(ctx, f, j)
+		}(j)
+	}
+	defer wg.Wait()
 	l, _ := nm.db.leader(ctx)
 	if l < 0 {
 		return // recoverAll found no leader; the next fault or the final check will tell
@@ -160,6 +191,33 @@ func (nm *nemesis) catchUp(ctx context.Context, f fault) {
 		nm.stuck = append(nm.stuck, v)
 		nm.mu.Unlock()
 	}
+}
+
+// clientCatchUp is catchUp for client agent j, which has no Raft and no
+// applied index of its own: within catchUpBound of the heal it must answer
+// a linearizable read (recorded like any other operation). A crashed agent
+// is restarted, as a supervisor would.
+func (nm *nemesis) clientCatchUp(ctx context.Context, f fault, j int) {
+	i := nm.db.clientIndex(j)
+	var last check.Op
+	attempts := 0
+	ok := nm.waitFor(ctx, catchUpBound, 500*time.Millisecond, func() bool {
+		if !nm.db.running(i) {
+			nm.db.start(i)
+		}
+		attempts++
+		last = nm.read(ctx, j)
+		return last.Outcome == check.OK
+	})
+	if ok || ctx.Err() != nil {
+		return
+	}
+	v := check.Violation{Checker: "catch-up", Detail: fmt.Sprintf("after %s (healed at %.1fs), client agent %s answered no linearizable read within %v (%d attempts; the last: %s %s)",
+		f.Name, float64(f.End)/1e9, nm.db.clients[j].Name, catchUpBound, attempts, last.Outcome, last.Error)}
+	nm.logf("%s", v)
+	nm.mu.Lock()
+	nm.stuck = append(nm.stuck, v)
+	nm.mu.Unlock()
 }
 
 // stuckNodes returns catchUp's violations.
@@ -205,12 +263,14 @@ func (nm *nemesis) otherThan(l int) int {
 // frees full disks, and waits for a leader.
 func (nm *nemesis) recoverAll(ctx context.Context) {
 	nm.net.heal()
-	for i, n := range nm.db.nodes {
-		os.Remove(ballast(n))
+	for i, n := range nm.db.hosts {
+		if !n.Client {
+			os.Remove(ballast(n))
+		}
 		nm.db.resume(i)
 		if !nm.db.running(i) {
 			if err := nm.db.start(i); err != nil {
-				nm.logf("restart %s: %v", nm.db.nodes[i].Name, err)
+				nm.logf("restart %s: %v", n.Name, err)
 			}
 		}
 	}
@@ -227,7 +287,7 @@ func (nm *nemesis) kill(ctx context.Context, name string, idx []int) fault {
 	f.Effect = true
 	for _, i := range idx {
 		f.Effect = f.Effect && !nm.db.running(i)
-		f.Detail += nm.db.nodes[i].Name + " "
+		f.Detail += nm.db.hosts[i].Name + " "
 	}
 	nm.sleep(ctx, nm.duration())
 	nm.recoverAll(ctx)
@@ -242,6 +302,66 @@ func (nm *nemesis) killLeader(ctx context.Context) fault {
 }
 func (nm *nemesis) killAll(ctx context.Context) fault {
 	return nm.kill(ctx, "kill-all", []int{0, 1, 2})
+}
+
+// randomClient picks a client agent at random: its process number.
+func (nm *nemesis) randomClient() int { return nm.db.clientIndex(nm.rng.Intn(len(nm.db.clients))) }
+
+func (nm *nemesis) killClient(ctx context.Context) fault {
+	return nm.kill(ctx, "kill-client", []int{nm.randomClient()})
+}
+
+// pauseClient stops a client agent (SIGSTOP) for a while: its callers and
+// its subscribers hang, and its own calls to the servers time out.
+func (nm *nemesis) pauseClient(ctx context.Context) fault {
+	i := nm.randomClient()
+	f := fault{Name: "pause-client"}
+	if err := nm.db.pause(i); err != nil {
+		f.Detail = err.Error()
+		nm.recoverAll(ctx)
+		return f
+	}
+	_, err := nm.db.health(ctx, i)
+	f.Effect = err != nil // a stopped process does not answer
+	nm.sleep(ctx, nm.duration())
+	nm.db.resume(i)
+	f.Detail = fmt.Sprintf("%s stopped; not answering: %v", nm.db.hosts[i].Name, f.Effect)
+	nm.recoverAll(ctx)
+	return f
+}
+
+// isolateClient cuts a client agent off from every server (gossip and
+// RPC; the harness still reaches its HTTP API): every request through it
+// must fail (no_server, not_applied or unknown) until the heal, and never
+// succeed from nowhere.
+func (nm *nemesis) isolateClient(ctx context.Context) fault {
+	i := nm.randomClient()
+	n := nm.db.hosts[i]
+	f := fault{Name: "isolate-client", Cut: n.Name}
+	nm.net.isolateFrom(n.IP, nm.net.ips)
+	f.CutFrom = nm.clock()
+	// Verified: the rules are in, and the agent says it reaches no
+	// server (its health asks one, with a 2 s bound of its own; not
+	// answering the harness's 1 s health call counts as well).
+	var status string
+	f.Effect = nm.net.rules() == len(nm.net.ips)*2*rulesPerCut && nm.waitFor(ctx, 10*time.Second, 200*time.Millisecond, func() bool {
+		h, err := nm.db.health(ctx, i)
+		if err != nil {
+			status = "not answering: " + err.Error()
+			return true
+		}
+		status = h.Status
+		return h.Status != "ok"
+	})
+	f.Detail = fmt.Sprintf("%s cut off from every server; its health: %s", n.Name, status)
+	nm.sleep(ctx, nm.duration()/2)
+	f.CutTo = nm.clock()
+	nm.recoverAll(ctx)
+	return f
+}
+
+func (nm *nemesis) restartClient(ctx context.Context) fault {
+	return nm.fastRestart(ctx, "restart-client", nm.randomClient(), false, 0, 1)
 }
 
 // withLeader starts the record of a fault that needs a leader: it returns
@@ -531,9 +651,12 @@ func (nm *nemesis) otherLeads(ctx context.Context, i int, term uint64) bool {
 // and every start left a new one running.
 func (nm *nemesis) fastRestart(ctx context.Context, name string, i int, wasLeader bool, term uint64, times int) fault {
 	f := fault{Name: name, Effect: true}
-	n := nm.db.nodes[i]
+	n := nm.db.hosts[i]
 	role := "follower"
-	if wasLeader {
+	switch {
+	case n.Client:
+		role = "client agent"
+	case wasLeader:
 		role = fmt.Sprintf("leader in term %d", term)
 	}
 	var steps []string
@@ -546,7 +669,7 @@ func (nm *nemesis) fastRestart(ctx context.Context, name string, i int, wasLeade
 		gone := err == nil && old != 0 && !nm.db.running(i)
 		delay := nm.restartDelay()
 		nm.sleep(ctx, delay)
-		movedOn := nm.otherLeads(ctx, i, term)
+		movedOn := !n.Client && nm.otherLeads(ctx, i, term)
 		err = nm.db.start(i)
 		back := err == nil && nm.db.pid(i) != 0 && nm.db.pid(i) != old
 		f.Effect = f.Effect && gone && back

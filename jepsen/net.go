@@ -85,8 +85,12 @@ func (n *netFaults) cut(a, b string) error {
 }
 
 // isolate cuts node ip off from every other node.
-func (n *netFaults) isolate(ip string) error {
-	for _, o := range n.ips {
+func (n *netFaults) isolate(ip string) error { return n.isolateFrom(ip, n.ips) }
+
+// isolateFrom cuts ip off from each of others (but itself): a client
+// agent from every server.
+func (n *netFaults) isolateFrom(ip string, others []string) error {
+	for _, o := range others {
 		if o != ip {
 			if err := n.cut(ip, o); err != nil {
 				return err

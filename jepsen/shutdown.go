@@ -27,13 +27,13 @@ type stopped struct {
 const termGrace = 10 * time.Second
 
 // terminateAll stops every running agent the way an operator does: SIGTERM
-// to all three at once, and each must be gone within termGrace. One that is
-// not gets a SIGQUIT first (the Go runtime prints every goroutine's stack
+// to all of them (servers and client agents) at once, and each must be
+// gone within termGrace. One that is not gets a SIGQUIT first (the Go runtime prints every goroutine's stack
 // and exits), so the results say where it was stuck, then SIGKILL.
 func (d *db) terminateAll() []stopped {
-	out := make([]*stopped, len(d.nodes))
+	out := make([]*stopped, len(d.hosts))
 	var wg sync.WaitGroup
-	for i := range d.nodes {
+	for i := range d.hosts {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
@@ -51,7 +51,7 @@ func (d *db) terminateAll() []stopped {
 }
 
 func (d *db) terminate(i int) *stopped {
-	n := d.nodes[i]
+	n := d.hosts[i]
 	d.resume(i) // a paused process cannot take a signal's handler
 	p := d.take(i)
 	if p == nil || p.gone() {

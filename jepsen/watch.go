@@ -47,7 +47,7 @@ func newSlowWatcher(d *db, rec *recorder, clock func() int64, id int, seed int64
 	// consumer for longer than it.
 	stall := time.Duration(2000+rng.Intn(1000)) * time.Millisecond
 	names := map[string]string{}
-	for _, n := range d.nodes {
+	for _, n := range d.hosts {
 		names[n.HTTP] = n.Name
 	}
 	base := clientFrom(clientIP, 2*time.Second).Transport
@@ -57,8 +57,8 @@ func newSlowWatcher(d *db, rec *recorder, clock func() int64, id int, seed int64
 
 // run consumes until ctx ends, then records the sessions.
 func (w *slowWatcher) run(ctx context.Context) {
-	addrs := make([]string, len(w.db.nodes))
-	for i, n := range w.db.nodes {
+	addrs := make([]string, len(w.db.hosts)) // client agents too
+	for i, n := range w.db.hosts {
 		addrs[i] = n.HTTP
 	}
 	var sessions []check.Session

@@ -65,17 +65,21 @@ func (w *workload) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// process is one client: the first half are pinned to one node, the rest
-// move to another node after every failure and now and then at random.
+// process is one client: the first half are pinned to one agent, the rest
+// move to the next agent after every failure and now and then at random.
+// Agents are the servers, then the client agents (hosts): with client
+// agents, some pinned clients go through one, and the moving ones pass
+// through them in turn.
 func (w *workload) process(ctx context.Context, p int) {
 	rng := rand.New(rand.NewSource(w.seed*1000 + int64(p)))
 	hc := clientFrom(clientIP, 2*time.Second)
 	pinned := p < w.concurrency/2
-	nodeIdx := p % len(w.db.nodes)
+	hosts := w.db.hosts
+	nodeIdx := p % len(hosts)
 	interval := time.Duration(float64(time.Second) * float64(w.concurrency) / w.rate)
 	for seq := 0; ctx.Err() == nil; seq++ {
 		t0 := time.Now()
-		op := check.Op{Process: p, Node: w.db.nodes[nodeIdx].Name, Type: fmt.Sprintf("t%d", rng.Intn(w.types)),
+		op := check.Op{Process: p, Node: hosts[nodeIdx].Name, Type: fmt.Sprintf("t%d", rng.Intn(w.types)),
 			Name: fmt.Sprintf("n%d", rng.Intn(3)), Alloc: fmt.Sprintf("a%d", rng.Intn(3))}
 		switch x := rng.Intn(100); {
 		case x < 40:
@@ -87,10 +91,10 @@ func (w *workload) process(ctx context.Context, p int) {
 		default:
 			op.F, op.Name, op.Alloc = check.FList, "", ""
 		}
-		w.do(ctx, hc, w.db.nodes[nodeIdx].HTTP, &op)
+		w.do(ctx, hc, hosts[nodeIdx].HTTP, &op)
 		w.rec.add(op)
 		if !pinned && (op.Outcome != check.OK || rng.Intn(10) == 0) {
-			nodeIdx = (nodeIdx + 1) % len(w.db.nodes)
+			nodeIdx = (nodeIdx + 1) % len(hosts)
 		}
 		if d := interval - time.Since(t0); d > 0 {
 			select {
@@ -255,8 +259,22 @@ type subscribers struct {
 	stall time.Duration
 }
 
+// subscriberID is the id of the subscriber pinned to client agent j: after
+// the n raw subscribers and the slow watcher (subscriber n).
+func subscriberID(n, j int) int { return n + 1 + j }
+
 func (s *subscribers) run(ctx context.Context) {
 	var wg sync.WaitGroup
+	// One more per client agent, all types, pinned to it: a stream of the
+	// agent's fan-out from start to end, whose feed the moving subscriber
+	// with all types shares when it passes by.
+	for j := range s.db.clients {
+		wg.Add(1)
+		go func(j int) {
+			defer wg.Done()
+			s.follow(ctx, subscriberID(s.n, j), nil, s.db.clientIndex(j), true)
+		}(j)
+	}
 	for i := 0; i < s.n; i++ {
 		var types []string
 		switch i % 3 {
@@ -269,29 +287,29 @@ func (s *subscribers) run(ctx context.Context) {
 		wg.Add(1)
 		go func(i int, types []string) {
 			defer wg.Done()
-			s.follow(ctx, i, types)
+			s.follow(ctx, i, types, i%len(s.db.nodes), i%2 == 1)
 		}(i, types)
 	}
 	wg.Wait()
 }
 
 // follow keeps one subscriber connected: it resumes from the last index up
-// to which it has every event, on the next node after a failure (or the
-// same node, for pinned subscribers), as the Go client does.
-func (s *subscribers) follow(ctx context.Context, id int, types []string) {
+// to which it has every event, on the next agent (servers, then client
+// agents) after a failure, or the same one when pinned, as the Go client
+// does. It starts on hosts[nodeIdx].
+func (s *subscribers) follow(ctx context.Context, id int, types []string, nodeIdx int, pinned bool) {
 	hc := &http.Client{Transport: clientFrom(clientIP, 2*time.Second).Transport} // no overall timeout: a stream
-	nodeIdx := id % len(s.db.nodes)
-	pinned := id%2 == 1
+	hosts := s.db.hosts
 	var complete uint64
 	for seq := 0; ctx.Err() == nil; seq++ {
-		sess := check.Session{Subscriber: id, Seq: seq, Node: s.db.nodes[nodeIdx].Name, Types: types, From: complete, Start: s.clock()}
-		complete = s.session(ctx, hc, s.db.nodes[nodeIdx].HTTP, &sess, complete)
+		sess := check.Session{Subscriber: id, Seq: seq, Node: hosts[nodeIdx].Name, Types: types, From: complete, Start: s.clock()}
+		complete = s.session(ctx, hc, hosts[nodeIdx].HTTP, &sess, complete)
 		sess.End = s.clock()
 		s.rec.mu.Lock()
 		s.rec.sessions = append(s.rec.sessions, sess)
 		s.rec.mu.Unlock()
 		if !pinned {
-			nodeIdx = (nodeIdx + 1) % len(s.db.nodes)
+			nodeIdx = (nodeIdx + 1) % len(hosts)
 		}
 		select {
 		case <-ctx.Done():
