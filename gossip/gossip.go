@@ -113,8 +113,15 @@ func Start(cfg Config) (*Pool, error) {
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*delegate)(p)
 	mc.Logger = cfg.Logger.StandardLogger(nil)
+	tr, err := newBoundTransport(cfg.BindAddr, cfg.Port, mc.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.Port, err)
+	}
+	mc.Transport = tr
+	mc.BindPort, mc.AdvertisePort = tr.GetAutoBindPort(), tr.GetAutoBindPort()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		tr.Shutdown()
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.Port, err)
 	}
 	p.ml = ml
