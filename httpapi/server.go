@@ -318,7 +318,7 @@ func (s *Server) writeResult(w http.ResponseWriter, res api.WriteResult, err err
 		return
 	}
 	w.Header().Set(headerIndex, strconv.FormatUint(res.Index, 10))
-	writeJSON(w, http.StatusOK, WriteReply{Index: res.Index, Result: res.Result})
+	writeJSON(w, http.StatusOK, res)
 }
 
 // parseQuery reads a GET's consistency and blocking parameters into q.
