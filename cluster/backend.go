@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/registry"
 )
 
@@ -85,14 +84,7 @@ func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, err
 		}
 		out.Plugins = []*api.PluginInfo{p}
 	case api.QueryNode:
-		st.Walk(func(_, _ string, list []*fsm.PluginInfo) bool {
-			for _, p := range list {
-				if p.NodeID == q.NodeID {
-					out.Plugins = append(out.Plugins, p)
-				}
-			}
-			return true
-		})
+		out.Plugins = st.NodeInstances(q.NodeID)
 	}
 	if out.Plugins == nil && q.Kind != api.QueryTypes {
 		out.Plugins = []*api.PluginInfo{}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/fsm"
 )
 
 // monitorLeadership runs the leader's duties while this node leads.
@@ -144,17 +143,7 @@ func (s *Server) removeServer(id, why string) {
 // reapNode deregisters every plugin of a node that has been gone too long.
 // It reports whether the node is done with (nothing left, or deregistered).
 func (s *Server) reapNode(nodeID string) bool {
-	found := false
-	s.fsm.State().Walk(func(_, _ string, list []*fsm.PluginInfo) bool {
-		for _, p := range list {
-			if p.NodeID == nodeID {
-				found = true
-				return false
-			}
-		}
-		return true
-	})
-	if !found {
+	if len(s.fsm.State().NodeInstances(nodeID)) == 0 {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)

@@ -30,6 +30,28 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyHosts is BenchmarkApply with the instances spread over
+// 1,000 hosts (NodeIDs), as a fleet's are; BenchmarkApply puts them all on
+// one node, the node index's worst case.
+func BenchmarkApplyHosts(b *testing.B) {
+	logs := make([]*raft.Log, b.N)
+	for i := range logs {
+		p := plugin("csi", fmt.Sprintf("name-%d", i%10000), fmt.Sprintf("alloc-%d", i))
+		p.NodeID = fmt.Sprintf("host-%d", i%1000)
+		data, err := EncodeCommand(reg(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		logs[i] = &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: data}
+	}
+	f := New(nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f.Apply(logs[i])
+	}
+}
+
 func BenchmarkApplyBatch64(b *testing.B) {
 	logs := benchEntries(b, b.N)
 	f := New(nil)

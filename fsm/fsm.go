@@ -162,14 +162,9 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		}
 		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
 	case *DeregisterNodeRequest:
-		// It walks the whole state, which reads the committed trees:
-		// close the batch's transactions first and reopen them after.
-		inBatch := s.batch != nil
-		s.commitBatch()
+		// The node index finds its instances (through the batch's
+		// transactions, like every other read here).
 		res, evs = s.deregisterNode(index, r.NodeID)
-		if inBatch {
-			s.beginBatch()
-		}
 	}
 	ar := &ApplyResult{Index: index, Result: res}
 	if res == ResultDeregistered {

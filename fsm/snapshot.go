@@ -139,7 +139,8 @@ func ReadState(r io.Reader) (*State, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: data after the last record", ErrBadSnapshot)
 	}
-	return &State{types: types.Commit(), index: hdr.Index, instances: instances, requests: reqs}, nil
+	t := types.Commit()
+	return &State{types: t, nodes: buildNodeIndex(t), index: hdr.Index, instances: instances, requests: reqs}, nil
 }
 
 func checkRecord(rec *NameList, index uint64) error {

@@ -48,6 +48,7 @@ type nameTree = iradix.Tree[recency]
 // not be modified (copy it first).
 type State struct {
 	types     *iradix.Tree[*nameTree]
+	nodes     *nodeTree // the node index (nodeindex.go)
 	index     uint64
 	instances int
 	requests  requests
@@ -65,12 +66,13 @@ type State struct {
 type batch struct {
 	types *iradix.Txn[*nameTree]
 	names map[string]*iradix.Txn[recency] // open name trees, by type
+	nodes *iradix.Txn[*PluginInfo]
 }
 
 // beginBatch opens the transactions; commitBatch closes them into new
 // trees. Between the two, reads and writes of s go through them.
 func (s *State) beginBatch() {
-	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}}
+	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}, nodes: s.nodes.Txn()}
 	s.requests.begin()
 }
 
@@ -91,12 +93,13 @@ func (s *State) commitBatch() {
 		}
 	}
 	s.types = b.types.Commit()
+	s.nodes = b.nodes.Commit()
 	s.requests.commit()
 }
 
 // NewState returns the empty state at index 0.
 func NewState() *State {
-	return &State{types: iradix.New[*nameTree](), requests: newRequests()}
+	return &State{types: iradix.New[*nameTree](), nodes: iradix.New[*PluginInfo](), requests: newRequests()}
 }
 
 // Index is the index of the last log entry applied to this state. It counts
@@ -212,9 +215,10 @@ func (s *State) recency(ptype, name string) recency {
 	return r
 }
 
-// put replaces the recency list of (ptype, name); an empty list removes the
-// name, and the type with its last name.
-func (s *State) put(ptype, name string, r recency) {
+// put replaces the recency list of (ptype, name), old, with r; an empty
+// list removes the name, and the type with its last name.
+func (s *State) put(ptype, name string, old, r recency) {
+	s.reindex(old, r)
 	tk, nk := []byte(ptype), []byte(name)
 	if b := s.batch; b != nil {
 		nt, ok := b.names[ptype]
@@ -269,7 +273,7 @@ func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
 		p.CreateIndex = index
 		s.instances++
 	}
-	s.put(p.Type, p.Name, r.withFront(p, pos))
+	s.put(p.Type, p.Name, r, r.withFront(p, pos))
 	return res, []Event{{Index: index, EventType: ev, Info: p, Current: p}}
 }
 
@@ -281,7 +285,7 @@ func (s *State) deregister(index uint64, ptype, name, allocID string) (Result, [
 	}
 	removed := r[pos]
 	rest := r.without(pos)
-	s.put(ptype, name, rest)
+	s.put(ptype, name, r, rest)
 	s.instances--
 	return ResultDeregistered, []Event{{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()}}
 }
@@ -306,26 +310,21 @@ func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
 }
 
 func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
-	type hit struct {
-		ptype, name string
-		list        recency
-	}
-	var hits []hit
-	s.Walk(func(t, n string, list []*PluginInfo) bool {
-		for _, p := range list {
-			if p.NodeID == nodeID {
-				hits = append(hits, hit{t, n, list})
-				break
-			}
+	// The node's (Type, Name)s, from the node index, in order.
+	type tn struct{ ptype, name string }
+	var hits []tn
+	for _, p := range s.NodeInstances(nodeID) {
+		if h := (tn{p.Type, p.Name}); len(hits) == 0 || hits[len(hits)-1] != h {
+			hits = append(hits, h)
 		}
-		return true
-	})
+	}
 	if len(hits) == 0 {
 		return ResultAbsent, nil
 	}
 	var events []Event
 	for _, h := range hits {
-		rest := h.list
+		old := s.recency(h.ptype, h.name)
+		rest := old
 		for i := 0; i < len(rest); {
 			if rest[i].NodeID != nodeID {
 				i++
@@ -336,7 +335,7 @@ func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
 			s.instances--
 			events = append(events, Event{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()})
 		}
-		s.put(h.ptype, h.name, rest)
+		s.put(h.ptype, h.name, old, rest)
 	}
 	return ResultDeregistered, events
 }
