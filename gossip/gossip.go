@@ -112,7 +112,9 @@ func Start(cfg Config) (*Pool, error) {
 	mc.AdvertisePort = cfg.Port
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*delegate)(p)
-	mc.Logger = cfg.Logger.StandardLogger(nil)
+	// memberlist writes "[DEBUG] ..." lines to a standard logger: let hclog
+	// read the level, so that they are not logged at INFO.
+	mc.Logger = cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	tr, err := newBoundTransport(cfg.BindAddr, cfg.Port, mc.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.Port, err)

@@ -96,6 +96,15 @@ func runAgent(args []string) error {
 		if err := clientOnlyFlags(fs); err != nil {
 			return err
 		}
+	}
+	if *pprofAt != "" {
+		stopPprof, err := servePprof(*pprofAt, logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
+	if *isClient {
 		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
 			Join: join, RetryJoin: *retry, Logger: logger}
 		leaveCh := make(chan struct{})
@@ -129,13 +138,6 @@ func runAgent(args []string) error {
 	}
 	cfg.LogStore = *logStore
 	cfg.Logger = logger
-	if *pprofAt != "" {
-		stopPprof, err := servePprof(*pprofAt, logger)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
-	}
 
 	leaveCh := make(chan struct{})
 	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
