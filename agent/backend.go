@@ -9,6 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/agent/fanout"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/transport"
 )
 
 // The Client is an httpapi.Backend: every request goes to a server over
@@ -20,8 +21,16 @@ func (c *Client) NodeID() string { return c.cfg.NodeID }
 // Role is api.RoleClient.
 func (c *Client) Role() string { return api.RoleClient }
 
-func (c *Client) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+// write sends a write to a server, bounded by RPCTimeout; what names it
+// in the error.
+func (c *Client) write(ctx context.Context, method string, args interface{}, what string) (api.WriteResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	var res api.WriteResult
+	if err := c.call(ctx, method, args, &res); err != nil {
+		return res, fmt.Errorf("%s: %w", what, err)
+	}
+	return res, nil
 }
 
 // Register registers or updates p through a server.
@@ -29,14 +38,8 @@ func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 	if err := api.ValidatePlugin(p); err != nil {
 		return api.WriteResult{}, err
 	}
-	ctx, cancel := c.writeCtx(ctx)
-	defer cancel()
-	var res api.WriteResult
-	err := c.call(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx)}, &res)
-	if err != nil {
-		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
-	}
-	return res, nil
+	return c.write(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx)},
+		fmt.Sprintf("register %s/%s/%s", p.Type, p.Name, p.AllocID))
 }
 
 // Deregister removes an instance through a server, conditionally when req
@@ -45,14 +48,8 @@ func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api
 	if err := req.Validate(); err != nil {
 		return api.WriteResult{}, err
 	}
-	ctx, cancel := c.writeCtx(ctx)
-	defer cancel()
-	var res api.WriteResult
-	err := c.call(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx)}, &res)
-	if err != nil {
-		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
-	}
-	return res, nil
+	return c.write(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx)},
+		fmt.Sprintf("deregister %s/%s/%s", req.Type, req.Name, req.AllocID))
 }
 
 // DeregisterNode removes every instance of a node through a server.
@@ -60,14 +57,8 @@ func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteRe
 	if err := api.ValidateIdentifier("node", nodeID); err != nil {
 		return api.WriteResult{}, err
 	}
-	ctx, cancel := c.writeCtx(ctx)
-	defer cancel()
-	var res api.WriteResult
-	err := c.call(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx)}, &res)
-	if err != nil {
-		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
-	}
-	return res, nil
+	return c.write(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx)},
+		"deregister node "+nodeID)
 }
 
 // Query reads through a server, with the consistency (and blocking) the
@@ -118,48 +109,41 @@ func (c *Client) EventStats() fanout.Stats { return c.hub.Stats() }
 // the stream breaks or ctx ends; its first event is a heartbeat at the
 // stream's starting position.
 func (c *Client) upstream(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, error) {
-	servers := c.Servers()
-	if len(servers) == 0 {
-		return nil, api.NewError(api.CodeNoServer, errNoServer)
-	}
 	args := &api.SubscribeArgs{Types: types, From: from, Heartbeat: heartbeat}
-	var last error
-	for _, addr := range servers {
-		st, err := c.pool.Stream(ctx, addr, api.RPCSubscribe, args)
-		if err != nil {
-			last = c.wireError(err)
-			if !retryElsewhere(last) || ctx.Err() != nil {
-				return nil, last
-			}
-			continue
-		}
-		c.preferred.Store(&addr)
-		out := make(chan *api.Event, 64)
-		c.goFunc(func() {
-			defer close(out)
-			defer st.Close()
-			stop := context.AfterFunc(c.ctx, st.Close) // Shutdown ends it
-			defer stop()
-			for {
-				ev := new(api.Event)
-				if err := st.Recv(ev); err != nil {
-					if !errors.Is(err, io.EOF) && ctx.Err() == nil && c.ctx.Err() == nil {
-						c.logger.Debug("upstream event stream ended", "server", addr, "error", err)
-					}
-					return
-				}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				case <-c.ctx.Done():
-					return
-				}
-			}
-		})
-		return out, nil
+	var st *transport.Stream
+	var addr string
+	err := c.tryServers(ctx, func(a string) (err error) {
+		st, err = c.pool.Stream(ctx, a, api.RPCSubscribe, args)
+		addr = a
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, last
+	out := make(chan *api.Event, 64)
+	c.goFunc(func() {
+		defer close(out)
+		defer st.Close()
+		stop := context.AfterFunc(c.ctx, st.Close) // Shutdown ends it
+		defer stop()
+		for {
+			ev := new(api.Event)
+			if err := st.Recv(ev); err != nil {
+				if !errors.Is(err, io.EOF) && ctx.Err() == nil && c.ctx.Err() == nil {
+					c.logger.Debug("upstream event stream ended", "server", addr, "error", err)
+				}
+				return
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	})
+	return out, nil
 }
 
 // status asks a server for its view of the Raft cluster.

@@ -116,19 +116,9 @@ func New(cfg Config) (*Client, error) {
 		c.pool.Close()
 		return nil, err
 	}
-	join := cfg.Join
-	if len(join) == 0 {
-		join = c.gossip.SavedPeers()
-	}
-	if len(join) > 0 {
-		if _, err := c.gossip.Join(join); err != nil {
-			if !cfg.RetryJoin && len(cfg.Join) > 0 {
-				c.Shutdown()
-				return nil, fmt.Errorf("join %v: %w (use -retry-join to keep trying)", join, err)
-			}
-			c.logger.Warn("join failed; retrying in the background", "addrs", join, "error", err)
-			c.goFunc(func() { c.retryJoin(join) })
-		}
+	if err := c.gossip.JoinAtStart(cfg.Join, cfg.RetryJoin, cfg.RetryInterval); err != nil {
+		c.Shutdown()
+		return nil, err
 	}
 	return c, nil
 }
@@ -141,27 +131,8 @@ func (c *Client) goFunc(f func()) {
 	}()
 }
 
-func (c *Client) retryJoin(addrs []string) {
-	t := time.NewTicker(c.cfg.RetryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n, err := c.gossip.Join(addrs); err == nil && n > 0 {
-			c.logger.Info("joined", "addrs", addrs)
-			return
-		}
-	}
-}
-
 // GossipAddr is the agent's memberlist address.
 func (c *Client) GossipAddr() string { return c.gossip.Addr() }
-
-// Members is the gossip pool as this agent sees it.
-func (c *Client) GossipMembers() []gossip.Member { return c.gossip.Members() }
 
 // Servers returns the server addresses of the servers gossip says are
 // alive, the last one that answered first.
@@ -188,18 +159,25 @@ func (c *Client) Servers() []string {
 // is down or cut off).
 var errNoServer = errors.New("agent: no live server known; is the agent joined?")
 
-// call sends method to a server: the one that answered last, else the
-// others in turn while the failure says nothing was done (unreachable,
-// starting, no leader there). A write whose outcome is unknown is not
-// retried here: that is the caller's choice, with its request ID.
+// call sends method to a server (see tryServers). A write whose outcome is
+// unknown is not retried here: that is the caller's choice, with its
+// request ID.
 func (c *Client) call(ctx context.Context, method string, args, reply interface{}) error {
+	return c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
+}
+
+// tryServers runs try against a server: the one that answered last, else
+// the others in turn while the failure says nothing was done there
+// (unreachable, starting, no leader there). The server that succeeds is
+// preferred next time. Failures come back as api errors.
+func (c *Client) tryServers(ctx context.Context, try func(addr string) error) error {
 	servers := c.Servers()
 	if len(servers) == 0 {
 		return api.NewError(api.CodeNoServer, errNoServer)
 	}
 	var last error
 	for _, addr := range servers {
-		err := c.pool.Call(ctx, addr, method, args, reply)
+		err := try(addr)
 		if err == nil {
 			c.preferred.Store(&addr)
 			return nil
@@ -208,7 +186,7 @@ func (c *Client) call(ctx context.Context, method string, args, reply interface{
 		if !retryElsewhere(last) || ctx.Err() != nil {
 			return last
 		}
-		c.logger.Debug("server did not serve the call; trying another", "server", addr, "method", method, "error", err)
+		c.logger.Debug("server did not serve the call; trying another", "server", addr, "error", err)
 	}
 	return last
 }

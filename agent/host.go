@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,19 +165,9 @@ func (h *Host) Plugins() []*api.PluginInfo {
 		out = append(out, p.Copy())
 	}
 	slices.SortFunc(out, func(a, b *api.PluginInfo) int {
-		return cmpKey(keyOf(a), keyOf(b))
+		return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Name, b.Name), strings.Compare(a.AllocID, b.AllocID))
 	})
 	return out
-}
-
-func cmpKey(a, b key) int {
-	switch {
-	case a == b:
-		return 0
-	case a.typ < b.typ || (a.typ == b.typ && (a.name < b.name || (a.name == b.name && a.alloc < b.alloc))):
-		return -1
-	}
-	return 1
 }
 
 // Stats returns what anti-entropy has done so far.

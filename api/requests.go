@@ -111,9 +111,9 @@ func (q *Query) Validate() error {
 	return nil
 }
 
-// QueryResult is a read's answer. Exactly one of Types and Plugins is set
-// (by the query's kind); Plugins is empty, not nil, when nothing matched,
-// except for QueryInstances and QueryInstance, which fail with ErrNotFound.
+// QueryResult is a read's answer: Types or Plugins, by the query's kind,
+// nil when nothing matched (the HTTP API answers []). QueryInstances and
+// QueryInstance fail with ErrNotFound instead, still with the index read.
 type QueryResult struct {
 	Index       uint64 // the index of the state read
 	KnownLeader bool

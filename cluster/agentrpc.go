@@ -36,48 +36,50 @@ func toWire(err error) error {
 // means through a server's HTTP API. It reports false for other methods.
 func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(interface{}) error) (reply interface{}, handled bool, err error) {
 	b := s.Backend()
-	withID := func(id string) context.Context {
-		if id == "" {
-			return ctx
-		}
-		return api.WithRequestID(ctx, id)
-	}
 	decode := func(v interface{}) error {
 		if err := dec(v); err != nil {
 			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)
 		}
 		return nil
 	}
+	// writeArgs decodes a write's args and returns ctx with the request
+	// ID they carry (checked first: it goes into the log).
+	writeArgs := func(args interface{}, id *string) (context.Context, error) {
+		if err := decode(args); err != nil {
+			return nil, err
+		}
+		if err := api.ValidateRequestID(*id); err != nil {
+			return nil, err
+		}
+		if *id == "" {
+			return ctx, nil
+		}
+		return api.WithRequestID(ctx, *id), nil
+	}
 	switch method {
 	case api.RPCRegister:
 		var args api.RegisterArgs
-		if err := decode(&args); err != nil {
+		wctx, err := writeArgs(&args, &args.RequestID)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := validateWrite(args.RequestID); err != nil {
-			return nil, true, toWire(err)
-		}
-		res, err := b.Register(withID(args.RequestID), args.Plugin)
+		res, err := b.Register(wctx, args.Plugin)
 		return res, true, toWire(err)
 	case api.RPCDeregister:
 		var args api.DeregisterArgs
-		if err := decode(&args); err != nil {
+		wctx, err := writeArgs(&args, &args.RequestID)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := validateWrite(args.RequestID); err != nil {
-			return nil, true, toWire(err)
-		}
-		res, err := b.Deregister(withID(args.RequestID), args.Request)
+		res, err := b.Deregister(wctx, args.Request)
 		return res, true, toWire(err)
 	case api.RPCDeregisterNode:
 		var args api.DeregisterNodeArgs
-		if err := decode(&args); err != nil {
+		wctx, err := writeArgs(&args, &args.RequestID)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := validateWrite(args.RequestID); err != nil {
-			return nil, true, toWire(err)
-		}
-		res, err := b.DeregisterNode(withID(args.RequestID), args.NodeID)
+		res, err := b.DeregisterNode(wctx, args.NodeID)
 		return res, true, toWire(err)
 	case api.RPCQuery:
 		var q api.Query
@@ -126,8 +128,6 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 	}
 	return nil, false, nil
 }
-
-func validateWrite(requestID string) error { return api.ValidateRequestID(requestID) }
 
 // status is this server's view of the Raft cluster, for client agents.
 func (s *Server) status() *api.StatusReply {

@@ -67,9 +67,6 @@ func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, err
 	switch q.Kind {
 	case api.QueryTypes:
 		out.Types = st.Types()
-		if out.Types == nil {
-			out.Types = []string{}
-		}
 	case api.QueryList:
 		out.Plugins = st.List(q.Type)
 	case api.QueryInstances:
@@ -85,9 +82,6 @@ func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, err
 		out.Plugins = []*api.PluginInfo{p}
 	case api.QueryNode:
 		out.Plugins = st.NodeInstances(q.NodeID)
-	}
-	if out.Plugins == nil && q.Kind != api.QueryTypes {
-		out.Plugins = []*api.PluginInfo{}
 	}
 	// The instances are the state's own: they are only encoded, never
 	// changed.

@@ -123,20 +123,7 @@ func (s *Server) start() (err error) {
 	if cfg.BootstrapExpect > 1 {
 		s.goFunc(s.bootstrapLoop)
 	}
-	join := cfg.Join
-	if len(join) == 0 {
-		join = s.gossip.SavedPeers() // rejoin after a restart
-	}
-	if len(join) > 0 {
-		if _, err := s.gossip.Join(join); err != nil {
-			if !cfg.RetryJoin && len(cfg.Join) > 0 {
-				return fmt.Errorf("join %v: %w (use -retry-join to keep trying)", join, err)
-			}
-			s.logger.Warn("join failed; retrying in the background", "addrs", join, "error", err)
-			s.goFunc(func() { s.retryJoin(join) })
-		}
-	}
-	return nil
+	return s.gossip.JoinAtStart(cfg.Join, cfg.RetryJoin, cfg.RetryInterval)
 }
 
 func (s *Server) setupRaft() error {
@@ -244,16 +231,6 @@ func (s *Server) goFunc(f func()) {
 		defer s.wg.Done()
 		f()
 	}()
-}
-
-func (s *Server) retryJoin(addrs []string) {
-	s.every(s.cfg.RetryInterval, func() bool {
-		if n, err := s.gossip.Join(addrs); err == nil && n > 0 {
-			s.logger.Info("joined", "addrs", addrs)
-			return false
-		}
-		return true
-	})
 }
 
 // bootstrapLoop waits until BootstrapExpect servers are known, checks that

@@ -81,10 +81,10 @@ type Pool struct {
 	mu      sync.Mutex // guards byName and meta
 	byName  map[string]*Member
 	meta    Meta
-	changed chan struct{} // capacity 1: a coalesced "something changed"
-	save    chan struct{} // capacity 1: a coalesced "write the peers file"
-	stop    chan struct{}
-	done    chan struct{}
+	changed chan struct{}  // capacity 1: a coalesced "something changed"
+	save    chan struct{}  // capacity 1: a coalesced "write the peers file"
+	stop    chan struct{}  // closed by Shutdown
+	wg      sync.WaitGroup // persistPeers and a background join
 	once    sync.Once
 }
 
@@ -99,7 +99,7 @@ func Start(cfg Config) (*Pool, error) {
 	p := &Pool{
 		cfg: cfg, logger: cfg.Logger, byName: make(map[string]*Member), meta: cfg.Meta,
 		changed: make(chan struct{}, 1), save: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}),
 	}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Fast {
@@ -128,7 +128,7 @@ func Start(cfg Config) (*Pool, error) {
 	}
 	p.ml = ml
 	p.set(ml.LocalNode(), StatusAlive)
-	go p.persistPeers()
+	p.goFunc(p.persistPeers)
 	return p, nil
 }
 
@@ -140,6 +140,53 @@ func (p *Pool) Addr() string {
 
 // Join contacts addrs and returns how many answered.
 func (p *Pool) Join(addrs []string) (int, error) { return p.ml.Join(addrs) }
+
+// JoinAtStart joins addrs, or, when there are none, the peers saved in
+// PeersFile (a restart rejoins without -join). If nobody answers it keeps
+// trying in the background every interval, until one does or Shutdown,
+// when retry is set or the addresses came from the peers file; otherwise
+// it returns the error.
+func (p *Pool) JoinAtStart(addrs []string, retry bool, interval time.Duration) error {
+	saved := len(addrs) == 0
+	if saved {
+		addrs = p.SavedPeers()
+	}
+	if len(addrs) == 0 {
+		return nil
+	}
+	_, err := p.ml.Join(addrs)
+	if err == nil {
+		return nil
+	}
+	if !retry && !saved {
+		return fmt.Errorf("join %v: %w (use -retry-join to keep trying)", addrs, err)
+	}
+	p.logger.Warn("join failed; retrying in the background", "addrs", addrs, "error", err)
+	p.goFunc(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+			if n, err := p.ml.Join(addrs); err == nil && n > 0 {
+				p.logger.Info("joined", "addrs", addrs)
+				return
+			}
+		}
+	})
+	return nil
+}
+
+func (p *Pool) goFunc(f func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+}
 
 // SavedPeers returns the addresses recorded in the peers file (nil when
 // there is none): a restarted node rejoins through them.
@@ -201,7 +248,7 @@ func (p *Pool) Shutdown() error {
 	var err error
 	p.once.Do(func() {
 		close(p.stop)
-		<-p.done
+		p.wg.Wait()
 		err = p.ml.Shutdown()
 	})
 	return err
@@ -210,7 +257,6 @@ func (p *Pool) Shutdown() error {
 // persistPeers writes the peers file whenever the members changed, until
 // Shutdown.
 func (p *Pool) persistPeers() {
-	defer close(p.done)
 	for {
 		select {
 		case <-p.stop:

@@ -18,18 +18,6 @@ type ErrorBody struct {
 	Outcome string `json:"outcome,omitempty"`
 }
 
-// Codes of the API's own errors (the rest are api's).
-const (
-	CodeInvalid        = api.CodeInvalid
-	CodeTooLarge       = api.CodeTooLarge
-	CodeNotFound       = api.CodeNotFound
-	CodeConflict       = api.CodeConflict
-	CodeInternal       = api.CodeInternal
-	CodeUnavailable    = "unavailable"
-	CodeUnknownCommand = api.CodeUnknownCommand
-	CodeUnsupported    = api.CodeUnsupported
-)
-
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
 	if status == http.StatusServiceUnavailable {
@@ -54,24 +42,24 @@ func classify(err error) (int, ErrorBody) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, api.ErrTooLarge), errors.As(err, &mbe):
-		body.Code = CodeTooLarge
+		body.Code = api.CodeTooLarge
 		return http.StatusRequestEntityTooLarge, body
 	case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrMalformed), errors.Is(err, errBadRequest):
-		body.Code = CodeInvalid
+		body.Code = api.CodeInvalid
 		return http.StatusBadRequest, body
 	case errors.Is(err, api.ErrUnknownCommand):
 		// Version skew: the leader runs a binary that does not know
 		// this command. Nothing was applied; retry after the upgrade.
-		body.Code, body.Outcome = CodeUnknownCommand, string(api.NotApplied)
+		body.Code, body.Outcome = api.CodeUnknownCommand, string(api.NotApplied)
 		return http.StatusServiceUnavailable, body
 	case errors.Is(err, api.ErrNotFound):
-		body.Code = CodeNotFound
+		body.Code = api.CodeNotFound
 		return http.StatusNotFound, body
 	case errors.Is(err, api.ErrConflict):
-		body.Code, body.Outcome = CodeConflict, string(api.NotApplied)
+		body.Code, body.Outcome = api.CodeConflict, string(api.NotApplied)
 		return http.StatusConflict, body
 	case errors.Is(err, api.ErrUnsupported):
-		body.Code = CodeUnsupported
+		body.Code = api.CodeUnsupported
 		return http.StatusNotImplemented, body
 	case errors.As(err, &coded):
 		body.Code, body.Outcome = coded.Code(), string(coded.Outcome())
@@ -80,7 +68,7 @@ func classify(err error) (int, ErrorBody) {
 		body.Code, body.Outcome = api.CodeTimeout, string(api.OutcomeUnknown)
 		return http.StatusServiceUnavailable, body
 	}
-	body.Code = CodeInternal
+	body.Code = api.CodeInternal
 	return http.StatusInternalServerError, body
 }
 

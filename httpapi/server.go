@@ -178,7 +178,7 @@ func (w *jsonStatusWriter) WriteHeader(status int) {
 		return
 	}
 	w.written = true
-	code := CodeNotFound
+	code := api.CodeNotFound
 	if status == http.StatusMethodNotAllowed {
 		code = "method_not_allowed"
 	}
@@ -208,9 +208,6 @@ func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 		h(w, r)
 	}
 }
-
-// WriteReply is the JSON answer to a successful write.
-type WriteReply = api.WriteResult
 
 func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
@@ -455,15 +452,9 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, peers)
 }
 
-// MemberJSON is one entry of GET /v1/members.
-type MemberJSON = api.Member
-
 func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.be.Members())
 }
-
-// Health is the body of GET /v1/health.
-type Health = api.Health
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.be.Health()

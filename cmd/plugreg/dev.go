@@ -49,70 +49,58 @@ func runDev(args []string) error {
 		return errors.Join(errs...)
 	}
 	var addrs, pluginDirs []string
-	// Each agent's plugins dir, made before it starts (discovery refuses a
-	// dir that does not exist).
-	pluginsDir := func(node string) (string, error) {
-		d := filepath.Join(dir, node, "plugins")
-		return d, os.MkdirAll(d, 0o755)
-	}
-	for i := 0; i < 3; i++ {
-		cfg := cluster.DefaultConfig()
-		cfg.NodeID = fmt.Sprintf("dev%d", i+1)
-		cfg.DataDir = filepath.Join(dir, cfg.NodeID)
-		cfg.BindAddr = "127.0.0.1"
-		cfg.ServerPort = *basePort + 10*i
-		cfg.GossipPort = *basePort + 10*i + 1
-		cfg.BootstrapExpect = 3
-		if i > 0 {
-			cfg.Join = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1))}
-		}
-		cfg.GossipFast = true
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
-		cfg.ReconcileInterval = 500 * time.Millisecond
-		cfg.NodeReapAfter = 30 * time.Second
-		cfg.Logger = logger.Named(cfg.NodeID)
-		pd, err := pluginsDir(cfg.NodeID)
-		if err != nil {
-			stopAll()
+	// add starts one agent with a plugins dir of its own (made first:
+	// discovery refuses a dir that does not exist).
+	add := func(id string, start func() (*node, error)) error {
+		pd := filepath.Join(dir, id, "plugins")
+		if err := os.MkdirAll(pd, 0o755); err != nil {
 			return err
 		}
-		n, err := startNode(cfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), "", nil)
+		n, err := start()
 		if err != nil {
-			stopAll()
-			return fmt.Errorf("start %s: %w", cfg.NodeID, err)
-		}
-		nodes = append(nodes, n)
-		if err := n.startServices(pd, logger.Named(cfg.NodeID)); err != nil {
-			stopAll()
-			return fmt.Errorf("start %s: %w", cfg.NodeID, err)
-		}
-		addrs = append(addrs, n.ln.Addr().String())
-		pluginDirs = append(pluginDirs, pd)
-	}
-	for i := 3; i < 3+*clients; i++ {
-		id := fmt.Sprintf("host%d", i-2)
-		pd, err := pluginsDir(id)
-		if err != nil {
-			stopAll()
-			return err
-		}
-		acfg := agent.Config{
-			NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
-			Join: []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1))}, RetryJoin: true,
-			GossipFast: true, Logger: logger.Named(id),
-		}
-		n, err := startClientNode(acfg, net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)), "", nil)
-		if err != nil {
-			stopAll()
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		nodes = append(nodes, n)
 		if err := n.startServices(pd, logger.Named(id)); err != nil {
-			stopAll()
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		addrs = append(addrs, n.ln.Addr().String())
 		pluginDirs = append(pluginDirs, pd)
+		return nil
+	}
+	httpAddr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)) }
+	firstGossip := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1))}
+	for i := 0; i < 3+*clients; i++ {
+		var err error
+		if i < 3 {
+			cfg := cluster.DefaultConfig()
+			cfg.NodeID = fmt.Sprintf("dev%d", i+1)
+			cfg.DataDir = filepath.Join(dir, cfg.NodeID)
+			cfg.BindAddr = "127.0.0.1"
+			cfg.ServerPort = *basePort + 10*i
+			cfg.GossipPort = *basePort + 10*i + 1
+			cfg.BootstrapExpect = 3
+			if i > 0 {
+				cfg.Join = firstGossip
+			}
+			cfg.GossipFast = true
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+			cfg.ReconcileInterval = 500 * time.Millisecond
+			cfg.NodeReapAfter = 30 * time.Second
+			cfg.Logger = logger.Named(cfg.NodeID)
+			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), "", nil) })
+		} else {
+			id := fmt.Sprintf("host%d", i-2)
+			acfg := agent.Config{
+				NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
+				Join: firstGossip, RetryJoin: true, GossipFast: true, Logger: logger.Named(id),
+			}
+			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), "", nil) })
+		}
+		if err != nil {
+			stopAll()
+			return err
+		}
 	}
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
@@ -125,7 +113,7 @@ func runDev(args []string) error {
 	}
 	fmt.Printf("plugreg dev cluster ready in %v (data in %s)\n\n", time.Since(start).Round(time.Millisecond), dir)
 	for i, n := range nodes {
-		server := "server=" + "-"
+		server := "server=-"
 		if n.srv != nil {
 			server = "server=" + n.srv.RaftAddr()
 		}
