@@ -134,14 +134,15 @@ func (c *Client) goFunc(f func()) {
 // GossipAddr is the agent's memberlist address.
 func (c *Client) GossipAddr() string { return c.gossip.Addr() }
 
+// LiveServers is how many servers gossip says are alive.
+func (c *Client) LiveServers() int { return len(c.gossip.AliveServers()) }
+
 // Servers returns the server addresses of the servers gossip says are
 // alive, the last one that answered first.
 func (c *Client) Servers() []string {
 	var out []string
-	for _, m := range c.gossip.Members() {
-		if m.Meta.IsServer() && m.Status == gossip.StatusAlive && m.Meta.RaftAddr != "" {
-			out = append(out, m.Meta.RaftAddr)
-		}
+	for _, m := range c.gossip.AliveServers() {
+		out = append(out, m.RaftAddr)
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	if p := c.preferred.Load(); p != nil {

@@ -242,11 +242,8 @@ func (s *Server) bootstrapLoop() {
 			return false
 		}
 		var servers []raft.Server
-		for _, m := range s.gossip.Members() {
-			// Servers only: client agents never vote.
-			if m.Status == StatusAlive && m.Meta.IsServer() {
-				servers = append(servers, raft.Server{ID: raft.ServerID(m.Meta.ID), Address: raft.ServerAddress(m.Meta.RaftAddr), Suffrage: raft.Voter})
-			}
+		for _, m := range s.gossip.AliveServers() { // client agents never vote
+			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Voter})
 		}
 		if len(servers) < s.cfg.BootstrapExpect {
 			return true
@@ -309,6 +306,9 @@ func (s *Server) RaftAddr() string { return s.raftAddr }
 
 // GossipAddr is this node's memberlist address.
 func (s *Server) GossipAddr() string { return s.gossip.Addr() }
+
+// LiveServers is how many servers gossip says are alive.
+func (s *Server) LiveServers() int { return len(s.gossip.AliveServers()) }
 
 // Members returns the gossip pool as this node sees it.
 func (s *Server) Members() []Member { return s.gossip.Members() }

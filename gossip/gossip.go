@@ -215,6 +215,18 @@ func (p *Pool) Members() []Member {
 	return out
 }
 
+// AliveServers returns the servers (by their meta) that gossip says are
+// alive, sorted by name.
+func (p *Pool) AliveServers() []Meta {
+	var out []Meta
+	for _, m := range p.Members() {
+		if m.Meta.IsServer() && m.Status == StatusAlive && m.Meta.RaftAddr != "" {
+			out = append(out, m.Meta)
+		}
+	}
+	return out
+}
+
 // Changed is signalled (coalesced) whenever a member changed.
 func (p *Pool) Changed() <-chan struct{} { return p.changed }
 

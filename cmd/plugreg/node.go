@@ -24,9 +24,9 @@ type node struct {
 	srv    *cluster.Server // nil on a client agent
 	client *agent.Client   // nil on a server
 	core   lifecycle       // srv or client
-	// host-side work (plugin discovery, anti-entropy), stopped before core
-	hostStop []func()
-	services *agent.Services // nil until startServices
+	// the host's plugin discovery and anti-entropy, stopped before core;
+	// nil until startServices
+	services *agent.Services
 	api      *httpapi.Server
 	be       httpapi.Backend
 	ln       net.Listener
@@ -62,10 +62,13 @@ func setupMetrics(logger hclog.Logger) http.Handler {
 	return metricsHandler
 }
 
-// lifecycle is how an agent's core stops: gracefully (Leave) or not.
+// lifecycle is what the command needs of an agent's core, server or
+// client: how it stops (gracefully with Leave, or not), and what it sees.
 type lifecycle interface {
 	Leave() error
 	Shutdown() error
+	// LiveServers is how many servers the agent's gossip sees alive.
+	LiveServers() int
 }
 
 // startNode starts a server and serves its HTTP API on httpAddr.
@@ -112,27 +115,12 @@ func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLe
 // startServices runs the host's plugin sources (the plugins dir) and
 // anti-entropy over the node's backend; stop stops them first.
 func (n *node) startServices(pluginsDir string, logger hclog.Logger) error {
-	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, LiveServers: n.liveServers, Logger: logger.Named("host")})
+	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")})
 	if err != nil {
 		return err
 	}
 	n.services = svc
-	n.hostStop = append(n.hostStop, svc.Stop)
 	return nil
-}
-
-// liveServers counts the servers this agent's gossip sees alive.
-func (n *node) liveServers() int {
-	if n.client != nil {
-		return len(n.client.Servers())
-	}
-	live := 0
-	for _, m := range n.srv.Members() {
-		if m.Meta.IsServer() && m.Status == cluster.StatusAlive {
-			live++
-		}
-	}
-	return live
 }
 
 // nodeID, gossipAddr and serverAddr describe the node for people.
@@ -168,8 +156,8 @@ func (n *node) stop(leave bool) error {
 		}
 		<-n.done
 		n.stopping.Store("stopping plugin discovery")
-		for i := len(n.hostStop) - 1; i >= 0; i-- {
-			n.hostStop[i]()
+		if n.services != nil {
+			n.services.Stop()
 		}
 		var serr error
 		switch {
