@@ -31,7 +31,7 @@ func (r *DeregisterRequest) Conditional() bool { return r.IfNodeID != "" || r.If
 func (r *DeregisterRequest) Validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"Type", r.Type}, {"Name", r.Name}, {"AllocID", r.AllocID},
-	} {
+	} { // the field names of PluginInfo, as ValidatePlugin reports them
 		if err := ValidateIdentifier(f.name, f.v); err != nil {
 			return err
 		}

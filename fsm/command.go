@@ -106,12 +106,9 @@ func (r *RegisterRequest) Validate() error {
 }
 
 func (r *DeregisterRequest) Validate() error {
-	for _, f := range []struct{ name, v string }{
-		{"Type", r.Type}, {"Name", r.Name}, {"AllocID", r.AllocID},
-	} {
-		if err := ValidateIdentifier(f.name, f.v); err != nil {
-			return err
-		}
+	d := api.DeregisterRequest{Type: r.Type, Name: r.Name, AllocID: r.AllocID}
+	if err := d.Validate(); err != nil {
+		return err
 	}
 	return validateRequestID(r.RequestID)
 }
