@@ -33,7 +33,7 @@ type WatchOptions struct {
 // that index). The channel is closed when ctx is done.
 func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *Event {
 	out := make(chan *Event, 64)
-	w := &watcher{c: c, opts: opts, out: out, cur: cursor{complete: fromIndex}}
+	w := &watcher{c: c, opts: opts, out: out, cur: api.Cursor{Complete: fromIndex}}
 	if w.opts.StallTimeout == 0 {
 		w.opts.StallTimeout = 15 * time.Second
 	}
@@ -50,17 +50,7 @@ type watcher struct {
 	// the consumer (or, for a heartbeat the consumer did not ask for, once
 	// read): a delivery aborted by a stall or a reconnect is then read
 	// again on resume, never skipped.
-	cur cursor
-}
-
-// cursor is a resume point: every event up to complete has been delivered;
-// of the events at partial (> complete), the first partialCount have.
-// Events of one index come in the same order from every node, so a resume
-// from complete skips exactly those.
-type cursor struct {
-	complete     uint64
-	partial      uint64
-	partialCount int
+	cur api.Cursor
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -93,7 +83,7 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	if len(w.opts.Types) > 0 {
 		v.Set("type", strings.Join(w.opts.Types, ","))
 	}
-	v.Set("index", strconv.FormatUint(w.cur.complete, 10))
+	v.Set("index", strconv.FormatUint(w.cur.Complete, 10))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/events?"+v.Encode(), nil)
 	if err != nil {
 		return false, err
@@ -114,10 +104,7 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	// to take an event: a slow reader is not a dead node.
 	stall := time.AfterFunc(w.opts.StallTimeout, cancel)
 	defer stall.Stop()
-	skip := 0
-	if w.cur.partial > w.cur.complete {
-		skip = w.cur.partialCount
-	}
+	skip := w.cur.Skip()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 256*1024*1024) // a reset can be large
 	for {
@@ -133,31 +120,12 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return progressed, fmt.Errorf("watch %s: bad line: %w", addr, err)
 		}
-		next, deliver := w.cur, true
-		switch ev.EventType {
-		case api.EventHeartbeat:
-			if ev.Index > next.complete && ev.Index >= next.partial {
-				next = cursor{complete: ev.Index}
-			}
+		next, deliver, err := w.cur.Next(&ev, &skip)
+		if err != nil {
+			return progressed, fmt.Errorf("watch %s: %w", addr, err)
+		}
+		if ev.EventType == api.EventHeartbeat {
 			deliver = w.opts.Heartbeats
-		case api.EventReset:
-			next = cursor{complete: ev.Index}
-			skip = 0
-		default:
-			if ev.Index <= next.complete {
-				continue // never deliver twice
-			}
-			if ev.Index == next.partial && skip > 0 {
-				skip--
-				continue
-			}
-			if ev.Index != next.partial {
-				if next.partial > next.complete {
-					next.complete = next.partial // the earlier index is whole
-				}
-				next.partial, next.partialCount = ev.Index, 0
-			}
-			next.partialCount++
 		}
 		if deliver {
 			select {

@@ -82,7 +82,7 @@ func (f *feed) take(ev *api.Event, next cursor) bool {
 	defer f.mu.Unlock()
 	if !f.started {
 		f.started = true
-		f.floor, f.pos = next.complete, next.complete
+		f.floor, f.pos = next.Complete, next.Complete
 		if ev.EventType == api.EventReset {
 			f.floor = 0 // the reset covers everything before it
 		}
@@ -94,7 +94,7 @@ func (f *feed) take(ev *api.Event, next cursor) bool {
 	if ev.EventType != api.EventHeartbeat {
 		f.appendLocked(ev)
 	}
-	f.pos = max(f.pos, next.complete)
+	f.pos = max(f.pos, next.Complete)
 	close(f.notify)
 	f.notify = make(chan struct{})
 	return true

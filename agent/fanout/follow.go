@@ -9,58 +9,8 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// cursor is a resume point, as in client/watch.go: every event up to
-// complete has been taken; of the events at partial (> complete), the
-// first partialCount have. Events of one index come in the same order
-// from every server, so a resume from complete skips exactly those.
-type cursor struct {
-	complete     uint64
-	partial      uint64
-	partialCount int
-}
-
-// clean reports whether no index is half taken: complete is then the
-// position.
-func (c cursor) clean() bool { return c.partial <= c.complete }
-
-// errBackwards: a reset behind what was already taken.
-var errBackwards = errors.New("fanout: upstream reset below the position already taken")
-
-// next returns the cursor after ev and whether ev is new. *skip counts
-// the events of the partial index still to skip after a resume.
-func (c cursor) next(ev *api.Event, skip *int) (cursor, bool, error) {
-	switch ev.EventType {
-	case api.EventHeartbeat:
-		if ev.Index > c.complete && ev.Index >= c.partial {
-			return cursor{complete: ev.Index}, true, nil
-		}
-		return c, true, nil
-	case api.EventReset:
-		if ev.Index < c.complete || ev.Index < c.partial {
-			return c, false, errBackwards
-		}
-		*skip = 0
-		return cursor{complete: ev.Index}, true, nil
-	}
-	if ev.Index <= c.complete {
-		return c, false, nil // never twice
-	}
-	if ev.Index == c.partial && *skip > 0 {
-		*skip--
-		return c, false, nil
-	}
-	if ev.Index < c.partial {
-		return c, false, nil // cannot happen with ordered upstreams; drop
-	}
-	if ev.Index != c.partial {
-		if c.partial > c.complete {
-			c.complete = c.partial // the earlier index is whole
-		}
-		c.partial, c.partialCount = ev.Index, 0
-	}
-	c.partialCount++
-	return c, true, nil
-}
+// cursor is a resume point (api.Cursor).
+type cursor = api.Cursor
 
 // follower reads one filter's upstream from its cursor and reopens it
 // when it breaks, so that handle sees one sequence with no gap and no
@@ -96,7 +46,7 @@ func (fl *follower) run(ctx context.Context, handle handler) {
 		if !fl.known && fl.onFail != nil {
 			fl.onFail(err)
 		}
-		fl.h.logger.Debug("upstream ended; reopening", "types", fl.types, "from", fl.cur.complete, "error", err)
+		fl.h.logger.Debug("upstream ended; reopening", "types", fl.types, "from", fl.cur.Complete, "error", err)
 		if progressed {
 			attempt = 0
 		}
@@ -133,7 +83,7 @@ func (fl *follower) once(ctx context.Context, handle handler) (progressed bool, 
 	defer cancel()
 	var from *uint64
 	if fl.known {
-		c := fl.cur.complete
+		c := fl.cur.Complete
 		from = &c
 	}
 	fl.h.upstreamOpens.Add(1)
@@ -142,10 +92,7 @@ func (fl *follower) once(ctx context.Context, handle handler) (progressed bool, 
 		return false, err
 	}
 	defer fl.h.drain(ch, cancel)
-	skip := 0
-	if !fl.cur.clean() {
-		skip = fl.cur.partialCount
-	}
+	skip := fl.cur.Skip()
 	stall := time.NewTimer(fl.h.cfg.StallTimeout)
 	defer stall.Stop()
 	first := true
@@ -167,14 +114,14 @@ func (fl *follower) once(ctx context.Context, handle handler) (progressed bool, 
 				if ev.EventType != api.EventHeartbeat && ev.EventType != api.EventReset {
 					return progressed, errors.New("upstream's first event is no heartbeat")
 				}
-				c := cursor{complete: ev.Index}
+				c := cursor{Complete: ev.Index}
 				if !handle(ev, c) {
 					return progressed, errStop
 				}
 				fl.cur, fl.known = c, true
 				continue
 			}
-			next, isNew, err := fl.cur.next(ev, &skip)
+			next, isNew, err := fl.cur.Next(ev, &skip)
 			if err != nil {
 				return progressed, err
 			}

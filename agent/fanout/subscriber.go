@@ -130,12 +130,12 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 		defer t.Stop()
 		tick = t.C
 	}
-	fl := &follower{h: s.h, types: s.f.types, cur: cursor{complete: s.start}, known: true, tick: tick}
+	fl := &follower{h: s.h, types: s.f.types, cur: cursor{Complete: s.start}, known: true, tick: tick}
 	fl.onTick = func() bool {
-		if !fl.cur.clean() {
+		if !fl.cur.Clean() {
 			return true
 		}
-		return s.maybeHeartbeat(ctx, fl.cur.complete)
+		return s.maybeHeartbeat(ctx, fl.cur.Complete)
 	}
 	moved := false
 	// switchTo moves onto the ring at whole index c if the ring covers it.
@@ -151,10 +151,10 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 	fl.run(ctx, func(ev *api.Event, next cursor) bool {
 		switch {
 		case ev.EventType == api.EventHeartbeat:
-			return !(next.clean() && switchTo(next.complete))
-		case ev.EventType != api.EventReset && ev.Index != fl.cur.partial:
+			return !(next.Clean() && switchTo(next.Complete))
+		case ev.EventType != api.EventReset && ev.Index != fl.cur.Partial:
 			// ev starts a new index: every event before it was delivered.
-			if switchTo(max(fl.cur.complete, fl.cur.partial)) {
+			if switchTo(max(fl.cur.Complete, fl.cur.Partial)) {
 				return false // ev is read again from the ring
 			}
 		}
