@@ -14,7 +14,7 @@ func TestHostSideDoesNotImportTheServer(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool on PATH")
 	}
-	for _, pkg := range []string{"agent", "httpapi", "gossip", "transport", "api", "client"} {
+	for _, pkg := range []string{"agent", "agent/pluginsock", "httpapi", "gossip", "transport", "api", "api/pluginpb", "client", "stub"} {
 		t.Run(pkg, func(t *testing.T) {
 			out, err := exec.Command(goBin, "list", "-deps", "github.com/plugreg/plugreg/"+pkg).CombinedOutput()
 			if err != nil {
@@ -28,5 +28,27 @@ func TestHostSideDoesNotImportTheServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The plugin SDK is linked into plugins: of plugreg it takes the wire types
+// and the protocol, nothing of the agent.
+func TestStubImportsOnlyTheProtocol(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/plugreg/plugreg/stub").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	allowed := map[string]bool{"github.com/plugreg/plugreg/stub": true, "github.com/plugreg/plugreg/api": true, "github.com/plugreg/plugreg/api/pluginpb": true}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/plugreg/plugreg") && !allowed[dep] {
+			t.Errorf("stub imports %s", dep)
+		}
+		if strings.HasPrefix(dep, "github.com/hashicorp/") {
+			t.Errorf("stub imports %s", dep)
+		}
 	}
 }

@@ -114,10 +114,16 @@ func (h *Host) lock(k key) func() {
 // Register registers info for this host (its NodeID is set to the host's)
 // and remembers it: if the write fails, anti-entropy makes it later.
 func (h *Host) Register(ctx context.Context, info *api.PluginInfo) error {
+	_, err := h.Put(ctx, info)
+	return err
+}
+
+// Put is Register returning the write's result (its Raft index).
+func (h *Host) Put(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error) {
 	p := info.Copy()
 	p.NodeID = h.node
 	if err := api.ValidatePlugin(p); err != nil {
-		return err
+		return api.WriteResult{}, err
 	}
 	k := keyOf(p)
 	defer h.lock(k)()
@@ -177,12 +183,12 @@ func (h *Host) Stats() HostStats {
 	return h.stats
 }
 
-func (h *Host) register(ctx context.Context, p *api.PluginInfo) error {
+func (h *Host) register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	defer cancel()
-	_, err := h.be.Register(ctx, p)
+	res, err := h.be.Register(ctx, p)
 	h.noteWrite(err)
-	return err
+	return res, err
 }
 
 // deregister removes k if it is still this node's (and, with ifIndex, was
@@ -244,7 +250,7 @@ func (h *Host) Sync(ctx context.Context) error {
 		cur := h.desired[k]
 		h.mu.Unlock()
 		if cur != nil && api.SameContent(cur, want) { // still wanted, as it was
-			if err := h.register(ctx, cur); err != nil {
+			if _, err := h.register(ctx, cur); err != nil {
 				errs = append(errs, err)
 			} else {
 				registered++

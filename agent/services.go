@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
 )
@@ -16,6 +17,10 @@ type ServicesConfig struct {
 	// PluginsDir, when set, is watched for kubelet-protocol plugin
 	// sockets (it must exist and be readable).
 	PluginsDir string
+	// PluginSocket, when set, is the plugin socket's configuration (its
+	// Path at least): plugins connect there with the SDK (package stub).
+	// NodeID, Registrar and Logger are set here; Events must be set.
+	PluginSocket *pluginsock.Config
 	// SyncInterval of anti-entropy (zero: 30s).
 	SyncInterval time.Duration
 	// LiveServers reports how many servers the agent sees alive; a rise
@@ -32,6 +37,7 @@ type ServicesConfig struct {
 type Services struct {
 	Host    *Host
 	Watcher *pluginwatcher.Watcher // nil without PluginsDir
+	Plugins *pluginsock.Server     // nil without PluginSocket
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -48,6 +54,9 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 	var sources []string
 	if cfg.PluginsDir != "" {
 		sources = append(sources, api.SourceKubelet)
+	}
+	if cfg.PluginSocket != nil {
+		sources = append(sources, api.SourceStub)
 	}
 	host, err := NewHost(HostConfig{Backend: be, Sources: sources, SyncInterval: cfg.SyncInterval,
 		LiveServers: cfg.LiveServers, Logger: cfg.Logger.Named("anti-entropy")})
@@ -76,6 +85,26 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 			}
 		})
 	}
+	if cfg.PluginSocket != nil {
+		pc := *cfg.PluginSocket
+		pc.NodeID, pc.Registrar, pc.Logger = be.NodeID(), host, cfg.Logger.Named("plugin-socket")
+		if s.Plugins, err = pluginsock.Listen(pc); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		// Plugins reconnect after an agent restart; one that has not within
+		// the grace period is gone, and anti-entropy may remove it.
+		grace := s.Plugins.Grace()
+		s.goFunc(func() {
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				host.Ready(api.SourceStub)
+			case <-ctx.Done():
+			}
+		})
+	}
 	if len(sources) > 0 { // nothing to keep right otherwise
 		s.goFunc(func() { host.Run(ctx) })
 	}
@@ -98,6 +127,9 @@ func (s *Services) Stop() {
 		s.cancel()
 		if s.Watcher != nil {
 			s.Watcher.Stop()
+		}
+		if s.Plugins != nil {
+			s.Plugins.Stop()
 		}
 		s.wg.Wait()
 	})

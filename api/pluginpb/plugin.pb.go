@@ -625,7 +625,8 @@ func (x *Subscribe) GetFromIndex() uint64 {
 }
 
 // Stop is an orderly stop: the agent deregisters the plugin at once and
-// ends the stream (with status OK once the deregistration is done).
+// ends the stream (with status OK once the deregistration is done). It may
+// follow Subscribe, or Configure (a plugin that stops while reconnecting).
 type Stop struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields

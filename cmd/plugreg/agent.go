@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,6 +64,9 @@ func runAgent(args []string) error {
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
 		plugDir   = fs.String("plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
+		plugSock  = fs.String("plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
+		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
+		plugConf  = fs.String("plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
 		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
 	)
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
@@ -91,6 +95,16 @@ func runAgent(args []string) error {
 			return fmt.Errorf("-plugins-dir: %w", err)
 		}
 	}
+	if *plugGrace <= 0 {
+		return fmt.Errorf("-plugin-grace %v: want a positive duration", *plugGrace)
+	}
+	hs := hostServices{pluginsDir: *plugDir, pluginSocket: *plugSock, pluginGrace: *plugGrace, pluginConfigDir: *plugConf}
+	switch hs.pluginSocket {
+	case "off":
+		hs.pluginSocket = ""
+	case "":
+		hs.pluginSocket = filepath.Join(*dataDir, "plugin.sock")
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
 	if *isClient {
 		if err := clientOnlyFlags(fs); err != nil {
@@ -112,11 +126,11 @@ func runAgent(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := n.startServices(*plugDir, logger); err != nil {
+		if err := n.startServices(hs, logger); err != nil {
 			n.stop(false)
 			return err
 		}
-		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir)
+		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
 		return runUntilStopped(logger, n, leaveCh)
 	}
 	cfg := cluster.DefaultConfig()
@@ -144,11 +158,11 @@ func runAgent(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := n.startServices(*plugDir, logger); err != nil {
+	if err := n.startServices(hs, logger); err != nil {
 		n.stop(false)
 		return err
 	}
-	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir)
+	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
 	return runUntilStopped(logger, n, leaveCh)
 }
 

@@ -20,13 +20,14 @@ import (
 func runDev(args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg dev [flags]\n\nRuns a three-server cluster (and, with -clients N, N client agents) on\n127.0.0.1 in temporary data dirs, until Ctrl-C. Agent i (servers 0, 1, 2,\nthen the clients) uses HTTP port http-port+10i and gossip port\nserver-port+10i+1; server i uses server port server-port+10i. Every agent\nwatches a plugins dir of its own (kubelet plugin registration sockets).\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: plugreg dev [flags]\n\nRuns a three-server cluster (and, with -clients N, N client agents) on\n127.0.0.1 in temporary data dirs, until Ctrl-C. Agent i (servers 0, 1, 2,\nthen the clients) uses HTTP port http-port+10i and gossip port\nserver-port+10i+1; server i uses server port server-port+10i. Every agent\nwatches a plugins dir of its own (kubelet plugin registration sockets) and\nlistens on a plugin socket of its own (the SDK, package stub).\n\n")
 		fs.PrintDefaults()
 	}
 	httpPort := fs.Int("http-port", 8500, "HTTP port of the first node")
 	basePort := fs.Int("server-port", 8300, "server port of the first node; its gossip port is one more")
 	logLevel := fs.String("log-level", "error", "trace, debug, info, warn or error")
 	clients := fs.Int("clients", 0, "client agents to run beside the three servers (0 to 20)")
+	grace := fs.Duration("plugin-grace", 10*time.Second, "how long a plugin stays registered after its session ended without Stop")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -61,7 +62,8 @@ func runDev(args []string) error {
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		nodes = append(nodes, n)
-		if err := n.startServices(pd, logger.Named(id)); err != nil {
+		hs := hostServices{pluginsDir: pd, pluginSocket: filepath.Join(dir, id, "plugin.sock"), pluginGrace: *grace}
+		if err := n.startServices(hs, logger.Named(id)); err != nil {
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		addrs = append(addrs, n.ln.Addr().String())
@@ -117,9 +119,9 @@ func runDev(args []string) error {
 		if n.srv != nil {
 			server = "server=" + n.srv.RaftAddr()
 		}
-		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n", n.nodeID(), n.be.Role(), addrs[i], server, n.gossipAddr(), pluginDirs[i])
+		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n         plugin-socket=%s\n", n.nodeID(), n.be.Role(), addrs[i], server, n.gossipAddr(), pluginDirs[i], n.pluginSocket())
 	}
-	fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2])
+	fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2], nodes[0].pluginSocket())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

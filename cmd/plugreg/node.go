@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics/compat"
 	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -112,15 +114,36 @@ func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLe
 	go func() { n.done <- n.api.Serve(n.ln) }()
 }
 
-// startServices runs the host's plugin sources (the plugins dir) and
-// anti-entropy over the node's backend; stop stops them first.
-func (n *node) startServices(pluginsDir string, logger hclog.Logger) error {
-	svc, err := agent.StartServices(n.be, agent.ServicesConfig{PluginsDir: pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")})
+// hostServices are what an agent runs for its host.
+type hostServices struct {
+	pluginsDir      string        // kubelet discovery; "" off
+	pluginSocket    string        // the SDK's socket; "" off
+	pluginGrace     time.Duration // zero: pluginsock's default
+	pluginConfigDir string
+}
+
+// startServices runs the host's plugin sources (the plugins dir, the
+// plugin socket) and anti-entropy over the node's backend; stop stops them
+// first.
+func (n *node) startServices(h hostServices, logger hclog.Logger) error {
+	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")}
+	if h.pluginSocket != "" {
+		cfg.PluginSocket = &pluginsock.Config{Path: h.pluginSocket, Grace: h.pluginGrace, ConfigDir: h.pluginConfigDir, Events: n.be}
+	}
+	svc, err := agent.StartServices(n.be, cfg)
 	if err != nil {
 		return err
 	}
 	n.services = svc
 	return nil
+}
+
+// pluginSocket is the path of the node's plugin socket, "" when it has none.
+func (n *node) pluginSocket() string {
+	if n.services == nil || n.services.Plugins == nil {
+		return ""
+	}
+	return n.services.Plugins.Path()
 }
 
 // nodeID, gossipAddr and serverAddr describe the node for people.

@@ -1,0 +1,90 @@
+package pluginpb
+
+import (
+	"maps"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// FromPlugin converts an api.PluginInfo (nil stays nil).
+func FromPlugin(p *api.PluginInfo) *PluginInfo {
+	if p == nil {
+		return nil
+	}
+	out := &PluginInfo{
+		Type: p.Type, Name: p.Name, AllocId: p.AllocID, Version: p.Version, NodeId: p.NodeID,
+		Options: maps.Clone(p.Options), CreateIndex: p.CreateIndex, ModifyIndex: p.ModifyIndex,
+	}
+	if ci := p.ConnectionInfo; ci != nil {
+		out.Endpoint = &Endpoint{SocketPath: ci.SocketPath, Address: ci.Address}
+	}
+	return out
+}
+
+// API converts to an api.PluginInfo (nil stays nil).
+func (p *PluginInfo) API() *api.PluginInfo {
+	if p == nil {
+		return nil
+	}
+	out := &api.PluginInfo{
+		Type: p.GetType(), Name: p.GetName(), AllocID: p.GetAllocId(), Version: p.GetVersion(), NodeID: p.GetNodeId(),
+		ConnectionInfo: p.GetEndpoint().API(), CreateIndex: p.GetCreateIndex(), ModifyIndex: p.GetModifyIndex(),
+	}
+	if len(p.GetOptions()) > 0 {
+		out.Options = maps.Clone(p.GetOptions())
+	}
+	return out
+}
+
+// API converts to an api.ConnectionInfo (nil stays nil).
+func (e *Endpoint) API() *api.ConnectionInfo {
+	if e == nil {
+		return nil
+	}
+	return &api.ConnectionInfo{SocketPath: e.GetSocketPath(), Address: e.GetAddress()}
+}
+
+var kinds = map[api.EventType]EventKind{
+	api.EventRegistered:   EventKind_EVENT_KIND_REGISTERED,
+	api.EventUpdated:      EventKind_EVENT_KIND_UPDATED,
+	api.EventDeregistered: EventKind_EVENT_KIND_DEREGISTERED,
+	api.EventReset:        EventKind_EVENT_KIND_RESET,
+	api.EventHeartbeat:    EventKind_EVENT_KIND_HEARTBEAT,
+}
+
+// KindOf is the EventKind of an api.EventType (UNSPECIFIED for an unknown one).
+func KindOf(t api.EventType) EventKind { return kinds[t] }
+
+// APIType is the api.EventType of k ("" for an unknown kind).
+func (k EventKind) APIType() api.EventType {
+	for t, kk := range kinds {
+		if kk == k {
+			return t
+		}
+	}
+	return ""
+}
+
+// FromEvent converts an api.Event.
+func FromEvent(ev *api.Event) *Event {
+	out := &Event{Index: ev.Index, Kind: KindOf(ev.EventType), Info: FromPlugin(ev.Info), Current: FromPlugin(ev.Current)}
+	if len(ev.Plugins) > 0 {
+		out.Plugins = make([]*PluginInfo, len(ev.Plugins))
+		for i, p := range ev.Plugins {
+			out.Plugins[i] = FromPlugin(p)
+		}
+	}
+	return out
+}
+
+// API converts to an api.Event.
+func (e *Event) API() *api.Event {
+	out := &api.Event{Index: e.GetIndex(), EventType: e.GetKind().APIType(), Info: e.GetInfo().API(), Current: e.GetCurrent().API()}
+	if len(e.GetPlugins()) > 0 {
+		out.Plugins = make([]*api.PluginInfo, len(e.GetPlugins()))
+		for i, p := range e.GetPlugins() {
+			out.Plugins[i] = p.API()
+		}
+	}
+	return out
+}

@@ -1,0 +1,31 @@
+// Package stub is the plugin-side SDK, after containerd NRI's stub: a
+// plugin process links it, connects to its host's plugreg agent over the
+// agent's plugin socket, registers itself, and receives the registry events
+// it asked for.
+//
+//	s, err := stub.New(plugin, stub.WithPluginType("demo"), stub.WithEndpoint("/run/demo.sock"))
+//	if err != nil { ... }
+//	err = s.Run(ctx) // registered until ctx ends or Stop; then deregistered
+//
+// The plugin value implements any of ConfigureInterface,
+// RegisteredInterface, UpdatedInterface, DeregisteredInterface,
+// ResetInterface and ShutdownInterface; the event mask is derived from
+// the ones it implements unless WithEventMask or Configure says otherwise.
+//
+// Where it differs from NRI's stub, on purpose (NRI users' complaints,
+// containerd/nri issues 74, 90, 108, 114, 129, 173):
+//
+//   - It reconnects, with backoff, for as long as it runs: when the agent
+//     restarts or the connection is cut, it registers again with its
+//     session token (the agent keeps the registration for its grace
+//     period, so nothing is deregistered) and resumes its events from the
+//     last one it delivered, with no gap and no duplicate.
+//   - It never exits the process; every failure is an error returned to
+//     the caller (Start, Run) or logged.
+//   - A handler that is slow or panics affects only its own plugin: the
+//     panic is recovered and logged, and a slow handler only holds back
+//     this plugin's own events (the agent and other plugins never wait).
+//
+// The package depends on api, api/pluginpb and gRPC only: never on raft or
+// the server (agent.TestHostSideDoesNotImportTheServer checks).
+package stub

@@ -1,0 +1,197 @@
+package stub_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/agent/pluginsock"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/stub"
+)
+
+// env is a real three-server cluster in-process with a real agent plugin
+// socket on its first node.
+type env struct {
+	t     *testing.T
+	c     *testcluster.Cluster
+	path  string
+	grace time.Duration
+	svc   *agent.Services
+}
+
+func newEnv(t *testing.T, grace time.Duration) *env {
+	t.Helper()
+	c := testcluster.New(t, 3, testcluster.Options{})
+	dir, err := os.MkdirTemp("", "stub") // short: a socket path has 107 bytes at most
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e := &env{t: t, c: c, path: filepath.Join(dir, "plugin.sock"), grace: grace}
+	e.startAgent()
+	t.Cleanup(func() { e.svc.Stop() })
+	return e
+}
+
+// startAgent starts (or restarts) the agent's services on node 1.
+func (e *env) startAgent() {
+	e.t.Helper()
+	be := e.c.Nodes[0].Backend()
+	svc, err := agent.StartServices(be, agent.ServicesConfig{PluginSocket: &pluginsock.Config{
+		Path: e.path, Grace: e.grace, Heartbeat: 200 * time.Millisecond, Events: be,
+	}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.svc = svc
+}
+
+// listedEverywhere reports whether every server's own replica lists
+// exactly n instances of typ/name.
+func (e *env) listedEverywhere(typ, name string, n int) bool {
+	for _, node := range e.c.Nodes {
+		res, err := node.Backend().Query(context.Background(), api.Query{Kind: api.QueryInstances, Type: typ, Name: name, Consistency: api.Stale})
+		if errors.Is(err, api.ErrNotFound) && n == 0 {
+			continue
+		}
+		if err != nil || len(res.Plugins) != n {
+			return false
+		}
+	}
+	return true
+}
+
+// register writes a plugin through node 3 and returns the write's index.
+func (e *env) register(typ, name string) uint64 {
+	e.t.Helper()
+	res, err := e.c.Nodes[2].Backend().Register(context.Background(), &api.PluginInfo{
+		Type: typ, Name: name, AllocID: "a1", NodeID: "elsewhere", ConnectionInfo: &api.ConnectionInfo{Address: "10.0.0.1:1"},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Index
+}
+
+// observe records every event of typ/name seen by node 2 from now on.
+func (e *env) observe(typ, name string) func() []*api.Event {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, _, err := e.c.Nodes[1].Backend().Subscribe(ctx, []string{typ}, nil, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []*api.Event
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range ch {
+			if ev.Info != nil && ev.Info.Name == name {
+				mu.Lock()
+				got = append(got, ev)
+				mu.Unlock()
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return func() []*api.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// recorder is a plugin that records the events its handlers get.
+type recorder struct {
+	mu        sync.Mutex
+	events    []*api.Event
+	shutdowns int
+	configs   []string
+}
+
+func (r *recorder) Configure(_ context.Context, cfg stub.Config) (stub.EventMask, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.configs = append(r.configs, fmt.Sprintf("%s reclaimed=%v", cfg.NodeID, cfg.Reclaimed))
+	return 0, nil
+}
+func (r *recorder) add(ev *api.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	return nil
+}
+func (r *recorder) Registered(_ context.Context, ev *api.Event) error   { return r.add(ev) }
+func (r *recorder) Updated(_ context.Context, ev *api.Event) error      { return r.add(ev) }
+func (r *recorder) Deregistered(_ context.Context, ev *api.Event) error { return r.add(ev) }
+func (r *recorder) Reset(_ context.Context, ev *api.Event) error        { return r.add(ev) }
+func (r *recorder) Shutdown(context.Context) {
+	r.mu.Lock()
+	r.shutdowns++
+	r.mu.Unlock()
+}
+
+func (r *recorder) got() []*api.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// indexes are the events' indexes.
+func indexes(evs []*api.Event) []uint64 {
+	out := make([]uint64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Index
+	}
+	return out
+}
+
+// cutter is a dialer whose connections the test can cut, and whose new
+// connections it can refuse.
+type cutter struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	refuse bool
+	dials  int
+}
+
+func (c *cutter) dial(ctx context.Context, path string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dials++
+	if c.refuse {
+		return nil, errors.New("test: connection refused")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cutter) cut(refuse bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refuse = refuse
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = nil
+}
+
+func (c *cutter) allow() {
+	c.mu.Lock()
+	c.refuse = false
+	c.mu.Unlock()
+}

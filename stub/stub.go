@@ -1,0 +1,503 @@
+package stub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Defaults.
+const (
+	// DefaultSocketPath is where the stub looks for its agent's plugin
+	// socket when neither WithSocketPath nor PLUGREG_PLUGIN_SOCKET says:
+	// the socket of an agent with -data-dir /var/lib/plugreg.
+	DefaultSocketPath = "/var/lib/plugreg/plugin.sock"
+	// SocketPathEnv names the environment variable with the socket's path.
+	SocketPathEnv = "PLUGREG_PLUGIN_SOCKET"
+
+	// Until the agent says otherwise (Configure), these bound the first
+	// registration and Stop's deregistration.
+	defaultRegistrationTimeout = 5 * time.Second
+	defaultRequestTimeout      = 10 * time.Second
+	// stallTimeout: a session silent this long (the agent sends a heartbeat
+	// every few seconds) is abandoned for a new one. It measures only the
+	// agent's silence, never the time a slow handler takes.
+	stallTimeout = 30 * time.Second
+	maxBackoff   = 5 * time.Second
+	queueSize    = 128
+)
+
+// Option configures a Stub.
+type Option func(*Stub) error
+
+// WithPluginName sets the plugin's name (default: the executable's name,
+// without an "NN-" idx prefix).
+func WithPluginName(name string) Option {
+	return func(s *Stub) error { s.name = name; return nil }
+}
+
+// WithPluginIdx sets the plugin's idx, two digits (default: the
+// executable's "NN-" prefix, else "00"). Two instances of one plugin on a
+// host need different idx.
+func WithPluginIdx(idx string) Option {
+	return func(s *Stub) error { s.idx = idx; return nil }
+}
+
+// WithPluginType sets the plugin's type (required).
+func WithPluginType(t string) Option {
+	return func(s *Stub) error { s.typ = t; return nil }
+}
+
+// WithVersion sets the version registered for the plugin.
+func WithVersion(v string) Option {
+	return func(s *Stub) error { s.version = v; return nil }
+}
+
+// WithEndpoint sets how the plugin is reached (required): an absolute
+// path or unix://PATH is a socket path, anything else an address.
+func WithEndpoint(endpoint string) Option {
+	return func(s *Stub) error {
+		switch {
+		case strings.HasPrefix(endpoint, "unix://"):
+			s.endpoint = api.ConnectionInfo{SocketPath: strings.TrimPrefix(endpoint, "unix://")}
+		case strings.HasPrefix(endpoint, "/"):
+			s.endpoint = api.ConnectionInfo{SocketPath: endpoint}
+		default:
+			s.endpoint = api.ConnectionInfo{Address: endpoint}
+		}
+		return nil
+	}
+}
+
+// WithOptions sets options registered with the plugin (keys starting
+// "plugreg." are reserved).
+func WithOptions(opts map[string]string) Option {
+	return func(s *Stub) error {
+		s.options = make(map[string]string, len(opts))
+		for k, v := range opts {
+			s.options[k] = v
+		}
+		return nil
+	}
+}
+
+// WithSocketPath sets the agent's plugin socket (default: $PLUGREG_PLUGIN_SOCKET,
+// then DefaultSocketPath).
+func WithSocketPath(path string) Option {
+	return func(s *Stub) error { s.socketPath = path; return nil }
+}
+
+// WithDialer replaces how the stub connects to the socket.
+func WithDialer(dial func(ctx context.Context, socketPath string) (net.Conn, error)) Option {
+	return func(s *Stub) error { s.dial = dial; s.customDialer = true; return nil }
+}
+
+// WithOnClose sets a function called whenever the connection to the agent
+// goes down (the stub then reconnects, unless stopped or told not to).
+func WithOnClose(onClose func()) Option {
+	return func(s *Stub) error { s.onClose = onClose; return nil }
+}
+
+// WithEventMask sets the events the plugin receives, for the given plugin
+// types (none: every type), instead of the mask derived from the handler
+// interfaces it implements.
+func WithEventMask(mask EventMask, types ...string) Option {
+	return func(s *Stub) error {
+		s.mask, s.maskSet, s.types = mask, true, append([]string(nil), types...)
+		return nil
+	}
+}
+
+// WithResumeIndex starts the events after index (a position the plugin
+// kept from Position) instead of at the agent's current position.
+func WithResumeIndex(index uint64) Option {
+	return func(s *Stub) error { s.cur = api.Cursor{Complete: index}; s.resume = true; return nil }
+}
+
+// WithoutReconnect makes the stub end (Run returns, OnClose is called)
+// when its connection to the agent goes down, as NRI's stub does.
+func WithoutReconnect() Option {
+	return func(s *Stub) error { s.noReconnect = true; return nil }
+}
+
+// WithLogger sets the stub's logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Stub) error { s.logger = l; return nil }
+}
+
+// Stub connects a plugin to its host's agent. Create it with New.
+type Stub struct {
+	plugin                  any
+	typ, name, idx, version string
+	endpoint                api.ConnectionInfo
+	options                 map[string]string
+	socketPath              string
+	dial                    func(ctx context.Context, socketPath string) (net.Conn, error)
+	customDialer            bool
+	onClose                 func()
+	mask                    EventMask
+	maskSet                 bool
+	types                   []string
+	resume                  bool
+	noReconnect             bool
+	logger                  *slog.Logger
+
+	started  atomic.Bool
+	stopCh   chan struct{} // closed by Stop
+	stopOnce sync.Once
+	done     chan struct{} // closed when the stub has stopped for good
+	quit     chan struct{} // tells the handler goroutine to end
+	handled  chan struct{} // closed when the handler goroutine ended
+	queue    chan item
+
+	mu         sync.Mutex // guards the fields below
+	token      string
+	cur        api.Cursor
+	agent      Config // from the last Configure
+	registered bool   // the agent has held a registration for it
+	err        error  // why it stopped, if not by Stop
+}
+
+// item is one thing for the handler goroutine: an event, or the agent's
+// shutdown notice (ev nil).
+type item struct{ ev *api.Event }
+
+var idxPattern = regexp.MustCompile(`^[0-9]{2}$`)
+
+// New returns a Stub for plugin, which implements any of the handler
+// interfaces (ConfigureInterface, RegisteredInterface, ...).
+func New(plugin any, opts ...Option) (*Stub, error) {
+	s := &Stub{
+		plugin: plugin, socketPath: os.Getenv(SocketPathEnv),
+		stopCh: make(chan struct{}), done: make(chan struct{}), quit: make(chan struct{}), handled: make(chan struct{}),
+		queue: make(chan item, queueSize),
+		agent: Config{RegistrationTimeout: defaultRegistrationTimeout, RequestTimeout: defaultRequestTimeout},
+	}
+	s.name, s.idx = nameFromExecutable()
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.socketPath == "" {
+		s.socketPath = DefaultSocketPath
+	}
+	if s.dial == nil {
+		s.dial = func(ctx context.Context, path string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+	}
+	if !s.maskSet {
+		s.mask = derivedMask(plugin)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	s.logger = s.logger.With("plugin", s.typ+"/"+s.name, "idx", s.idx)
+	// The agent checks everything again; saying it here is clearer.
+	for _, f := range []struct{ field, v string }{{"type (WithPluginType)", s.typ}, {"name (WithPluginName)", s.name}} {
+		if err := api.ValidateIdentifier(f.field, f.v); err != nil {
+			return nil, fmt.Errorf("stub: %w", err)
+		}
+	}
+	if !idxPattern.MatchString(s.idx) {
+		return nil, fmt.Errorf("stub: %w: idx %q (WithPluginIdx) is not two digits", api.ErrInvalid, s.idx)
+	}
+	if s.endpoint.SocketPath == "" && s.endpoint.Address == "" {
+		return nil, fmt.Errorf("stub: %w: no endpoint (WithEndpoint): how is the plugin reached?", api.ErrInvalid)
+	}
+	for _, t := range s.types {
+		if err := api.ValidateIdentifier("event type", t); err != nil {
+			return nil, fmt.Errorf("stub: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// nameFromExecutable is NRI's convention: an executable named NN-name is
+// plugin name with idx NN.
+func nameFromExecutable() (name, idx string) {
+	base := filepath.Base(os.Args[0])
+	if len(base) > 3 && idxPattern.MatchString(base[:2]) && base[2] == '-' {
+		return base[3:], base[:2]
+	}
+	return base, "00"
+}
+
+// RegistrationTimeout is the agent's registration timeout (5s until the
+// agent said).
+func (s *Stub) RegistrationTimeout() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agent.RegistrationTimeout
+}
+
+// RequestTimeout is the agent's request timeout: the time the plugin's
+// handlers are expected to take, and the bound on Stop's deregistration.
+func (s *Stub) RequestTimeout() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agent.RequestTimeout
+}
+
+// Position is the index up to which every event has been handed to the
+// plugin's handlers: WithResumeIndex(Position()) in a new process
+// continues from there.
+func (s *Stub) Position() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.Complete
+}
+
+// Run is Start, then Wait. It returns nil when ctx ends or Stop is called
+// (the plugin is then deregistered), or why the stub stopped otherwise.
+func (s *Stub) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, s.Stop)
+	defer stop()
+	return s.Wait()
+}
+
+// Start connects to the agent and registers the plugin, retrying with
+// backoff for the registration timeout (an agent still starting, a socket
+// not there yet); errors the agent would repeat (invalid fields, a plugin
+// of this identity already connected, a Configure that failed) end it at
+// once. ctx bounds only this: Start returns when the plugin is
+// registered, and the stub then keeps it registered, reconnecting when
+// needed, until Stop (Run stops it when its ctx ends).
+func (s *Stub) Start(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("stub: already started")
+	}
+	deadline := time.Now().Add(s.RegistrationTimeout())
+	var sess *session
+	var err error
+	for attempt := 0; ; attempt++ {
+		if sess, err = s.connect(ctx); err == nil {
+			break
+		}
+		if permanent(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			s.finish(err)
+			return err
+		}
+		if !s.sleep(ctx, backoff(attempt)) {
+			err = fmt.Errorf("%w (stopped while connecting)", err)
+			s.finish(err)
+			return err
+		}
+	}
+	go s.handle()
+	go s.run(sess)
+	return nil
+}
+
+// Stop deregisters the plugin (an orderly stop: at once, not after the
+// agent's grace period) and ends the stub. It waits for the agent's
+// answer for at most RequestTimeout, and for a running handler as long.
+// Idempotent.
+func (s *Stub) Stop() {
+	s.stopOnce.Do(func() { close(s.stopCh) })
+	if s.started.Load() {
+		<-s.done
+	}
+}
+
+// Wait waits until the stub has stopped, and returns why: nil after Stop
+// (or the end of Run's ctx), an error when it could not stay registered
+// (WithoutReconnect, or a refusal by the agent).
+func (s *Stub) Wait() error {
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// finish records why the stub stopped and releases Wait.
+func (s *Stub) finish(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+	close(s.done)
+}
+
+func (s *Stub) stopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d; false if the stub is stopped or ctx ends first.
+func (s *Stub) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stopCh:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// backoff is the wait before reconnect attempt n: 100ms doubling to 5s,
+// jittered so that the plugins of a restarted agent do not come back in
+// step.
+func backoff(n int) time.Duration {
+	d := min(100*time.Millisecond<<min(n, 6), maxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+// run serves sessions until the stub stops: it reconnects when one ends.
+func (s *Stub) run(sess *session) {
+	var why error
+	for {
+		err := s.serve(sess)
+		if s.stopping() {
+			break
+		}
+		s.logger.Warn("connection to the agent lost", "error", err)
+		if s.onClose != nil {
+			s.onClose()
+		}
+		if s.noReconnect || permanent(err) {
+			why = err
+			break
+		}
+		if sess, why = s.reconnect(); sess == nil {
+			break
+		}
+	}
+	if s.stopping() {
+		why = nil
+		s.stopDisconnected()
+	}
+	close(s.quit)
+	select { // a handler stuck past the request timeout is left behind
+	case <-s.handled:
+	case <-time.After(s.RequestTimeout()):
+		s.logger.Warn("a handler is still running after the request timeout; not waiting for it")
+	}
+	s.finish(why)
+}
+
+// reconnect connects again, with backoff, until it succeeds, the stub
+// stops (nil, nil) or the agent refuses for good (nil, err).
+func (s *Stub) reconnect() (*session, error) {
+	for attempt := 0; ; attempt++ {
+		if !s.sleep(context.Background(), backoff(attempt)) {
+			return nil, nil
+		}
+		sess, err := s.connect(context.Background())
+		if err == nil {
+			s.logger.Info("reconnected to the agent", "attempts", attempt+1)
+			return sess, nil
+		}
+		if permanent(err) {
+			return nil, err
+		}
+		s.logger.Debug("reconnect failed", "attempt", attempt+1, "error", err)
+	}
+}
+
+// stopDisconnected deregisters a plugin that is stopped while it has no
+// session: it connects once more, reclaims its registration and says Stop.
+// If the agent cannot be reached within the request timeout, the agent's
+// grace period removes the registration instead.
+func (s *Stub) stopDisconnected() {
+	s.mu.Lock()
+	registered := s.registered
+	s.mu.Unlock()
+	if !registered {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.RequestTimeout())
+	defer cancel()
+	if err := s.deregister(ctx); err != nil {
+		s.logger.Warn("could not deregister on stop; the agent removes the plugin after its grace period", "error", err)
+	}
+}
+
+// handle runs the plugin's handlers, one item at a time, until quit.
+func (s *Stub) handle() {
+	defer close(s.handled)
+	for {
+		select {
+		case <-s.quit:
+			return
+		case it := <-s.queue:
+			s.call(it)
+		}
+	}
+}
+
+// call runs one handler with the request timeout as its context's
+// deadline; a panic is recovered and logged, an error logged.
+func (s *Stub) call(it item) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.RequestTimeout())
+	defer cancel()
+	start := time.Now()
+	what, err := s.dispatch(ctx, it)
+	if took := time.Since(start); took > s.RequestTimeout() {
+		s.logger.Warn("handler slower than the request timeout", "handler", what, "took", took)
+	}
+	if err != nil {
+		s.logger.Error("handler failed", "handler", what, "error", err)
+	}
+}
+
+func (s *Stub) dispatch(ctx context.Context, it item) (what string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	if it.ev == nil {
+		what = "Shutdown"
+		if h, ok := s.plugin.(ShutdownInterface); ok {
+			h.Shutdown(ctx)
+		}
+		return what, nil
+	}
+	ev := it.ev
+	switch ev.EventType {
+	case api.EventRegistered:
+		what = "Registered"
+		if h, ok := s.plugin.(RegisteredInterface); ok {
+			err = h.Registered(ctx, ev)
+		}
+	case api.EventUpdated:
+		what = "Updated"
+		if h, ok := s.plugin.(UpdatedInterface); ok {
+			err = h.Updated(ctx, ev)
+		}
+	case api.EventDeregistered:
+		what = "Deregistered"
+		if h, ok := s.plugin.(DeregisteredInterface); ok {
+			err = h.Deregistered(ctx, ev)
+		}
+	case api.EventReset:
+		what = "Reset"
+		if h, ok := s.plugin.(ResetInterface); ok {
+			err = h.Reset(ctx, ev)
+		}
+	}
+	return what, err
+}
