@@ -195,3 +195,12 @@ func (c *cutter) allow() {
 	c.refuse = false
 	c.mu.Unlock()
 }
+
+// describe says what events are, for failure messages.
+func describe(evs []*api.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = fmt.Sprintf("%d:%s", ev.Index, ev.EventType)
+	}
+	return out
+}

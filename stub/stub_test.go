@@ -126,7 +126,7 @@ func TestReconnectReclaimsWithoutEvents(t *testing.T) {
 		t.Errorf("OnClose called %d times for 3 cuts", closes.Load())
 	}
 	if evs := seen(); len(evs) != 1 {
-		t.Fatalf("the plugin's own events: %d (%v), want its one registration", len(evs), evs)
+		t.Fatalf("the plugin's own events: %v, want its one registration", describe(evs))
 	}
 	if st := e.svc.Plugins.Stats(); st.Reclaims < 3 || st.Expired != 0 {
 		t.Errorf("agent stats %+v", st)
@@ -202,7 +202,7 @@ func TestAgentRestart(t *testing.T) {
 		t.Errorf("shutdowns %d, configures %v", shutdowns, configs)
 	}
 	if evs := seen(); len(evs) != 1 {
-		t.Fatalf("the plugin's own events: %v, want its one registration", evs)
+		t.Fatalf("the plugin's own events: %v, want its one registration", describe(evs))
 	}
 	if !e.listedEverywhere("demo", "p1", 1) {
 		t.Fatal("not listed after the agent's restart")

@@ -58,6 +58,9 @@ type options struct {
 	scaleEtcd    bool
 
 	agents         int
+	stubSessions   int
+	stubSilent     int
+	stubBurst      int
 	agentSockets   int
 	agentKill      int
 	agentRestart   bool
@@ -117,6 +120,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.scaleClients, "scale-clients", 128, "scale: concurrent writers while loading")
 	fs.BoolVar(&o.scaleEtcd, "scale-etcd", true, "scale: load etcd with the same instances and report its figures too")
 	fs.IntVar(&o.agents, "agents", 0, "run the client-agent scale test instead (plugreg only): this many `plugreg agent -client` processes, each on its own loopback address")
+	fs.IntVar(&o.stubSessions, "stub-sessions", 0, "run the plugin SDK test instead (plugreg only): this many plugins (package stub, in the bench) connected to one client agent process")
+	fs.IntVar(&o.stubSilent, "stub-silent", 10, "stub-sessions: sessions that never read their events, added for a second burst")
+	fs.IntVar(&o.stubBurst, "stub-burst", 100, "stub-sessions: writes in each burst delivered to every plugin")
 	fs.IntVar(&o.agentSockets, "agent-sockets", 10, "agents: kubelet plugin sockets per agent, served by the bench")
 	fs.IntVar(&o.agentKill, "agent-kill", 20, "agents: kill -9 this many agents and time until their instances are gone (0: skip)")
 	fs.BoolVar(&o.agentRestart, "agent-restart", true, "agents: restart the killed agents and time until their instances are back")
@@ -173,7 +179,10 @@ func parseFlags(args []string) (*options, error) {
 	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
-	if o.agents < 0 || o.agents > 250*254 || o.agentSockets < 1 || o.agentKill < 0 || o.agentKill > o.agents ||
+	if o.stubSessions < 0 || o.stubSilent < 0 || o.stubBurst < 1 || (o.stubSessions > 0 && o.agents > 0) {
+		return nil, errors.New("-stub-sessions and -stub-silent (0 or more), -stub-burst (1 or more): out of range; -stub-sessions and -agents do not mix")
+	}
+	if o.agents < 0 || o.agents > 250*254 || o.agentSockets < 1 || o.agentKill < 0 || (o.agents > 0 && o.agentKill > o.agents) ||
 		o.agentReapAfter <= 0 || o.agentSettle < 0 || o.agentTimeout <= 0 || o.agentProcs < 0 || o.agentInterval < 0 {
 		return nil, errors.New("-agents (0 to 63500), -agent-sockets (1 or more), -agent-kill (0 to -agents), -agent-reap-after and -agent-timeout (positive), -agent-settle: out of range")
 	}
@@ -194,6 +203,7 @@ type report struct {
 	FailoverRate ratio                `json:"failover_ratio_plugreg_over_etcd"`
 	Scale        *scaleReport         `json:"scale,omitempty"`
 	Agents       *agentsReport        `json:"agents,omitempty"`
+	Stubs        *stubsReport         `json:"stubs,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -202,7 +212,7 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	// The client-agent mode runs plugreg alone: etcd has no agent.
-	withEtcd := o.agents == 0
+	withEtcd := o.agents == 0 && o.stubSessions == 0
 	var etcdBin string
 	if withEtcd {
 		if etcdBin, err = ensureEtcd(logf); err != nil {
@@ -260,7 +270,12 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		if err := pc.waitReady(ctx, 60*time.Second); err != nil {
 			return err
 		}
-		if rep.Agents, err = runAgents(ctx, o, pc, bin, dir); err != nil {
+		if o.stubSessions > 0 {
+			rep.Stubs, err = runStubs(ctx, o, pc, bin, dir)
+		} else {
+			rep.Agents, err = runAgents(ctx, o, pc, bin, dir)
+		}
+		if err != nil {
 			return err
 		}
 		if o.jsonOut {
@@ -269,7 +284,11 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 			return enc.Encode(rep)
 		}
 		fmt.Fprintf(out, "plugreg %s, %d CPUs, %s\n", rep.Date, rep.CPUs, rep.GoVersion)
-		printAgents(out, rep.Agents)
+		if rep.Stubs != nil {
+			printStubs(out, rep.Stubs)
+		} else {
+			printAgents(out, rep.Agents)
+		}
 		return nil
 	}
 	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
