@@ -165,12 +165,10 @@ func Listen(cfg Config) (*Server, error) {
 		grpc.MaxRecvMsgSize(1<<20),
 		grpc.MaxConcurrentStreams(16),
 		grpc.ConnectionTimeout(cfg.RegistrationTimeout),
-		// Thousands of mostly idle sessions: small per-connection buffers,
-		// and the write buffer released between flushes (gRPC's defaults,
-		// 32 KiB each kept per connection, cost ~85 KiB a session).
+		// Thousands of mostly idle sessions: small per-connection buffers
+		// (gRPC's default is 32 KiB each way per connection).
 		grpc.ReadBufferSize(4<<10),
 		grpc.WriteBufferSize(4<<10),
-		grpc.SharedWriteBuffer(true),
 	)
 	pb.RegisterPluginsServer(s.grpc, s)
 	s.wg.Add(1)
