@@ -13,6 +13,12 @@
 // with SIGKILL and times until the servers reap their instances, and
 // restarts them (agents.go).
 //
+// With -stub-sessions N it measures the plugin SDK: N plugins (package
+// stub) connected to one client agent process, against N etcd clients each
+// with a lease kept alive, its key and a watch on one etcd member: memory
+// and CPU per session, the fan-out of a burst of writes to all of them,
+// and (plugreg) the same burst with sessions that never read (stubs.go).
+//
 // Every process, socket and temp dir it creates is removed at the end,
 // also on error and on Ctrl-C.
 package main
@@ -212,7 +218,7 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	// The client-agent mode runs plugreg alone: etcd has no agent.
-	withEtcd := o.agents == 0 && o.stubSessions == 0
+	withEtcd := o.agents == 0
 	var etcdBin string
 	if withEtcd {
 		if etcdBin, err = ensureEtcd(logf); err != nil {
@@ -270,12 +276,7 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		if err := pc.waitReady(ctx, 60*time.Second); err != nil {
 			return err
 		}
-		if o.stubSessions > 0 {
-			rep.Stubs, err = runStubs(ctx, o, pc, bin, dir)
-		} else {
-			rep.Agents, err = runAgents(ctx, o, pc, bin, dir)
-		}
-		if err != nil {
+		if rep.Agents, err = runAgents(ctx, o, pc, bin, dir); err != nil {
 			return err
 		}
 		if o.jsonOut {
@@ -284,11 +285,7 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 			return enc.Encode(rep)
 		}
 		fmt.Fprintf(out, "plugreg %s, %d CPUs, %s\n", rep.Date, rep.CPUs, rep.GoVersion)
-		if rep.Stubs != nil {
-			printStubs(out, rep.Stubs)
-		} else {
-			printAgents(out, rep.Agents)
-		}
+		printAgents(out, rep.Agents)
 		return nil
 	}
 	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
@@ -307,7 +304,11 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	logf("both clusters ready")
 	systems := []system{&plugregSystem{c: pc}, &etcdSystem{c: ec}}
 
-	if o.scale {
+	if o.stubSessions > 0 {
+		if rep.Stubs, err = runStubs(ctx, o, pc, ec, bin, dir); err != nil {
+			return err
+		}
+	} else if o.scale {
 		if rep.Scale, err = runScale(ctx, o, systems, dir); err != nil {
 			return err
 		}
@@ -340,6 +341,9 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	}
 	if rep.Scale != nil {
 		printScale(out, rep.Scale)
+	}
+	if rep.Stubs != nil {
+		printStubs(out, rep.Stubs)
 	}
 	return nil
 }

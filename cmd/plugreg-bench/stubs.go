@@ -58,6 +58,10 @@ type stubsReport struct {
 	SilentOverQuietRatio float64 `json:"burst_with_silent_over_without"`
 	// Stop of every stub until every server lists none.
 	StopSeconds float64 `json:"stop_gone_every_server_seconds"`
+	// The etcd peer, measured in the same run, and plugreg/etcd ratios
+	// (lower is better for plugreg on every one of them).
+	Etcd   *etcdStubsReport   `json:"etcd,omitempty"`
+	Ratios map[string]float64 `json:"ratios_plugreg_over_etcd,omitempty"`
 }
 
 // countPlugin counts the registered events its handler gets.
@@ -79,7 +83,7 @@ type stubBench struct {
 	rep     *stubsReport
 }
 
-func runStubs(ctx context.Context, o *options, pc *plugregCluster, bin, dir string) (*stubsReport, error) {
+func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdCluster, bin, dir string) (*stubsReport, error) {
 	rep := &stubsReport{Sessions: o.stubSessions, AgentKind: "process (plugreg agent -client)", SilentSessions: o.stubSilent, BurstWrites: o.stubBurst}
 	b := &stubBench{o: o, pc: pc, sys: &plugregSystem{c: pc}, sock: filepath.Join(dir, "st.sock"), rep: rep}
 	if len(b.sock) > 107 {
@@ -114,6 +118,21 @@ func runStubs(ctx context.Context, o *options, pc *plugregCluster, bin, dir stri
 		if err := phase(ctx); err != nil {
 			return rep, err
 		}
+	}
+	if ec == nil {
+		return rep, nil
+	}
+	if rep.Etcd, err = runStubsEtcd(ctx, o, ec); err != nil {
+		return rep, err
+	}
+	e := rep.Etcd
+	rep.Ratios = map[string]float64{
+		"connect_seconds":      rep.ConnectSeconds / e.ConnectSeconds,
+		"rss_per_session":      rep.RSSPerSessionKiB / e.RSSPerSessionKiB,
+		"idle_cpu_per_session": rep.IdleCPUPerSessionUs / e.IdleCPUPerSessionUs,
+		"burst_seconds":        rep.BurstSeconds / e.BurstSeconds,
+		"cpu_per_delivery":     rep.AgentCPUPerDelivery / e.CPUPerDeliveryUs,
+		"stop_seconds":         rep.StopSeconds / e.StopSeconds,
 	}
 	return rep, nil
 }
@@ -341,4 +360,17 @@ func printStubs(w io.Writer, r *stubsReport) {
 		fmt.Fprintf(w, "  same burst with %d sessions that never read: %.2fs (%.2fx)\n", r.SilentSessions, r.BurstSilentSeconds, r.SilentOverQuietRatio)
 	}
 	fmt.Fprintf(w, "  stop: all gone from every server %.2fs\n", r.StopSeconds)
+	if e := r.Etcd; e != nil {
+		fmt.Fprintf(w, "\netcd peer (same run): %d clients on one member, each a lease (TTL 10s) kept alive, its key, a watch\n", r.Sessions)
+		fmt.Fprintf(w, "  %-28s %12s %12s %8s\n", "", "plugreg", "etcd", "ratio")
+		row := func(name, key string, p, v float64) {
+			fmt.Fprintf(w, "  %-28s %12.2f %12.2f %8.2f\n", name, p, v, r.Ratios[key])
+		}
+		row("connect all (s)", "connect_seconds", r.ConnectSeconds, e.ConnectSeconds)
+		row("RSS per session (KiB)", "rss_per_session", r.RSSPerSessionKiB, e.RSSPerSessionKiB)
+		row("idle CPU per session (µs/s)", "idle_cpu_per_session", r.IdleCPUPerSessionUs, e.IdleCPUPerSessionUs)
+		row("burst to all (s)", "burst_seconds", r.BurstSeconds, e.BurstSeconds)
+		row("CPU per delivery (µs)", "cpu_per_delivery", r.AgentCPUPerDelivery, e.CPUPerDeliveryUs)
+		row("orderly stop of all (s)", "stop_seconds", r.StopSeconds, e.StopSeconds)
+	}
 }
