@@ -38,7 +38,10 @@ type Config struct {
 }
 
 // ConfigureInterface is called on every (re)connect, before the plugin is
-// registered. It may return the event mask to use (zero: the one from
+// registered. It runs on the stub's connection goroutine: on a reconnect
+// it may overlap an event handler still busy with an earlier event. The
+// event and Shutdown handlers run one at a time, in order, on the stub's
+// handler goroutine. It may return the event mask to use (zero: the one from
 // WithEventMask or the implemented interfaces). An error ends the stub:
 // the plugin is not registered.
 type ConfigureInterface interface {

@@ -2,6 +2,7 @@ package pluginsock
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -215,7 +216,7 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 			p = &plugin{id: id, token: newToken()}
 			s.plugins[id] = p
 		case p.live != nil:
-			if token == "" || token != p.token {
+			if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) != 1 {
 				s.mu.Unlock()
 				return nil, nil, false, status.Errorf(codes.AlreadyExists,
 					"register %s: this plugin is connected in another session (a second instance needs its own idx)", id)
