@@ -537,7 +537,6 @@ func (e *procEnv) agentRestart(t *testing.T, typ string, kill bool) {
 		t.Logf("the client agent exited %v after SIGTERM", took.Round(time.Millisecond))
 	}
 	e.host.Start(t)
-	restarted := time.Now()
 	atRestart := written()
 	e.Poll(t, "every plugin configured again", func() (bool, string) {
 		for _, p := range ps {
@@ -579,10 +578,14 @@ func (e *procEnv) agentRestart(t *testing.T, typ string, kill bool) {
 		t.Errorf("the watching plugin logged the indexes %v; the writes returned %v (a gap or a duplicate)", got, want)
 	}
 
-	// Past the restart's grace period, after which the agent's
-	// anti-entropy removes the plugins that had not come back: nothing
-	// may have been written for any of them, before or since.
-	time.Sleep(time.Until(restarted.Add(grace + 2*time.Second)))
+	// Past the restarted agent's return window, after which its
+	// anti-entropy removes the plugins that had not come back (it says so
+	// in its log; a second for the round it starts): nothing may have
+	// been written for any of them, before or since.
+	e.Poll(t, "the restarted agent's return window over", func() (bool, string) {
+		return strings.Contains(lastRun(e.host.Proc), windowOver), "not yet logged: " + windowOver
+	})
+	time.Sleep(time.Second)
 	e.barrier(t, w, typ)
 	for _, name := range names {
 		if evs := w.of(typ, name); len(evs) > 0 {
@@ -598,8 +601,18 @@ func (e *procEnv) agentRestart(t *testing.T, typ string, kill bool) {
 			t.Errorf("after the restart, %s: %s", s.Name, msg)
 		}
 	}
-	t.Logf("agent restart: %d plugins configured again %v after the agent stopped; %d writes, %d of them after the restart, each delivered once in order",
+	t.Logf("agent restart: %d plugins configured again %v after the agent stopped; %d writes, %d of them after the restart",
 		n, reconnected.Round(time.Millisecond), len(want), len(want)-atRestart)
+}
+
+// windowOver is what an agent logs when its plugins have had their time
+// to come back after its start (agent.StartServices).
+const windowOver = "plugins had their time to come back after the start"
+
+// lastRun is the log of p's last run.
+func lastRun(p *proctest.Proc) string {
+	l := p.Log()
+	return l[max(strings.LastIndex(l, "=== test: start "), 0):]
 }
 
 // checkPlugins says what is wrong with the host's instances by name, or
