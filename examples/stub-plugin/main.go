@@ -38,7 +38,9 @@ func (logger) Reset(_ context.Context, ev *api.Event) error {
 	log.Printf("event index=%d kind=reset plugins=%d", ev.Index, len(ev.Plugins))
 	return nil
 }
-func (logger) Shutdown(context.Context) { log.Printf("the agent is stopping; reconnecting when it is back") }
+func (logger) Shutdown(context.Context) {
+	log.Printf("the agent is stopping; reconnecting when it is back")
+}
 
 func logEvent(ev *api.Event) error {
 	log.Printf("event index=%d kind=%s plugin=%s/%s alloc=%s node=%s", ev.Index, ev.EventType, ev.Info.Type, ev.Info.Name, ev.Info.AllocID, ev.Info.NodeID)
