@@ -589,7 +589,8 @@ func (e *procEnv) agentRestart(t *testing.T, typ string, kill bool) {
 	e.barrier(t, w, typ)
 	for _, name := range names {
 		if evs := w.of(typ, name); len(evs) > 0 {
-			t.Errorf("events for %s across the agent's restart: %s; want none", name, kinds(evs))
+			t.Errorf("events for %s across the agent's restart: %s; want none (the plugins were back %v after the agent stopped; the servers reap a node dead for %v)",
+				name, kinds(evs), reconnected.Round(time.Millisecond), reapAfter)
 		}
 	}
 	for _, s := range e.Servers {
