@@ -93,13 +93,14 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 			return nil, err
 		}
 		// Plugins reconnect after an agent restart; one that has not within
-		// the grace period is gone, and anti-entropy may remove it.
-		grace := s.Plugins.Grace()
+		// the return window is gone, and anti-entropy may remove it.
+		window := s.Plugins.ReturnWindow()
 		s.goFunc(func() {
-			t := time.NewTimer(grace)
+			t := time.NewTimer(window)
 			defer t.Stop()
 			select {
 			case <-t.C:
+				pc.Logger.Info("plugins had their time to come back after the start; anti-entropy removes the registrations of those that did not", "window", window)
 				host.Ready(api.SourceStub)
 			case <-ctx.Done():
 			}

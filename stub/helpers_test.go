@@ -26,7 +26,9 @@ type env struct {
 	c     *testcluster.Cluster
 	path  string
 	grace time.Duration
-	svc   *agent.Services
+	// regTimeout is the agent's registration timeout (zero: the default).
+	regTimeout time.Duration
+	svc        *agent.Services
 }
 
 func newEnv(t *testing.T, grace time.Duration) *env {
@@ -48,7 +50,7 @@ func (e *env) startAgent() {
 	e.t.Helper()
 	be := e.c.Nodes[0].Backend()
 	svc, err := agent.StartServices(be, agent.ServicesConfig{PluginSocket: &pluginsock.Config{
-		Path: e.path, Grace: e.grace, Heartbeat: 200 * time.Millisecond, Events: be,
+		Path: e.path, Grace: e.grace, RegistrationTimeout: e.regTimeout, Heartbeat: 200 * time.Millisecond, Events: be,
 	}})
 	if err != nil {
 		e.t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	pb "github.com/plugreg/plugreg/api/pluginpb"
 )
 
 // Defaults.
@@ -35,8 +36,10 @@ const (
 	// every few seconds) is abandoned for a new one. It measures only the
 	// agent's silence, never the time a slow handler takes.
 	stallTimeout = 30 * time.Second
-	maxBackoff   = 5 * time.Second
-	queueSize    = 128
+	// maxBackoff between reconnect attempts: the agent counts on it (a
+	// restarted agent waits that long for its plugins to come back).
+	maxBackoff = pb.MaxReconnectBackoff
+	queueSize  = 128
 )
 
 // Option configures a Stub.

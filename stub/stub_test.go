@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,6 +208,90 @@ func TestAgentRestart(t *testing.T) {
 	if !e.listedEverywhere("demo", "p1", 1) {
 		t.Fatal("not listed after the agent's restart")
 	}
+}
+
+// TestAgentRestartWhilePluginBacksOff: an agent whose grace period is
+// shorter than the stub's reconnect backoff (it grows to 5s) restarts
+// while a plugin waits between two attempts. The plugin comes back later
+// than the grace period after the agent's start, but it was running and
+// retrying all along: it must not be deregistered (no event for it).
+func TestAgentRestartWhilePluginBacksOff(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	e := newEnv(t, grace)
+	seen := e.observe("demo", "p1")
+	dials := &dialTimes{}
+	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithDialer(dials.dial), stub.WithPluginType("demo"),
+		stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	e.c.Eventually(10*time.Second, "registered", func() bool { return len(seen()) == 1 })
+
+	// The agent down until the stub's attempts are 1.6s apart or more (its
+	// backoff: 0.8-1.6s, then 1.6-3.2s, then 2.5-5s); restarted right
+	// after one, so that the next comes well after the grace period.
+	e.svc.Stop()
+	e.regTimeout = time.Second // a shorter return window: a quicker test
+	e.c.Eventually(20*time.Second, "the stub's attempts 1.7s apart", func() bool { return dials.lastGap() >= 1700*time.Millisecond })
+	n := dials.count()
+	e.c.Eventually(10*time.Second, "the next attempt", func() bool { return dials.count() > n })
+	e.startAgent()
+	restarted := time.Now()
+	e.c.Eventually(10*time.Second, "reconnected", func() bool { return e.svc.Plugins.Stats().Live == 1 })
+	if took := time.Since(restarted); took < grace {
+		t.Fatalf("reconnected %v after the restart, within the grace period (%v): the test proves nothing", took, grace)
+	}
+	// Past the time the restarted agent gives its plugins to come back:
+	// anti-entropy may then remove the host's registrations that are gone.
+	time.Sleep(time.Until(restarted.Add(e.svc.Plugins.ReturnWindow() + time.Second)))
+	if evs := seen(); len(evs) != 1 {
+		t.Fatalf("the plugin's own events across the restart: %v; want its one registration", kindsOf(evs))
+	}
+	if !e.listedEverywhere("demo", "p1", 1) {
+		t.Fatal("not listed after the agent's restart")
+	}
+}
+
+// dialTimes is a dialer that records when it was called.
+type dialTimes struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (d *dialTimes) dial(ctx context.Context, path string) (net.Conn, error) {
+	d.mu.Lock()
+	d.at = append(d.at, time.Now())
+	d.mu.Unlock()
+	var nd net.Dialer
+	return nd.DialContext(ctx, "unix", path)
+}
+
+func (d *dialTimes) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.at)
+}
+
+// lastGap is the time between the last two dials.
+func (d *dialTimes) lastGap() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.at) < 2 {
+		return 0
+	}
+	return d.at[len(d.at)-1].Sub(d.at[len(d.at)-2])
+}
+
+func kindsOf(evs []*api.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, fmt.Sprintf("%s@%d", ev.EventType, ev.Index))
+	}
+	return out
 }
 
 // rawSession opens a session with the agent without the stub, to say what

@@ -21,6 +21,8 @@
 //   - The agent stops: sessions are told (Shutdown) and closed; nothing is
 //     deregistered. Registrations stay for the agent to re-assert when its
 //     plugins reconnect after its restart, and anti-entropy removes those
-//     that did not come back within Grace of the start (or the leader
+//     that did not come back within the return window of the start: Grace,
+//     but at least the stub's longest reconnect backoff and a handshake,
+//     so that a plugin still retrying is not taken for gone (or the leader
 //     reaps the node if the agent does not come back).
 package pluginsock

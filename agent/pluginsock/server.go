@@ -227,6 +227,17 @@ func (s *Server) Path() string { return s.cfg.Path }
 // without Stop.
 func (s *Server) Grace() time.Duration { return s.cfg.Grace }
 
+// ReturnWindow is how long after the agent's start its plugins have to
+// come back before the registrations of those that did not may be
+// removed: the grace period, but never less than a plugin's longest wait
+// between two reconnect attempts (pluginpb.MaxReconnectBackoff) and a
+// handshake (the registration timeout). A shorter window would remove
+// plugins that are running and retrying, as the stub does, only because
+// the agent came back while they were waiting.
+func (s *Server) ReturnWindow() time.Duration {
+	return max(s.cfg.Grace, pb.MaxReconnectBackoff+s.cfg.RegistrationTimeout)
+}
+
 // Stop tells every session the agent is going away, closes them and the
 // socket, and waits for its goroutines. It deregisters nothing (see the
 // package comment). Idempotent.

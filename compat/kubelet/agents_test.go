@@ -3,24 +3,19 @@
 package kubelet
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/proctest"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -30,237 +25,20 @@ import (
 // agent's plugins dir. What it proves is in README.md.
 
 const (
-	clientNode  = "host-1"
-	reapAfter   = 3 * time.Second  // the servers' -node-reap-after
-	procWait    = 30 * time.Second // generous: shared machines; nothing asserts speed
-	stopBound   = 15 * time.Second // a process must exit this soon after SIGTERM
-	logTailSize = 60               // lines of each process log shown on failure
+	clientNode = "host-1"
+	reapAfter  = 3 * time.Second // the servers' -node-reap-after
 )
-
-// proc is one run of a plugreg agent process.
-type proc struct {
-	name    string
-	bin     string
-	args    []string
-	logPath string // appended to by every run of the same agent
-	cmd     *exec.Cmd
-	done    chan struct{} // closed once the process exited; cmd.ProcessState is set then
-
-	mu       sync.Mutex
-	expected bool // the test stopped or killed it
-}
-
-func startProc(t *testing.T, name, bin, logPath string, args []string) *proc {
-	t.Helper()
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(lf, "=== test: start %s at %s: %s\n", name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	// Pdeathsig: if the test binary dies (a panic, go test's -timeout),
-	// its agents die with it rather than linger on the machine.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, bin: bin, args: args, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		p.mu.Lock()
-		how := "unexpectedly"
-		if p.expected {
-			how = "as asked"
-		}
-		p.mu.Unlock()
-		fmt.Fprintf(lf, "=== test: %s exited %s at %s: %s\n", name, how, time.Now().Format(time.RFC3339Nano), cmd.ProcessState)
-		lf.Close()
-		close(p.done)
-	}()
-	return p
-}
-
-// restart starts the same agent again, with the same arguments and log.
-func (p *proc) restart(t *testing.T) *proc {
-	t.Helper()
-	return startProc(t, p.name, p.bin, p.logPath, p.args)
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// crashed reports whether the process ended without the test asking.
-func (p *proc) crashed() bool {
-	if !p.exited() {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return !p.expected
-}
-
-func (p *proc) expect() {
-	p.mu.Lock()
-	p.expected = true
-	p.mu.Unlock()
-}
-
-// kill9 kills the process with SIGKILL and waits for it.
-func (p *proc) kill9(t *testing.T) {
-	t.Helper()
-	p.expect()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !p.exited() {
-		t.Fatalf("kill -9 %s: %v", p.name, err)
-	}
-	<-p.done
-}
-
-// terminate sends SIGTERM and waits up to bound; then SIGKILL. It reports
-// how long the process took and whether it exited on SIGTERM in time.
-func (p *proc) terminate(bound time.Duration) (time.Duration, bool) {
-	p.expect()
-	if p.exited() {
-		return 0, true
-	}
-	start := time.Now()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return time.Since(start), true
-	case <-time.After(bound):
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	return time.Since(start), false
-}
-
-// logTail returns the last n lines of path.
-func logTail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// buildPlugreg builds cmd/plugreg from the repository this module sits in
-// (../..), with -race when this test binary has it, into dir. go test's
-// result cache does not see those sources (they are outside this module):
-// run with -count=1, as README.md and CI do.
-func buildPlugreg(t *testing.T, dir string) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil || !strings.HasPrefix(string(mod), "module github.com/plugreg/plugreg\n") {
-		t.Fatalf("%s is not the plugreg repository: %v", root, err)
-	}
-	bin := filepath.Join(dir, "plugreg")
-	args := []string{"build", "-buildvcs=false", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "./cmd/plugreg")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", args...) // go test puts its own go first in PATH
-	cmd.Dir = root
-	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s (in %s): %v\n%s", strings.Join(args, " "), root, err, out)
-	}
-	t.Logf("built %s (race %v) in %v", bin, raceEnabled, time.Since(start).Round(time.Millisecond))
-	return bin
-}
-
-// freePorts picks n distinct ports free on ip for TCP and UDP (gossip uses
-// both). Another process may take one before the agent binds it; the
-// ephemeral range makes that unlikely.
-func freePorts(t *testing.T, ip string, n int) []int {
-	t.Helper()
-	var ports []int
-	seen := map[int]bool{}
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100 {
-			t.Fatalf("no free ports on %s", ip)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			t.Fatalf("listen on %s: %v (is 127.0.0.0/8 routed to lo?)", ip, err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		if !seen[port] {
-			seen[port] = true
-			ports = append(ports, port)
-		}
-	}
-	return ports
-}
 
 // agentsEnv is the cluster of processes under test.
 type agentsEnv struct {
-	servers    []*proc
-	serverHTTP []string
-	client     *proc
-	clientHTTP string
+	*proctest.Cluster
+	client     *proctest.Agent
 	pluginsDir string // the client agent's -plugins-dir, symbolic links resolved
 	draDir     string // the helper's PluginDataDirectoryPath
-	logs       []string
 	// onServer[i] reads server i's own replica (stale reads); viaClient
 	// reads through the client agent (linearizable, served by a server).
 	onServer  []*client.Client
 	viaClient *client.Client
-}
-
-func (e *agentsEnv) procs() []*proc { return append(append([]*proc(nil), e.servers...), e.client) }
-
-// poll calls cond until it holds, for at most procWait, and fails the test
-// at once if an agent process ended that the test did not end.
-func (e *agentsEnv) poll(t *testing.T, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var last string
-	for time.Since(start) < procWait {
-		for _, p := range e.procs() {
-			if p != nil && p.crashed() {
-				t.Fatalf("waiting for %s: %s exited unexpectedly: %s", what, p.name, p.cmd.ProcessState)
-			}
-		}
-		ok, msg := cond()
-		if ok {
-			return time.Since(start)
-		}
-		last = msg
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s: %s", procWait, what, last)
-	return 0
 }
 
 // listed returns the driver's entry in GET /v1/plugins/DRAPlugin as c
@@ -304,7 +82,7 @@ func (e *agentsEnv) checkEntry(p *api.PluginInfo) string {
 func (e *agentsEnv) waitListed(t *testing.T, what string, start time.Time) []time.Duration {
 	t.Helper()
 	seen := make([]time.Duration, len(e.onServer))
-	e.poll(t, what, func() (bool, string) {
+	e.Poll(t, what, func() (bool, string) {
 		all, msg := true, ""
 		for i, c := range e.onServer {
 			if seen[i] > 0 {
@@ -333,7 +111,7 @@ func (e *agentsEnv) waitListed(t *testing.T, what string, start time.Time) []tim
 // how long after start the last one dropped it.
 func (e *agentsEnv) waitGone(t *testing.T, what string, start time.Time) time.Duration {
 	t.Helper()
-	e.poll(t, what, func() (bool, string) {
+	e.Poll(t, what, func() (bool, string) {
 		for i, c := range e.onServer {
 			p, err := listed(c, true)
 			if err != nil {
@@ -366,80 +144,14 @@ func roundAll(ds []time.Duration) []time.Duration {
 
 // startAgents builds plugreg and starts three servers on 127.0.0.1-3 and a
 // client agent on 127.0.0.10 with a plugins dir; t's cleanups stop them
-// all, check that each exited on SIGTERM within stopBound, and print the
-// tails of their logs if the test failed.
+// all, check that each exited on SIGTERM within proctest.StopBound, and
+// print the tails of their logs if the test failed (proctest.StartCluster).
 func startAgents(t *testing.T) *agentsEnv {
 	t.Helper()
-	tmp := t.TempDir()
-	e := &agentsEnv{}
-	t.Cleanup(func() { // runs last: after every process has stopped
-		if t.Failed() {
-			for _, l := range e.logs {
-				t.Logf("--- last %d lines of %s:\n%s", logTailSize, l, logTail(l, logTailSize))
-			}
-		}
-		if raceEnabled {
-			for _, l := range e.logs {
-				if b, _ := os.ReadFile(l); strings.Contains(string(b), "WARNING: DATA RACE") {
-					t.Errorf("%s: the race detector reported a data race:\n%s", l, logTail(l, 200))
-				}
-			}
-		}
-	})
-	bin := buildPlugreg(t, tmp)
-
-	type addr struct {
-		ip                     string
-		http, server, gossipPt int
-	}
-	var sa []addr
-	for i := 0; i < 3; i++ {
-		ip := fmt.Sprintf("127.0.0.%d", i+1)
-		p := freePorts(t, ip, 3)
-		sa = append(sa, addr{ip, p[0], p[1], p[2]})
-	}
-	gossipOf := func(a addr) string { return net.JoinHostPort(a.ip, strconv.Itoa(a.gossipPt)) }
-	for i, a := range sa {
-		name := fmt.Sprintf("server-%d", i+1)
-		args := []string{"agent", "-node", name, "-data-dir", filepath.Join(tmp, name),
-			"-bind", a.ip, "-http-port", strconv.Itoa(a.http), "-server-port", strconv.Itoa(a.server),
-			"-gossip-port", strconv.Itoa(a.gossipPt), "-bootstrap-expect", "3", "-retry-join",
-			"-node-reap-after", reapAfter.String(), "-raft-multiplier", "1", "-log-level", "debug"}
-		for j, o := range sa {
-			if j != i {
-				args = append(args, "-join", gossipOf(o))
-			}
-		}
-		logPath := filepath.Join(tmp, name+".log")
-		e.logs = append(e.logs, logPath)
-		e.servers = append(e.servers, startProc(t, name, bin, logPath, args))
-		e.serverHTTP = append(e.serverHTTP, net.JoinHostPort(a.ip, strconv.Itoa(a.http)))
-	}
-	t.Cleanup(func() {
-		// Every server at once, as an init system stopping a machine
-		// would not; each must end on its own within stopBound.
-		var wg sync.WaitGroup
-		for _, p := range e.servers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if p.exited() {
-					t.Errorf("%s had already exited: %s", p.name, p.cmd.ProcessState)
-					return
-				}
-				took, ok := p.terminate(stopBound)
-				if !ok {
-					t.Errorf("%s did not exit within %v of SIGTERM; killed", p.name, stopBound)
-					return
-				}
-				t.Logf("%s exited %v after SIGTERM: %s", p.name, took.Round(time.Millisecond), p.cmd.ProcessState)
-				if p.cmd.ProcessState.ExitCode() != 0 {
-					t.Errorf("%s exited with %s after SIGTERM; want 0", p.name, p.cmd.ProcessState)
-				}
-			}()
-		}
-		wg.Wait()
-	})
+	e := &agentsEnv{Cluster: proctest.StartCluster(t, proctest.ClusterConfig{
+		ServerIPs:  []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"},
+		ServerArgs: []string{"-node-reap-after", reapAfter.String(), "-raft-multiplier", "1"},
+	})}
 
 	// The client agent.
 	root := shortDir(t) // unix socket paths are short
@@ -456,54 +168,16 @@ func startAgents(t *testing.T) *agentsEnv {
 	if e.draDir, err = filepath.EvalSymlinks(e.draDir); err != nil {
 		t.Fatal(err)
 	}
-	const clientIP = "127.0.0.10"
-	cp := freePorts(t, clientIP, 2)
-	e.clientHTTP = net.JoinHostPort(clientIP, strconv.Itoa(cp[0]))
-	args := []string{"agent", "-client", "-node", clientNode, "-data-dir", filepath.Join(tmp, clientNode),
-		"-bind", clientIP, "-http-port", strconv.Itoa(cp[0]), "-gossip-port", strconv.Itoa(cp[1]),
-		"-join", gossipOf(sa[0]), "-retry-join", "-plugins-dir", e.pluginsDir, "-log-level", "debug"}
-	logPath := filepath.Join(tmp, clientNode+".log")
-	e.logs = append(e.logs, logPath)
-	e.client = startProc(t, clientNode, bin, logPath, args)
-	t.Cleanup(func() { // before the servers'
-		took, ok := e.client.terminate(stopBound)
-		if !ok {
-			t.Errorf("%s did not exit within %v of SIGTERM; killed", clientNode, stopBound)
-		} else {
-			t.Logf("%s exited %v after SIGTERM: %s", clientNode, took.Round(time.Millisecond), e.client.cmd.ProcessState)
-		}
-	})
+	e.client = e.StartClient(t, clientNode, "127.0.0.10", "-plugins-dir", e.pluginsDir)
 
-	for _, a := range e.serverHTTP {
-		c, err := client.New(client.Config{Addrs: []string{a}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.onServer = append(e.onServer, c)
+	for _, s := range e.Servers {
+		e.onServer = append(e.onServer, s.API)
 	}
-	if e.viaClient, err = client.New(client.Config{Addrs: []string{e.clientHTTP}}); err != nil {
-		t.Fatal(err)
-	}
+	e.viaClient = e.client.API
 
 	// Ready: every server knows the leader, and the client agent answers a
 	// linearizable read (it found a server through gossip).
-	start := time.Now()
-	e.poll(t, "a leader known to every server", func() (bool, string) {
-		for i, c := range e.onServer {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			l, err := c.Leader(ctx)
-			cancel()
-			if err != nil || l == "" {
-				return false, fmt.Sprintf("server %d: leader %q, %v", i+1, l, err)
-			}
-		}
-		return true, ""
-	})
-	e.poll(t, "the client agent serving reads through the servers", func() (bool, string) {
-		_, err := listed(e.viaClient, false)
-		return err == nil, fmt.Sprint(err)
-	})
-	t.Logf("three servers and a client agent ready in %v", time.Since(start).Round(time.Millisecond))
+	e.WaitReady(t)
 	return e
 }
 
@@ -529,7 +203,7 @@ func TestAgentsAcceptance(t *testing.T) {
 	// gRPC's first use; the time after Start returned is plugreg's part.
 	t.Logf("registration: listed by servers 1, 2, 3 after %v; by every server %v after the helper's start (the issue hopes for a second; not asserted), %v after kubeletplugin.Start returned (in %v)",
 		roundAll(seen), maxOf(seen).Round(time.Millisecond), (maxOf(seen) - startedIn).Round(time.Millisecond), startedIn.Round(time.Millisecond))
-	e.poll(t, "the helper told it is registered", func() (bool, string) {
+	e.Poll(t, "the helper told it is registered", func() (bool, string) {
 		s := h.status()
 		return s != nil && s.PluginRegistered, fmt.Sprintf("RegistrationStatus() = %v", s)
 	})
@@ -555,12 +229,11 @@ func TestAgentsAcceptance(t *testing.T) {
 	h = startHelper(t, clientNode, e.pluginsDir, e.draDir)
 	seen = e.waitListed(t, "the restarted helper listed by every server", start)
 	t.Logf("registration again: listed by every server %v after the helper's start", maxOf(seen).Round(time.Millisecond))
-	e.poll(t, "the restarted helper told it is registered", func() (bool, string) {
+	e.Poll(t, "the restarted helper told it is registered", func() (bool, string) {
 		s := h.status()
 		return s != nil && s.PluginRegistered, fmt.Sprintf("RegistrationStatus() = %v", s)
 	})
-	killed := time.Now()
-	e.client.kill9(t)
+	killed := e.client.Kill9(t)
 	took = e.waitGone(t, "the dead node's plugins reaped on every server", killed)
 	t.Logf("reap: gone from every server %v after kill -9 of the client agent (-node-reap-after %v; plus failure detection and the leader's reconcile tick)",
 		took.Round(time.Millisecond), reapAfter)
@@ -570,7 +243,8 @@ func TestAgentsAcceptance(t *testing.T) {
 		t.Fatalf("the plugins were gone %v after the kill, before -node-reap-after %v", took, reapAfter)
 	}
 	reaped := false
-	for _, l := range e.logs[:len(e.servers)] {
+	for _, s := range e.Servers {
+		l := s.LogPath
 		if b, err := os.ReadFile(l); err == nil && strings.Contains(string(b), "reaped plugins of dead node") &&
 			strings.Contains(string(b), "dead_node="+clientNode) {
 			reaped = true
@@ -583,10 +257,10 @@ func TestAgentsAcceptance(t *testing.T) {
 	// 4. The client agent restarted on its data dir, the helper still
 	// running: found again and registered again.
 	start = time.Now()
-	e.client = e.client.restart(t)
+	e.client.Start(t)
 	seen = e.waitListed(t, "the helper registered again by the restarted client agent", start)
 	t.Logf("re-discovery: listed by every server %v after the client agent restarted", maxOf(seen).Round(time.Millisecond))
-	e.poll(t, "the helper told it is registered by the restarted agent", func() (bool, string) {
+	e.Poll(t, "the helper told it is registered by the restarted agent", func() (bool, string) {
 		s := h.status()
 		return s != nil && s.PluginRegistered, fmt.Sprintf("RegistrationStatus() = %v", s)
 	})

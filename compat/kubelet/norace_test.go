@@ -1,5 +1,0 @@
-//go:build !race
-
-package kubelet
-
-const raceEnabled = false
