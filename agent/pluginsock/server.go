@@ -145,6 +145,7 @@ type plugin struct {
 
 type session struct {
 	supersede chan struct{} // closed when a newer session took the plugin over
+	ended     chan struct{} // closed when the session has ended (release)
 }
 
 // Listen opens the socket and serves it until Stop.

@@ -342,3 +342,25 @@ func TestAgentRestartKeepsThenCleans(t *testing.T) {
 		t.Fatalf("left %+v, want 'back' unchanged (was %+v)", after, was)
 	}
 }
+
+// TestRestartBeforeTheAgentNoticed: a restarted plugin whose Register
+// arrives before the agent has seen its old connection end waits for it
+// (briefly) instead of being refused as a duplicate.
+func TestRestartBeforeTheAgentNoticed(t *testing.T) {
+	e := newEnv(t, nil)
+	old := e.open()
+	old.register("p1", "1", "")
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		old.cc.Close()
+	}()
+	cfg, ready := e.open().register("p1", "1", "") // no token: a new process
+	if !cfg.GetReclaimed() || ready.GetIndex() != 0 {
+		t.Fatalf("restarted plugin: %v %v, want its registration reclaimed", cfg, ready)
+	}
+	dup := e.open() // and a real duplicate is still refused, after the wait
+	dup.st.Send(reg("p1", "1", ""))
+	if err := dup.end(); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("duplicate: %v", err)
+	}
+}

@@ -188,6 +188,7 @@ func (s *Server) needsWrite(p *plugin, info *api.PluginInfo) bool {
 // (reclaimed), or a live one whose token the caller has (the old session
 // is superseded). A plugin being deregistered is waited for.
 func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *session, bool, error) {
+	waited := false
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -205,7 +206,7 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 				return nil, nil, false, status.FromContextError(ctx.Err()).Err()
 			}
 		}
-		sess := &session{supersede: make(chan struct{})}
+		sess := &session{supersede: make(chan struct{}), ended: make(chan struct{})}
 		reclaimed := false
 		switch {
 		case p == nil:
@@ -217,7 +218,24 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 			s.plugins[id] = p
 		case p.live != nil:
 			if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) != 1 {
+				// A plugin restarted at once may come before the agent has
+				// seen its old connection end: give that a moment.
+				ended := p.live.ended
 				s.mu.Unlock()
+				if !waited {
+					waited = true
+					t := time.NewTimer(min(time.Second, s.cfg.RegistrationTimeout/2))
+					select {
+					case <-ended:
+						t.Stop()
+						continue
+					case <-t.C:
+						continue
+					case <-ctx.Done():
+						t.Stop()
+						return nil, nil, false, status.FromContextError(ctx.Err()).Err()
+					}
+				}
 				return nil, nil, false, status.Errorf(codes.AlreadyExists,
 					"register %s: this plugin is connected in another session (a second instance needs its own idx)", id)
 			}
@@ -241,6 +259,7 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 func (s *Server) release(p *plugin, sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	close(sess.ended)
 	if p.live != sess {
 		return // superseded, or stopped
 	}
