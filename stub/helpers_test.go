@@ -198,11 +198,27 @@ func (c *cutter) allow() {
 	c.mu.Unlock()
 }
 
-// describe says what events are, for failure messages.
-func describe(evs []*api.Event) []string {
+// describeEvents says what events are, for failure messages.
+func describeEvents(evs []*api.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = fmt.Sprintf("%d:%s", ev.Index, ev.EventType)
 	}
 	return out
+}
+
+// startStub starts a stub of type demo for plugin on the agent's socket;
+// the test's end stops it.
+func (e *env) startStub(plugin any, opts ...stub.Option) *stub.Stub {
+	e.t.Helper()
+	opts = append([]stub.Option{quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo")}, opts...)
+	s, err := stub.New(plugin, opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(s.Stop)
+	return s
 }

@@ -33,14 +33,8 @@ func TestRegisterReceiveStop(t *testing.T) {
 	e := newEnv(t, 10*time.Second)
 	seen := e.observe("demo", "p1")
 	r := &recorder{}
-	s, err := stub.New(r, quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo"), stub.WithPluginName("p1"),
+	s := e.startStub(r, stub.WithPluginName("p1"),
 		stub.WithEndpoint("/run/p1.sock"), stub.WithVersion("1.0"), stub.WithEventMask(stub.AllEvents, "watched"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	e.c.Eventually(10*time.Second, "the plugin listed on every server", func() bool { return e.listedEverywhere("demo", "p1", 1) })
 	res, err := e.c.Nodes[1].Backend().Query(context.Background(), api.Query{Kind: api.QueryInstances, Type: "demo", Name: "p1"})
 	if err != nil {
@@ -95,16 +89,8 @@ func TestReconnectReclaimsWithoutEvents(t *testing.T) {
 	r := &recorder{}
 	cut := &cutter{}
 	var closes atomic.Int32
-	s, err := stub.New(r, quiet, stub.WithSocketPath(e.path), stub.WithDialer(cut.dial), stub.WithPluginType("demo"),
-		stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"), stub.WithEventMask(stub.Registered, "watched"),
+	e.startStub(r, stub.WithDialer(cut.dial), stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"), stub.WithEventMask(stub.Registered, "watched"),
 		stub.WithOnClose(func() { closes.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	e.c.Eventually(10*time.Second, "registered", func() bool { return len(seen()) == 1 })
 
 	var want []uint64
@@ -127,7 +113,7 @@ func TestReconnectReclaimsWithoutEvents(t *testing.T) {
 		t.Errorf("OnClose called %d times for 3 cuts", closes.Load())
 	}
 	if evs := seen(); len(evs) != 1 {
-		t.Fatalf("the plugin's own events: %v, want its one registration", describe(evs))
+		t.Fatalf("the plugin's own events: %v, want its one registration", describeEvents(evs))
 	}
 	if st := e.svc.Plugins.Stats(); st.Reclaims < 3 || st.Expired != 0 {
 		t.Errorf("agent stats %+v", st)
@@ -141,15 +127,7 @@ func TestGraceExpires(t *testing.T) {
 	e := newEnv(t, grace)
 	seen := e.observe("demo", "p1")
 	cut := &cutter{}
-	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithDialer(cut.dial), stub.WithPluginType("demo"),
-		stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	e.startStub(&recorder{}, stub.WithDialer(cut.dial), stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"))
 	e.c.Eventually(10*time.Second, "registered", func() bool { return len(seen()) == 1 })
 	cutAt := time.Now()
 	cut.cut(true)
@@ -172,15 +150,8 @@ func TestAgentRestart(t *testing.T) {
 	e := newEnv(t, 10*time.Second)
 	seen := e.observe("demo", "p1")
 	r := &recorder{}
-	s, err := stub.New(r, quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo"), stub.WithPluginName("p1"),
+	e.startStub(r, stub.WithPluginName("p1"),
 		stub.WithEndpoint("/run/p1.sock"), stub.WithEventMask(stub.Registered, "watched"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	e.c.Eventually(10*time.Second, "registered", func() bool { return len(seen()) == 1 })
 	want := []uint64{e.register("watched", "before")}
 	e.c.Eventually(10*time.Second, "first event", func() bool { return len(r.got()) == 1 })
@@ -203,7 +174,7 @@ func TestAgentRestart(t *testing.T) {
 		t.Errorf("shutdowns %d, configures %v", shutdowns, configs)
 	}
 	if evs := seen(); len(evs) != 1 {
-		t.Fatalf("the plugin's own events: %v, want its one registration", describe(evs))
+		t.Fatalf("the plugin's own events: %v, want its one registration", describeEvents(evs))
 	}
 	if !e.listedEverywhere("demo", "p1", 1) {
 		t.Fatal("not listed after the agent's restart")
@@ -220,15 +191,7 @@ func TestAgentRestartWhilePluginBacksOff(t *testing.T) {
 	e := newEnv(t, grace)
 	seen := e.observe("demo", "p1")
 	dials := &dialTimes{}
-	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithDialer(dials.dial), stub.WithPluginType("demo"),
-		stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	e.startStub(&recorder{}, stub.WithDialer(dials.dial), stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"))
 	e.c.Eventually(10*time.Second, "registered", func() bool { return len(seen()) == 1 })
 
 	// The agent down until the stub's attempts are 1.6s apart or more (its
