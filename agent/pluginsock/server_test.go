@@ -259,6 +259,14 @@ func TestTakeover(t *testing.T) {
 	if p := e.plugins(); len(p) != 1 || p[0].ModifyIndex != first {
 		t.Fatalf("after reclaims: %v (written again?)", p)
 	}
+	if cfgD.GetSessionToken() == cfgA.GetSessionToken() {
+		t.Fatal("a new process took the plugin over and kept the old token")
+	}
+	old := e.open() // the old process, still alive somewhere, cannot take it back
+	old.st.Send(reg("p1", "1", cfgA.GetSessionToken()))
+	if err := old.end(); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the old token after a takeover: %v", err)
+	}
 	d.cc.Close()
 	time.Sleep(100 * time.Millisecond)
 	f := e.open()

@@ -245,6 +245,12 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 			p.grace.Stop()
 			p.grace = nil
 			reclaimed = true
+			if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) != 1 {
+				// Another process took it over (a restarted plugin): the old
+				// token must not take it back, or two processes of one
+				// identity would supersede each other in turn.
+				p.token = newToken()
+			}
 		}
 		p.live = sess
 		p.generation++
