@@ -372,3 +372,38 @@ func TestRestartBeforeTheAgentNoticed(t *testing.T) {
 		t.Fatalf("duplicate: %v", err)
 	}
 }
+
+// TestGarbagePeer: peers that speak something else on the socket (junk,
+// HTTP/1.1, an HTTP/2 preface and then junk) are dropped; nothing is
+// registered, and the next plugin registers as usual.
+func TestGarbagePeer(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, junk := range []string{
+		"\x00\x01\x02 not a protocol at all \xff\xfe",
+		"GET /v1/plugins HTTP/1.1\r\nHost: x\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x09\x00\x00\x00\x00\x00garbage",
+	} {
+		c, err := net.Dial("unix", e.cfg.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte(junk))
+		buf := make([]byte, 4096)
+		for { // until the agent closes it
+			if _, err := c.Read(buf); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatalf("the agent kept a garbage connection open: %q", junk)
+				}
+				break
+			}
+		}
+		c.Close()
+	}
+	if p := e.plugins(); len(p) != 0 {
+		t.Fatalf("registered %v", p)
+	}
+	if _, ready := e.open().register("p1", "1", ""); ready.GetIndex() == 0 {
+		t.Fatal("a plugin after the garbage was not registered")
+	}
+}
