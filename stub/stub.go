@@ -123,10 +123,16 @@ func WithEventMask(mask EventMask, types ...string) Option {
 	}
 }
 
-// WithResumeIndex starts the events after index (a position the plugin
-// kept from Position) instead of at the agent's current position.
+// WithResumeIndex starts the events after index instead of at the
+// agent's current position.
 func WithResumeIndex(index uint64) Option {
-	return func(s *Stub) error { s.cur = api.Cursor{Complete: index}; s.resume = true; return nil }
+	return WithResumeFrom(api.Cursor{Complete: index})
+}
+
+// WithResumeFrom starts the events exactly after a position an earlier
+// stub reported (Position): none is delivered twice, none is skipped.
+func WithResumeFrom(c api.Cursor) Option {
+	return func(s *Stub) error { s.cur = c; s.resume = true; return nil }
 }
 
 // WithoutReconnect makes the stub end (Run returns, OnClose is called)
@@ -256,13 +262,14 @@ func (s *Stub) RequestTimeout() time.Duration {
 	return s.agent.RequestTimeout
 }
 
-// Position is the index up to which every event has been handed to the
-// plugin's handlers: WithResumeIndex(Position()) in a new process
-// continues from there.
-func (s *Stub) Position() uint64 {
+// Position is what has been handed to the plugin's handlers: every event
+// up to Complete, and the first PartialCount of index Partial (an index
+// whose events are not known to be all in yet). A later process started
+// WithResumeFrom(Position()) continues exactly there.
+func (s *Stub) Position() api.Cursor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cur.Complete
+	return s.cur
 }
 
 // Run is Start, then Wait. It returns nil when ctx ends or Stop is called

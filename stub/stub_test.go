@@ -463,3 +463,40 @@ func TestStuckPanickingAndSilentPluginsAffectOnlyThemselves(t *testing.T) {
 		t.Fatalf("agent stats %+v, want 4 live sessions", st)
 	}
 }
+
+// TestWithoutReconnectAndResumeIndex: a stub told not to reconnect ends
+// when its connection goes (Wait says why, OnClose is called); a new one
+// started WithResumeFrom the old one's Position gets exactly the events
+// after it, including those written while no stub ran.
+func TestWithoutReconnectAndResumeFrom(t *testing.T) {
+	e := newEnv(t, 10*time.Second)
+	r1 := &recorder{}
+	cut := &cutter{}
+	closed := make(chan struct{})
+	s1 := e.startStub(r1, stub.WithPluginName("p1"), stub.WithEndpoint("/run/p1.sock"), stub.WithDialer(cut.dial),
+		stub.WithEventMask(stub.Registered, "watched"), stub.WithoutReconnect(), stub.WithOnClose(func() { close(closed) }))
+	first := e.register("watched", "w0")
+	e.c.Eventually(10*time.Second, "the first event", func() bool { return len(r1.got()) == 1 })
+	cut.cut(true)
+	<-closed
+	if err := s1.Wait(); err == nil {
+		t.Fatal("Wait after the connection went, without reconnect: nil, want why")
+	}
+	pos := s1.Position()
+	if max(pos.Complete, pos.Partial) < first {
+		t.Fatalf("position %+v before the delivered event at %d", pos, first)
+	}
+	var want []uint64
+	for i := range 3 {
+		want = append(want, e.register("watched", fmt.Sprint("gap", i)))
+	}
+	r2 := &recorder{}
+	e.startStub(r2, stub.WithPluginName("p1"), stub.WithPluginIdx("01"), stub.WithEndpoint("/run/p1.sock"),
+		stub.WithEventMask(stub.Registered, "watched"), stub.WithResumeFrom(pos))
+	want = append(want, e.register("watched", "after"))
+	e.c.Eventually(10*time.Second, "the events after the position", func() bool { return len(r2.got()) >= len(want) })
+	time.Sleep(200 * time.Millisecond)
+	if got := indexes(r2.got()); !slices.Equal(got, want) {
+		t.Fatalf("resumed stub got %v, want %v", got, want)
+	}
+}
