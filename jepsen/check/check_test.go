@@ -9,7 +9,8 @@ import (
 )
 
 // journal builds a node's apply journal from commands, one per index
-// starting at 1: "reg t n a v", "dereg t n a", "node N".
+// starting at 1: "reg t n a v", "dereg t n a", "node N", and "cdereg t n a
+// N" (conditional on node h1's N, as agents write).
 func journal(t *testing.T, cmds ...string) []JournalRecord {
 	t.Helper()
 	var out []JournalRecord
@@ -27,6 +28,9 @@ func journal(t *testing.T, cmds ...string) []JournalRecord {
 		case "dereg":
 			rec.Command = "deregister"
 			req = map[string]string{"Type": f[1], "Name": f[2], "AllocID": f[3]}
+		case "cdereg":
+			rec.Command = "conditional-deregister"
+			req = map[string]string{"Type": f[1], "Name": f[2], "AllocID": f[3], "IfNodeID": f[4]}
 		case "node":
 			rec.Command = "deregister-node"
 			req = map[string]string{"NodeID": f[1]}
@@ -107,6 +111,41 @@ func TestWritesChecker(t *testing.T) {
 	unknown := writeOps()
 	unknown[3].Outcome = Unknown
 	expectClean(t, "unknown write that applied", Writes(unknown, tr))
+}
+
+// An agent registers and deregisters its stub plugins with no request ID:
+// exempt for type StubPluginType only.
+func TestWritesStubPluginsExempt(t *testing.T) {
+	agentWrites := func(cmds ...string) *Truth {
+		recs := journal(t, append(append([]string(nil), baseLog...), cmds...)...)
+		for i := len(baseLog); i < len(recs); i++ {
+			recs[i].RequestID = ""
+		}
+		tr, vs := Merge(map[string][]JournalRecord{"n1": recs})
+		expectClean(t, "journal", vs)
+		return tr
+	}
+	stub := agentWrites("reg jplugin p-c1 a1 v", "cdereg jplugin p-c1 a1 h1")
+	expectClean(t, "the agent's writes of a jplugin", Writes(writeOps(), stub))
+	other := agentWrites("reg t z a9 v9")
+	expectFlagged(t, "a write without request ID of another type", Writes(writeOps(), other), "phantom")
+	otherDereg := agentWrites("cdereg t y a1 h1")
+	expectFlagged(t, "a conditional deregister without request ID of another type", Writes(writeOps(), otherDereg), "phantom")
+}
+
+// The model applies agents' conditional deregisters as the FSM does: a
+// removal when the condition holds, a refusal (no event) when not.
+func TestModelConditionalDeregister(t *testing.T) {
+	tr := truth(t, "reg t x a1 v1", "cdereg t x a1 h2", "cdereg t x a1 h1")
+	if got := tr.Entry(2).Result; got != "conflict" {
+		t.Errorf("condition on another node: model says %q, want conflict", got)
+	}
+	if got := tr.Entry(3).Result; got != "deregistered" {
+		t.Errorf("condition holding: model says %q, want deregistered", got)
+	}
+	if n := len(tr.Events); n != 2 {
+		t.Errorf("got %d events, want 2 (registered, deregistered): %v", n, tr.Events)
+	}
 }
 
 func TestReadsChecker(t *testing.T) {

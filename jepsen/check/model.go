@@ -45,7 +45,9 @@ type request struct {
 		Type, Name, AllocID, Version, NodeID string
 		ConnectionInfo                       *struct{ SocketPath, Address string }
 	}
-	Type, Name, AllocID string // deregister
+	Type, Name, AllocID string // deregister, conditional-deregister
+	IfNodeID            string // conditional-deregister
+	IfModifyIndex       uint64 // conditional-deregister
 	NodeID              string // deregister-node
 }
 
@@ -66,6 +68,9 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock})
 	case "deregister":
 		return r.Deregister(index, req.Type, req.Name, req.AllocID)
+	case "conditional-deregister":
+		// What agents write for the plugins they host (stub plugins).
+		return r.DeregisterIf(index, req.Type, req.Name, req.AllocID, req.IfNodeID, req.IfModifyIndex)
 	case "deregister-node":
 		return r.DeregisterNode(index, req.NodeID)
 	}
@@ -127,6 +132,19 @@ func (r *Registry) Deregister(index uint64, t, n, alloc string) (string, []Model
 		}
 	}
 	return "absent", nil
+}
+
+// DeregisterIf removes an instance if it still belongs to node and was
+// last changed at modify (each when set). A refusal is "conflict": the
+// FSM answers it with an error, which the merged truth leaves out, so the
+// model saying it where the FSM removed is a disagreement Merge reports.
+func (r *Registry) DeregisterIf(index uint64, t, n, alloc, node string, modify uint64) (string, []ModelEvent) {
+	for _, x := range r.lists[[2]string{t, n}] {
+		if x.Alloc == alloc && (node != "" && x.NodeID != node || modify != 0 && x.Modify != modify) {
+			return "conflict", nil
+		}
+	}
+	return r.Deregister(index, t, n, alloc)
 }
 
 // DeregisterNode removes every instance of a node, by (type, name) order.
