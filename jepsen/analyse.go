@@ -57,6 +57,7 @@ type endOfRun struct {
 	stops        []stopped         // the SIGTERMs
 	watchTarget  uint64            // the index the slow watcher had to reach
 	watchReached uint64
+	plugins      []check.Violation // the stub plugins' registrations (stubPlugins)
 }
 
 // converge waits up to bound until every node reports the same applied
@@ -159,6 +160,9 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	add("writes", check.Writes(rec.ops, truth))
 	add("reads", check.ReadsAtIndex(rec.ops, truth))
 	add("events", check.Events(rec.sessions, truth, r.journalSize))
+	// A stub's resets come from its agent's upstream, which the harness
+	// cannot see: allowed anywhere (journal size 0), contents checked.
+	add("plugin-events", check.Events(rec.stubSessions, truth, 0))
 	add("leaders", check.Leaders(rec.leaders))
 	add("isolated", cutOffAnswers(rec.ops, faults))
 	add("convergence", conv.violations)
@@ -183,6 +187,7 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	add("liveness", end.live.violations)
 	add("shutdown", shutdownViolations(end.stops))
 	add("watch", watchCatchUp(r, end))
+	add("plugins", end.plugins)
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
@@ -305,19 +310,10 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 		}
 		fmt.Fprintf(&b, "%-11s %7d %7d %7d   (operations through client agents; %d event sessions on them)\n", "via client", c[0], c[1], c[2], cs)
 	}
-	events, resets := 0, 0
-	for _, s := range rec.sessions {
-		for _, e := range s.Events {
-			switch e.EventType {
-			case "reset":
-				resets++
-			case "heartbeat":
-			default:
-				events++
-			}
-		}
-	}
+	events, resets := countEvents(rec.sessions)
 	fmt.Fprintf(&b, "\nlog: %d entries to index %d; events received: %d in %d sessions, %d resets\n", len(truth.Entries), truth.LastIndex(), events, len(rec.sessions), resets)
+	events, resets = countEvents(rec.stubSessions)
+	fmt.Fprintf(&b, "stub plugins (type %s, on n1 and the client agents): %d events in %d sessions, %d resets\n", check.StubPluginType, events, len(rec.stubSessions), resets)
 	fmt.Fprintf(&b, "throughput before the first fault: %.1f ok ops/s\n\nnemesis:\n", tput)
 	byName := map[string][2]int{}
 	for _, f := range faults {
@@ -373,6 +369,22 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	return b.String()
 }
 
+// countEvents counts the events (heartbeats aside) and resets received.
+func countEvents(sessions []check.Session) (events, resets int) {
+	for _, s := range sessions {
+		for _, e := range s.Events {
+			switch e.EventType {
+			case "reset":
+				resets++
+			case "heartbeat":
+			default:
+				events++
+			}
+		}
+	}
+	return events, resets
+}
+
 func writeJSONL[T any](path string, xs []T) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -394,6 +406,7 @@ func writeResults(dir string, r *runConfig, rec *recorder, faults []fault, res *
 	var errs []error
 	errs = append(errs, writeJSONL(filepath.Join(dir, "history.jsonl"), rec.ops))
 	errs = append(errs, writeJSONL(filepath.Join(dir, "events.jsonl"), rec.sessions))
+	errs = append(errs, writeJSONL(filepath.Join(dir, "plugin-events.jsonl"), rec.stubSessions))
 	errs = append(errs, writeJSONL(filepath.Join(dir, "nemesis.jsonl"), faults))
 	errs = append(errs, writeJSONL(filepath.Join(dir, "leaders.jsonl"), rec.leaders))
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "linearizability.html"), res.vis, 0o644))

@@ -267,6 +267,10 @@ func run(r *runConfig) (int, error) {
 	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, read: wl.clientRead, logf: logf.printf}
 	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
 	logf.printf("slow watcher (Go client, subscriber %d): stall timeout %v", r.subscribers, slow.stall)
+	stubs, err := startStubPlugins(ctx, d, clock, r.types, subscriberID(r.subscribers, r.clientAgents), logf.printf)
+	if err != nil {
+		return 2, err
+	}
 
 	runCtx, stop := context.WithTimeout(ctx, r.timeLimit)
 	defer stop()
@@ -290,6 +294,9 @@ func run(r *runConfig) (int, error) {
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
 	end := finish(ctx, d, r, wl, nm, slow, logf.printf)
+	// The stub plugins: registered while they run, gone once stopped; both
+	// before the SIGTERMs, which would end their sessions for them.
+	end.plugins = append(stubs.checkRegistered(ctx), stubs.stop(ctx, rec)...)
 	stopObs()
 	observing.Wait()
 	end.stops = d.terminateAll()

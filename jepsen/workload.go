@@ -25,11 +25,12 @@ import (
 // recorder keeps the history; every completion is recorded with the
 // invocation it completes.
 type recorder struct {
-	mu       sync.Mutex // guards ops, sessions, leaders
-	ops      []check.Op
-	sessions []check.Session
-	leaders  []check.LeaderObs
-	nextID   int
+	mu           sync.Mutex // guards ops, sessions, stubSessions, leaders
+	ops          []check.Op
+	sessions     []check.Session
+	stubSessions []check.Session // the stub plugins' (stubPlugin)
+	leaders      []check.LeaderObs
+	nextID       int
 }
 
 func (r *recorder) add(op check.Op) {
