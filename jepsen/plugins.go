@@ -94,7 +94,7 @@ func startStubPlugins(ctx context.Context, d *db, clock func() int64, types, fir
 			return sp, fmt.Errorf("stub plugin %s: resume index: %w", p.name(), err)
 		}
 		p.sess = check.Session{Subscriber: p.id, Node: n.Name, Types: sp.types, From: from, Start: clock()}
-		log := slog.New(slog.NewTextHandler(logWriter(logf), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log := slog.New(slog.NewTextHandler(logWriter(logf), &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: noTime}))
 		p.stub, err = stub.New(p, stub.WithPluginType(check.StubPluginType), stub.WithPluginName(p.name()),
 			stub.WithEndpoint("127.0.0.1:1"), stub.WithSocketPath(filepath.Join(n.Dir, "plugin.sock")),
 			stub.WithEventMask(stub.AllEvents, sp.types...), stub.WithResumeIndex(from), stub.WithLogger(log))
@@ -125,6 +125,14 @@ func (d *db) appliedIndex(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return h.AppliedIndex, nil
+}
+
+// noTime drops slog's time: run.log's lines have theirs.
+func noTime(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
 }
 
 // logWriter sends the stubs' log lines to run.log.
@@ -166,8 +174,8 @@ func (sp *stubPlugins) checkRegistered(ctx context.Context) []check.Violation {
 					vs = append(vs, violation("plugins", "%s on %s: listing on %s: %v", p.name(), p.node.Name, n.Name, err))
 				case len(ps) != 1:
 					vs = append(vs, violation("plugins", "%s on %s: %s lists %d instances of it, want 1: %s", p.name(), p.node.Name, n.Name, len(ps), renderInstances(ps)))
-				case ps[0].NodeID != p.node.Name:
-					vs = append(vs, violation("plugins", "%s on %s: %s lists it on node %q", p.name(), p.node.Name, n.Name, ps[0].NodeID))
+				case ps[0].NodeID != p.node.Name || ps[0].Options[api.OptionSource] != api.SourceStub:
+					vs = append(vs, violation("plugins", "%s on %s: %s lists it on node %q, source %q", p.name(), p.node.Name, n.Name, ps[0].NodeID, ps[0].Options[api.OptionSource]))
 				}
 			}
 		}
