@@ -296,7 +296,11 @@ func run(r *runConfig) (int, error) {
 	end := finish(ctx, d, r, wl, nm, slow, logf.printf)
 	// The stub plugins: registered while they run, gone once stopped; both
 	// before the SIGTERMs, which would end their sessions for them.
-	end.plugins = append(stubs.checkRegistered(ctx), stubs.stop(ctx, rec)...)
+	target := end.watchTarget
+	if len(end.live.violations) > 0 || len(end.conv.violations) > 0 {
+		target = 0 // a node is stuck: the stub may follow it
+	}
+	end.plugins = append(stubs.checkRegistered(ctx, target), stubs.stop(ctx, rec)...)
 	stopObs()
 	observing.Wait()
 	end.stops = d.terminateAll()

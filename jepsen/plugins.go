@@ -151,11 +151,16 @@ const (
 	stubGoneBound   = 6 * time.Second
 )
 
-// checkRegistered: after the heal, every stub is still running and is
-// listed exactly once on every server (each its own replica), with its
-// agent's node. It polls up to stubListedBound: a stub whose agent just
-// restarted may be between reconnects.
-func (sp *stubPlugins) checkRegistered(ctx context.Context) []check.Violation {
+// checkRegistered: after the heal, every stub is still running, its
+// stream has reached target (every node's applied index; 0 when a node
+// was stuck, which the cluster's checks report), and it is listed exactly
+// once on every server (each its own replica), with its agent's node. The
+// events checker checks what a stub received only as a prefix of the log:
+// a stream that stopped without a gap shows here. It polls up to
+// stubListedBound: a stub whose agent just restarted may be between
+// reconnects, and only heartbeats move its position past its types' last
+// event.
+func (sp *stubPlugins) checkRegistered(ctx context.Context, target uint64) []check.Violation {
 	var vs []check.Violation
 	deadline := time.Now().Add(stubListedBound)
 	for {
@@ -166,6 +171,9 @@ func (sp *stubPlugins) checkRegistered(ctx context.Context) []check.Violation {
 				vs = append(vs, violation("plugins", "%s on %s: the stub stopped during the run: %v", p.name(), p.node.Name, p.err))
 				continue
 			default:
+			}
+			if at := p.stub.Position().Complete; at < target {
+				vs = append(vs, violation("plugins", "%s on %s: its events reached index %d, every server had applied %d", p.name(), p.node.Name, at, target))
 			}
 			for _, n := range sp.db.nodes {
 				ps, err := stubInstances(ctx, sp.db, n, p.name())
