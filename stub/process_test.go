@@ -41,8 +41,7 @@ const (
 	reapAfter = 10 * time.Second
 )
 
-// TestMain removes the binaries proctest built after the tests.
-func TestMain(m *testing.M) { proctest.Main(m) }
+
 
 // procEnv is the processes under test.
 type procEnv struct {
