@@ -41,8 +41,6 @@ const (
 	reapAfter = 10 * time.Second
 )
 
-
-
 // procEnv is the processes under test.
 type procEnv struct {
 	*proctest.Cluster
