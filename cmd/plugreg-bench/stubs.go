@@ -244,24 +244,13 @@ func (b *stubBench) burst(ctx context.Context, round, m int) (time.Duration, tim
 	defer tr.CloseIdleConnections()
 	cpu0, _ := cpuTime(b.agent.pid())
 	t0 := time.Now()
-	var wg sync.WaitGroup
-	var werr atomic.Value
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := w; k < m; k += 16 {
-				p := &client.PluginInfo{Type: stubWatchType, Name: fmt.Sprintf("r%d-w%05d", round, k), AllocID: "a",
-					NodeID: "bench", ConnectionInfo: &api.ConnectionInfo{Address: "127.0.0.1:1"}}
-				if _, err := cli.Register(ctx, p); err != nil {
-					werr.Store(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := werr.Load().(error); err != nil {
+	err = writeBurst(m, func(k int) error {
+		p := &client.PluginInfo{Type: stubWatchType, Name: fmt.Sprintf("r%d-w%05d", round, k), AllocID: "a",
+			NodeID: "bench", ConnectionInfo: &api.ConnectionInfo{Address: "127.0.0.1:1"}}
+		_, err := cli.Register(ctx, p)
+		return err
+	})
+	if err != nil {
 		return 0, 0, fmt.Errorf("stubs: burst write: %w", err)
 	}
 	if !waitFor(ctx, 2*time.Minute, func() bool {
@@ -373,4 +362,26 @@ func printStubs(w io.Writer, r *stubsReport) {
 		row("CPU per delivery (µs)", "cpu_per_delivery", r.AgentCPUPerDelivery, e.CPUPerDeliveryUs)
 		row("orderly stop of all (s)", "stop_seconds", r.StopSeconds, e.StopSeconds)
 	}
+}
+
+// writeBurst makes writes 0..m-1 with 16 writers and returns the first
+// error (a writer stops at its first).
+func writeBurst(m int, write func(k int) error) error {
+	var wg sync.WaitGroup
+	var werr atomic.Value
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < m; k += 16 {
+				if err := write(k); err != nil {
+					werr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	err, _ := werr.Load().(error)
+	return err
 }

@@ -111,22 +111,11 @@ func runStubsEtcd(ctx context.Context, o *options, ec *etcdCluster) (*etcdStubsR
 	defer wcli.Close()
 	cpu0, _ = cpuTime(pid)
 	t1 := time.Now()
-	var bwg sync.WaitGroup
-	var werr atomic.Value
-	for w := range 16 {
-		bwg.Add(1)
-		go func() {
-			defer bwg.Done()
-			for k := w; k < m; k += 16 {
-				if _, err := wcli.Put(ctx, fmt.Sprintf("/plugins/%s/w%05d", stubWatchType, k), "x"); err != nil {
-					werr.Store(err)
-					return
-				}
-			}
-		}()
-	}
-	bwg.Wait()
-	if err, _ := werr.Load().(error); err != nil {
+	err = writeBurst(m, func(k int) error {
+		_, err := wcli.Put(ctx, fmt.Sprintf("/plugins/%s/w%05d", stubWatchType, k), "x")
+		return err
+	})
+	if err != nil {
 		return rep, fmt.Errorf("stubs (etcd): burst: %w", err)
 	}
 	if !waitFor(ctx, 2*time.Minute, func() bool {
