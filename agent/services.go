@@ -77,13 +77,7 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 			cancel()
 			return nil, fmt.Errorf("plugins dir: %w", err)
 		}
-		s.goFunc(func() {
-			select {
-			case <-s.Watcher.Settled():
-				host.Ready(api.SourceKubelet)
-			case <-ctx.Done():
-			}
-		})
+		s.readyWhen(ctx, s.Watcher.Settled(), api.SourceKubelet)
 	}
 	if cfg.PluginSocket != nil {
 		pc := *cfg.PluginSocket
@@ -92,24 +86,24 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 			s.Stop()
 			return nil, err
 		}
-		// Plugins reconnect after an agent restart; one that has not within
-		// the return window is gone, and anti-entropy may remove it.
-		window := s.Plugins.ReturnWindow()
-		s.goFunc(func() {
-			t := time.NewTimer(window)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				pc.Logger.Info("plugins had their time to come back after the start; anti-entropy removes the registrations of those that did not", "window", window)
-				host.Ready(api.SourceStub)
-			case <-ctx.Done():
-			}
-		})
+		s.readyWhen(ctx, s.Plugins.Settled(), api.SourceStub)
 	}
 	if len(sources) > 0 { // nothing to keep right otherwise
 		s.goFunc(func() { host.Run(ctx) })
 	}
 	return s, nil
+}
+
+// readyWhen tells the host that source made its first pass once settled
+// is closed (anti-entropy removes nothing of a source before that).
+func (s *Services) readyWhen(ctx context.Context, settled <-chan struct{}, source string) {
+	s.goFunc(func() {
+		select {
+		case <-settled:
+			s.Host.Ready(source)
+		case <-ctx.Done():
+		}
+	})
 }
 
 func (s *Services) goFunc(f func()) {

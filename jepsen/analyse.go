@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -107,21 +108,49 @@ func converge(ctx context.Context, d *db, types int, bound time.Duration, logf f
 }
 
 func staleList(ctx context.Context, d *db, addr, typ string) ([]check.Item, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/plugins/"+typ+"?consistency=stale", nil)
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var ps []struct{ Name, AllocID, Version string }
-	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
-		return nil, err
+	if found, err := staleRead(ctx, d, addr, "/v1/plugins/"+typ, &ps); err != nil || !found {
+		return nil, errors.Join(err, errNotFound(found, typ))
 	}
 	items := []check.Item{}
 	for _, p := range ps {
 		items = append(items, check.Item{Name: p.Name, Alloc: p.AllocID, Value: p.Version})
 	}
 	return items, nil
+}
+
+// staleRead GETs path from the node at addr (host:port) with
+// consistency=stale, its own replica, into out. A 404 is found false.
+func staleRead(ctx context.Context, d *db, addr, path string, out any) (found bool, err error) {
+	u := "http://" + addr + path + "?consistency=stale"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return false, nil
+	default:
+		return false, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return false, fmt.Errorf("GET %s: %w", u, err)
+	}
+	return true, nil
+}
+
+// errNotFound is an error for a read that had to find something.
+func errNotFound(found bool, what string) error {
+	if found {
+		return nil
+	}
+	return fmt.Errorf("%s: not found", what)
 }
 
 // result is the verdict of a run.

@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -154,19 +153,10 @@ func (w *workload) clientRead(ctx context.Context, j int) check.Op {
 func staleGet(ctx context.Context, d *db, i int, typ, name, alloc string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	u := "http://" + d.nodes[i].HTTP + "/v1/plugins/" + strings.Join([]string{typ, name, alloc}, "/") + "?consistency=stale"
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", u, resp.Status)
-	}
 	var p struct{ Version string }
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return "", fmt.Errorf("GET %s: %w", u, err)
+	path := "/v1/plugins/" + strings.Join([]string{typ, name, alloc}, "/")
+	if found, err := staleRead(ctx, d, d.nodes[i].HTTP, path, &p); err != nil || !found {
+		return "", errors.Join(err, errNotFound(found, path))
 	}
 	return p.Version, nil
 }

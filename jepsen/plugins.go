@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -238,24 +236,9 @@ func (sp *stubPlugins) stop(ctx context.Context, rec *recorder) []check.Violatio
 // stubInstances is every instance of jplugin/name in server n's own
 // replica (a stale read).
 func stubInstances(ctx context.Context, d *db, n *node, name string) ([]api.PluginInfo, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTP+"/v1/plugins/"+check.StubPluginType+"/"+name+"?consistency=stale", nil)
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound: // no instance of that name
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("GET %s: %s", req.URL.Path, resp.Status)
-	}
 	var ps []api.PluginInfo
-	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", req.URL.Path, err)
-	}
-	return ps, nil
+	_, err := staleRead(ctx, d, n.HTTP, "/v1/plugins/"+check.StubPluginType+"/"+name, &ps) // 404: none
+	return ps, err
 }
 
 func renderInstances(ps []api.PluginInfo) string {

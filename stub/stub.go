@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,8 +182,6 @@ type Stub struct {
 // shutdown notice (ev nil).
 type item struct{ ev *api.Event }
 
-var idxPattern = regexp.MustCompile(`^[0-9]{2}$`)
-
 // New returns a Stub for plugin, which implements any of the handler
 // interfaces (ConfigureInterface, RegisteredInterface, ...).
 func New(plugin any, opts ...Option) (*Stub, error) {
@@ -222,7 +219,7 @@ func New(plugin any, opts ...Option) (*Stub, error) {
 			return nil, fmt.Errorf("stub: %w", err)
 		}
 	}
-	if !idxPattern.MatchString(s.idx) {
+	if !pb.ValidIdx(s.idx) {
 		return nil, fmt.Errorf("stub: %w: idx %q (WithPluginIdx) is not two digits", api.ErrInvalid, s.idx)
 	}
 	if s.endpoint.SocketPath == "" && s.endpoint.Address == "" {
@@ -240,7 +237,7 @@ func New(plugin any, opts ...Option) (*Stub, error) {
 // plugin name with idx NN.
 func nameFromExecutable() (name, idx string) {
 	base := filepath.Base(os.Args[0])
-	if len(base) > 3 && idxPattern.MatchString(base[:2]) && base[2] == '-' {
+	if len(base) > 3 && pb.ValidIdx(base[:2]) && base[2] == '-' {
 		return base[3:], base[:2]
 	}
 	return base, "00"
@@ -294,22 +291,10 @@ func (s *Stub) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("stub: already started")
 	}
-	deadline := time.Now().Add(s.RegistrationTimeout())
-	var sess *session
-	var err error
-	for attempt := 0; ; attempt++ {
-		if sess, err = s.connect(ctx); err == nil {
-			break
-		}
-		if permanent(err) || ctx.Err() != nil || time.Now().After(deadline) {
-			s.finish(err)
-			return err
-		}
-		if !s.sleep(ctx, backoff(attempt)) {
-			err = fmt.Errorf("%w (stopped while connecting)", err)
-			s.finish(err)
-			return err
-		}
+	sess, err := s.connectRetrying(ctx, time.Now().Add(s.RegistrationTimeout()))
+	if err != nil {
+		s.finish(err)
+		return err
 	}
 	go s.handle()
 	go s.run(sess)
@@ -391,8 +376,8 @@ func (s *Stub) run(sess *session) {
 			why = err
 			break
 		}
-		if sess, why = s.reconnect(); sess == nil {
-			break
+		if sess, why = s.connectRetrying(context.Background(), time.Time{}); sess == nil {
+			break // stopped (why is then dropped below), or refused for good
 		}
 	}
 	if s.stopping() {
@@ -408,22 +393,25 @@ func (s *Stub) run(sess *session) {
 	s.finish(why)
 }
 
-// reconnect connects again, with backoff, until it succeeds, the stub
-// stops (nil, nil) or the agent refuses for good (nil, err).
-func (s *Stub) reconnect() (*session, error) {
+// connectRetrying connects, retrying with backoff, until it succeeds,
+// the agent refuses for good, ctx ends, the stub is stopped, or (when not
+// zero) deadline has passed.
+func (s *Stub) connectRetrying(ctx context.Context, deadline time.Time) (*session, error) {
 	for attempt := 0; ; attempt++ {
-		if !s.sleep(context.Background(), backoff(attempt)) {
-			return nil, nil
-		}
-		sess, err := s.connect(context.Background())
+		sess, err := s.connect(ctx)
 		if err == nil {
-			s.logger.Info("reconnected to the agent", "attempts", attempt+1)
+			if attempt > 0 {
+				s.logger.Info("connected to the agent", "attempts", attempt+1)
+			}
 			return sess, nil
 		}
-		if permanent(err) {
+		if permanent(err) || ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
 			return nil, err
 		}
-		s.logger.Debug("reconnect failed", "attempt", attempt+1, "error", err)
+		s.logger.Debug("connecting to the agent failed; retrying", "attempt", attempt+1, "error", err)
+		if !s.sleep(ctx, backoff(attempt)) {
+			return nil, fmt.Errorf("%w (stopped while connecting)", err)
+		}
 	}
 }
 

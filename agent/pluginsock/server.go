@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +110,6 @@ type Server struct {
 
 	cfg    Config
 	logger hclog.Logger
-	lis    net.Listener
 	grpc   *grpc.Server
 
 	ctx    context.Context // ends with Stop: deregistrations after grace
@@ -119,6 +117,9 @@ type Server struct {
 	wg     sync.WaitGroup // receive loops and grace deregistrations
 	down   chan struct{}  // closed by Stop: sessions say Shutdown
 	once   sync.Once
+
+	settled      chan struct{} // closed ReturnWindow after Listen
+	settledTimer *time.Timer
 
 	mu      sync.Mutex
 	closed  bool // Stop began: no new grace timers or removals
@@ -158,7 +159,7 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, logger: cfg.Logger, lis: lis, down: make(chan struct{}), plugins: make(map[ident]*plugin)}
+	s := &Server{cfg: cfg, logger: cfg.Logger, down: make(chan struct{}), plugins: make(map[ident]*plugin)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.grpc = grpc.NewServer(
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, MaxConnectionIdle: time.Minute}),
@@ -179,6 +180,12 @@ func Listen(cfg Config) (*Server, error) {
 			s.logger.Error("plugin socket stopped serving", "path", cfg.Path, "error", err)
 		}
 	}()
+	s.settled = make(chan struct{})
+	window := s.ReturnWindow()
+	s.settledTimer = time.AfterFunc(window, func() {
+		s.logger.Info("plugins had their time to come back after the start; anti-entropy removes the registrations of those that did not", "window", window)
+		close(s.settled)
+	})
 	s.logger.Info("plugin socket listening", "path", cfg.Path)
 	return s, nil
 }
@@ -224,9 +231,11 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 // Path is the socket's path.
 func (s *Server) Path() string { return s.cfg.Path }
 
-// Grace is how long a plugin stays registered after its session ended
-// without Stop.
-func (s *Server) Grace() time.Duration { return s.cfg.Grace }
+// Settled is closed once the plugins that were registered before the
+// agent's start have had their time to come back (ReturnWindow): only
+// then may anti-entropy remove those that did not. It is never closed if
+// Stop comes first.
+func (s *Server) Settled() <-chan struct{} { return s.settled }
 
 // ReturnWindow is how long after the agent's start its plugins have to
 // come back before the registrations of those that did not may be
@@ -245,6 +254,7 @@ func (s *Server) ReturnWindow() time.Duration {
 func (s *Server) Stop() {
 	s.once.Do(func() {
 		close(s.down)
+		s.settledTimer.Stop()
 		s.mu.Lock()
 		s.closed = true
 		for _, p := range s.plugins {
@@ -293,18 +303,10 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-var idxPattern = regexp.MustCompile(`^[0-9]{2}$`)
-
 // pluginOf validates a Register and returns the registration it asks for.
 func (s *Server) pluginOf(r *pb.Register) (ident, *api.PluginInfo, error) {
 	id := ident{r.GetType(), r.GetName(), r.GetIdx()}
-	if err := api.ValidateIdentifier("type", id.typ); err != nil {
-		return id, nil, err
-	}
-	if err := api.ValidateIdentifier("name", id.name); err != nil {
-		return id, nil, err
-	}
-	if !idxPattern.MatchString(id.idx) {
+	if !pb.ValidIdx(id.idx) {
 		return id, nil, fmt.Errorf("%w: idx %q is not two digits (00 to 99)", api.ErrInvalid, id.idx)
 	}
 	for k := range r.GetOptions() {
@@ -321,7 +323,7 @@ func (s *Server) pluginOf(r *pb.Register) (ident, *api.PluginInfo, error) {
 	}
 	info.Options[api.OptionSource] = api.SourceStub
 	info.Options[OptionIdx] = id.idx
-	if err := api.ValidatePlugin(info); err != nil {
+	if err := api.ValidatePlugin(info); err != nil { // type, name, endpoint, sizes
 		return id, nil, err
 	}
 	return id, info, nil
@@ -368,8 +370,6 @@ func grpcError(err error) error {
 	switch {
 	case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrTooLarge):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, api.ErrConflict):
-		return status.Error(codes.AlreadyExists, err.Error())
 	}
 	return status.Error(codes.Unavailable, err.Error())
 }

@@ -105,17 +105,12 @@ func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 	if sub == nil {
 		return status.Error(codes.InvalidArgument, "the message after Configure must be Subscribe (or Stop)")
 	}
-	for _, t := range sub.GetTypes() {
-		if err := api.ValidateIdentifier("type", t); err != nil {
-			return grpcError(fmt.Errorf("subscribe %s: %w", id, err))
-		}
-	}
 	var from *uint64
 	if sub.FromIndex != nil {
 		f := sub.GetFromIndex()
 		from = &f
 	}
-	events, start, err := s.cfg.Events.Subscribe(ctx, sub.GetTypes(), from, s.cfg.Heartbeat)
+	events, start, err := s.cfg.Events.Subscribe(ctx, sub.GetTypes(), from, s.cfg.Heartbeat) // validates the types
 	if err != nil {
 		return grpcError(fmt.Errorf("subscribe %s: %w", id, err))
 	}
@@ -125,13 +120,10 @@ func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 		wctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		res, err := s.cfg.Registrar.Put(wctx, info)
 		cancel()
-		switch {
-		case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrTooLarge):
-			return grpcError(fmt.Errorf("register %s: %w", id, err))
-		case err != nil: // remembered by the host: anti-entropy makes it later
+		if err != nil { // remembered by the host: anti-entropy makes it later (pluginOf validated it)
 			ready.Pending = err.Error()
 			s.logger.Warn("plugin registration pending", "plugin", id, "error", err)
-		default:
+		} else {
 			ready.Index = res.Index
 		}
 		s.mu.Lock()

@@ -73,14 +73,16 @@ func (c *countPlugin) Registered(context.Context, *api.Event) error {
 }
 
 type stubBench struct {
-	o       *options
-	pc      *plugregCluster
-	sys     *plugregSystem
-	agent   *proc
-	sock    string
-	stubs   []*stub.Stub
-	plugins []*countPlugin
-	rep     *stubsReport
+	o   *options
+	pc  *plugregCluster
+	sys *plugregSystem
+	// onServer[i] reads server i's own replica (one client each, made once)
+	onServer []*client.Client
+	agent    *proc
+	sock     string
+	stubs    []*stub.Stub
+	plugins  []*countPlugin
+	rep      *stubsReport
 }
 
 func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdCluster, bin, dir string) (*stubsReport, error) {
@@ -88,6 +90,14 @@ func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdClust
 	b := &stubBench{o: o, pc: pc, sys: &plugregSystem{c: pc}, sock: filepath.Join(dir, "st.sock"), rep: rep}
 	if len(b.sock) > 107 {
 		return rep, fmt.Errorf("socket path %s is too long for a unix socket; use a shorter -dir", b.sock)
+	}
+	for _, nd := range pc.nodes {
+		cli, tr, err := b.sys.newClient([]string{nd.httpAddr()})
+		if err != nil {
+			return rep, err
+		}
+		defer tr.CloseIdleConnections()
+		b.onServer = append(b.onServer, cli)
 	}
 	adir := filepath.Join(dir, "stub-agent")
 	if err := os.MkdirAll(adir, 0o755); err != nil {
@@ -140,13 +150,8 @@ func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdClust
 // listedEverywhere reports whether every server's own replica lists n
 // instances of the stub type.
 func (b *stubBench) listedEverywhere(ctx context.Context, n int) bool {
-	for _, nd := range b.pc.nodes {
-		cli, tr, err := b.sys.newClient([]string{nd.httpAddr()})
-		if err != nil {
-			return false
-		}
+	for _, cli := range b.onServer {
 		l, _, err := cli.List(ctx, stubType, &client.QueryOptions{Stale: true})
-		tr.CloseIdleConnections()
 		if errors.Is(err, client.ErrNotFound) {
 			l, err = nil, nil
 		}
