@@ -45,6 +45,11 @@ type Config struct {
 	// followers' applies (their events, their linearizable reads) trail
 	// the leader's. Zero: 5ms (raft's own default is 50ms).
 	CommitTimeout time.Duration
+	// NoCommitNotify turns off telling followers the commit index as soon
+	// as the leader applied an entry (see commitNotifier); followers then
+	// learn it only from raft's own AppendEntries. For measuring what the
+	// notices buy, and as an escape hatch.
+	NoCommitNotify bool
 	// MaxAppendEntries bounds the entries per AppendEntries RPC and per
 	// batch raft hands the FSM (zero: raft's 64).
 	MaxAppendEntries int

@@ -40,7 +40,8 @@ type Server struct {
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
-	applyJournal *journalFSM // nil unless Config.ApplyJournal
+	applyJournal *journalFSM     // nil unless Config.ApplyJournal
+	commits      *commitNotifier // nil with Config.NoCommitNotify
 
 	gossip *gossip.Pool
 
@@ -179,14 +180,22 @@ func (s *Server) setupRaft() error {
 	if err != nil {
 		return fmt.Errorf("inspect raft state: %w", err)
 	}
-	var machine raft.FSM = s.fsm
+	var machine raft.BatchingFSM = s.fsm
 	if cfg.ApplyJournal != "" {
 		if s.applyJournal, err = openJournalFSM(s.fsm, cfg.ApplyJournal); err != nil {
 			return err
 		}
 		machine = s.applyJournal
 	}
-	if s.raft, err = raft.NewRaft(rc, machine, s.logs, s.stable, snaps, s.trans); err != nil {
+	var trans raft.Transport = s.trans
+	if !cfg.NoCommitNotify {
+		s.commits = newCommitNotifier(s.ctx, s.trans, raft.RPCHeader{
+			ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: s.trans.EncodePeer(rc.LocalID, s.trans.LocalAddr()),
+		}, s.IsLeader)
+		machine = notifyingFSM{BatchingFSM: machine, n: s.commits}
+		trans = notifyingTransport{NetworkTransport: s.trans, n: s.commits}
+	}
+	if s.raft, err = raft.NewRaft(rc, machine, s.logs, s.stable, snaps, trans); err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if !existing && cfg.BootstrapExpect == 1 {
@@ -488,6 +497,9 @@ func (s *Server) Shutdown() error {
 		}
 		if s.pool != nil {
 			s.pool.Close()
+		}
+		if s.commits != nil {
+			s.commits.wait() // its sends end with the transport
 		}
 		s.wg.Wait()
 		if raftStopped {

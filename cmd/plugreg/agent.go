@@ -63,6 +63,7 @@ func runAgent(args []string) error {
 		logStore  = fs.String("log-store", cluster.LogStoreBolt, "Raft log store: boltdb or wal (a data dir keeps the one it was created with)")
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
+		cmNotify  = fs.Bool("commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
 		plugDir   = fs.String("plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
 		plugSock  = fs.String("plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
 		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
@@ -150,6 +151,7 @@ func runAgent(args []string) error {
 	if *cmTime > 0 {
 		cfg.CommitTimeout = *cmTime
 	}
+	cfg.NoCommitNotify = !*cmNotify
 	cfg.LogStore = *logStore
 	cfg.Logger = logger
 
@@ -195,7 +197,7 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}) erro
 // one with -client is a mistake worth saying.
 var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
 	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-journal",
-	"heartbeat-timeout", "log-store", "commit-timeout"}
+	"heartbeat-timeout", "log-store", "commit-timeout", "commit-notify"}
 
 func clientOnlyFlags(fs *flag.FlagSet) error {
 	var bad []string
