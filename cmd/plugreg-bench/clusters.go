@@ -46,20 +46,27 @@ type plugregCluster struct {
 // startPlugreg starts three agents as real processes. extra is appended to
 // every agent's flags (e.g. -log-store wal).
 func startPlugreg(bin, dir string, extra []string) (*plugregCluster, error) {
+	return startPlugregAs("plugreg", 27000, bin, dir, extra)
+}
+
+// startPlugregAs starts a three-server cluster named label (its data dirs
+// and logs are label-nN) on ports base+300.. (server), +400.. (gossip),
+// +500.. (HTTP), +600.. (pprof).
+func startPlugregAs(label string, base int, bin, dir string, extra []string) (*plugregCluster, error) {
 	c := &plugregCluster{hc: &http.Client{Timeout: 2 * time.Second}}
 	for i := 0; i < members; i++ {
 		n := &plugregNode{
 			id: fmt.Sprintf("n%d", i+1), ip: memberIP(i),
-			httpPort: 27500 + i, srvPort: 27300 + i, gossipPort: 27400 + i, pprofPort: 27600 + i,
+			httpPort: base + 500 + i, srvPort: base + 300 + i, gossipPort: base + 400 + i, pprofPort: base + 600 + i,
 		}
-		n.dataDir = filepath.Join(dir, "plugreg-"+n.id)
+		n.dataDir = filepath.Join(dir, label+"-"+n.id)
 		args := []string{"agent", "-node", n.id, "-data-dir", n.dataDir, "-bind", n.ip,
 			"-http-port", strconv.Itoa(n.httpPort), "-server-port", strconv.Itoa(n.srvPort),
 			"-gossip-port", strconv.Itoa(n.gossipPort), "-pprof", n.pprofAddr(),
-			"-bootstrap-expect", "3", "-join", net.JoinHostPort(memberIP(0), "27400"), "-retry-join",
+			"-bootstrap-expect", "3", "-join", net.JoinHostPort(memberIP(0), strconv.Itoa(base+400)), "-retry-join",
 			"-log-level", "warn"}
 		args = append(args, extra...)
-		n.proc = &proc{name: "plugreg " + n.id, path: bin, args: args, logPath: filepath.Join(dir, "plugreg-"+n.id+".log")}
+		n.proc = &proc{name: label + " " + n.id, path: bin, args: args, logPath: filepath.Join(dir, label+"-"+n.id+".log")}
 		c.nodes = append(c.nodes, n)
 	}
 	for _, n := range c.nodes {

@@ -54,14 +54,19 @@ type options struct {
 	plugregBin   string
 	plugregFlags []string
 	etcdFlags    []string
-	profileDir   string
-	profileSecs  int
-	scale        bool
-	scaleNames   int
-	scaleAllocs  int
-	scaleTypes   int
-	scaleClients int
-	scaleEtcd    bool
+	// A second plugreg cluster, the baseline, in the same run (for
+	// before/after ratios of one change): its binary and flags.
+	baselineBin   string
+	baselineFlags []string
+	baseline      bool
+	profileDir    string
+	profileSecs   int
+	scale         bool
+	scaleNames    int
+	scaleAllocs   int
+	scaleTypes    int
+	scaleClients  int
+	scaleEtcd     bool
 
 	agents         int
 	stubSessions   int
@@ -104,7 +109,7 @@ func parseFlags(args []string) (*options, error) {
 		fs.PrintDefaults()
 	}
 	o := &options{}
-	var clients, workloads, pflags, eflags string
+	var clients, workloads, pflags, eflags, bflags string
 	quick := fs.Bool("quick", false, "a one-minute smoke run: 1s cells at 1 and 64 clients, 3 failover rounds")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "duration of each cell (one system, one workload, one concurrency)")
 	fs.StringVar(&clients, "clients", "1,16,64,256", "comma-separated concurrencies")
@@ -117,6 +122,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.plugregBin, "plugreg-bin", "", "prebuilt plugreg binary (default: go build ./cmd/plugreg)")
 	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\")")
 	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "also run a baseline plugreg cluster from this binary in every cell (table workloads only) and print plugreg/baseline ratios")
+	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
 	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile register cell")
 	fs.BoolVar(&o.scale, "scale", false, "run the scale test instead: 1M instances, memory, snapshot, restart")
@@ -182,6 +189,11 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-workloads: deregister removes what register added; select both")
 	}
 	o.plugregFlags, o.etcdFlags = strings.Fields(pflags), strings.Fields(eflags)
+	o.baseline = set["baseline-bin"] || set["baseline-flags"]
+	o.baselineFlags = o.plugregFlags
+	if set["baseline-flags"] {
+		o.baselineFlags = strings.Fields(bflags)
+	}
 	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
@@ -207,9 +219,11 @@ type report struct {
 	Failover     map[string]stats     `json:"failover,omitempty"`
 	FailoverRaw  map[string][]float64 `json:"failover_samples_ms,omitempty"`
 	FailoverRate ratio                `json:"failover_ratio_plugreg_over_etcd"`
-	Scale        *scaleReport         `json:"scale,omitempty"`
-	Agents       *agentsReport        `json:"agents,omitempty"`
-	Stubs        *stubsReport         `json:"stubs,omitempty"`
+	// FailoverBaseline is plugreg/baseline, with -baseline-*.
+	FailoverBaseline *ratio        `json:"failover_ratio_plugreg_over_baseline,omitempty"`
+	Scale            *scaleReport  `json:"scale,omitempty"`
+	Agents           *agentsReport `json:"agents,omitempty"`
+	Stubs            *stubsReport  `json:"stubs,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -229,13 +243,16 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("temp dir: %w", err)
 	}
-	var pc *plugregCluster
+	var pc, bc *plugregCluster
 	var ec *etcdCluster
 	defer func() {
 		// Stop every process before removing their data, also when the
 		// run failed or was interrupted.
 		if pc != nil {
 			pc.stop()
+		}
+		if bc != nil {
+			bc.stop()
 		}
 		if ec != nil {
 			ec.stop()
@@ -301,8 +318,22 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	if err := pc.waitReady(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	logf("both clusters ready")
 	systems := []system{&plugregSystem{c: pc}, &etcdSystem{c: ec}}
+	if o.baseline {
+		bbin := o.baselineBin
+		if bbin == "" {
+			bbin = bin
+		}
+		logf("starting the baseline plugreg (%s %s)", bbin, strings.Join(o.baselineFlags, " "))
+		if bc, err = startPlugregAs("baseline", 29000, bbin, dir, o.baselineFlags); err != nil {
+			return err
+		}
+		if err := bc.waitReady(ctx, 60*time.Second); err != nil {
+			return err
+		}
+		systems = append(systems, &plugregSystem{c: bc, label: "baseline"})
+	}
+	logf("clusters ready")
 
 	if o.stubSessions > 0 {
 		if rep.Stubs, err = runStubs(ctx, o, pc, ec, bin, dir); err != nil {
@@ -331,6 +362,9 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		rep.EtcdVersion, rep.Date, rep.CPUs, rep.GoVersion, rep.RecordBytes, o.duration)
 	if len(rep.Cells) > 0 {
 		printTable(out, rep.Cells)
+		if o.baseline {
+			printBaseline(out, rep.Cells)
+		}
 	}
 	if rep.Failover != nil {
 		p, e := rep.Failover["plugreg"], rep.Failover["etcd"]
@@ -338,6 +372,10 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		fmt.Fprintf(out, "  plugreg p50 %s  max %s  samples %v\n", f(p.P50, 0), f(p.Max, 0), rep.FailoverRaw["plugreg"])
 		fmt.Fprintf(out, "  etcd    p50 %s  max %s  samples %v\n", f(e.P50, 0), f(e.Max, 0), rep.FailoverRaw["etcd"])
 		fmt.Fprintf(out, "  ratio plugreg/etcd: p50 %s  max %s\n", f(rep.FailoverRate.P50, 2), f(div(p.Max, e.Max), 2))
+		if b, ok := rep.Failover["baseline"]; ok {
+			fmt.Fprintf(out, "  baseline p50 %s  max %s  samples %v\n", f(b.P50, 0), f(b.Max, 0), rep.FailoverRaw["baseline"])
+			fmt.Fprintf(out, "  ratio plugreg/baseline: p50 %s  max %s\n", f(rep.FailoverBaseline.P50, 2), f(div(p.Max, b.Max), 2))
+		}
 	}
 	if rep.Scale != nil {
 		printScale(out, rep.Scale)
@@ -375,11 +413,10 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 			}
 		}
 	}
+	// Rotate which system goes first, cell by cell.
 	order := func(k int) []system {
-		if k%2 == 0 {
-			return systems
-		}
-		return []system{systems[1], systems[0]}
+		k %= len(systems)
+		return append(append([]system{}, systems[k:]...), systems[:k]...)
 	}
 	k := 0
 	for _, conc := range o.clients {
@@ -415,7 +452,15 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 			}
 		}
 		for _, s := range systems {
-			p, err := newWriters(s, conc)
+			// Worker 0 on a follower, on both systems: the 1-client
+			// cell measures the same path whichever node leads (a
+			// write through a follower is forwarded to the leader).
+			l, err := s.leader(ctx)
+			if err != nil {
+				closeAll()
+				return err
+			}
+			p, err := newWriters(s, conc, l+1)
 			if err != nil {
 				closeAll()
 				return err
@@ -495,6 +540,9 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		}
 		p, e := rep.Failover["plugreg"], rep.Failover["etcd"]
 		rep.FailoverRate = ratio{P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+		if b, ok := rep.Failover["baseline"]; ok {
+			rep.FailoverBaseline = &ratio{P50: div(p.P50, b.P50), P99: div(p.P99, b.P99), P999: div(p.P999, b.P999)}
+		}
 	}
 	return nil
 }
@@ -509,7 +557,7 @@ func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 	if err != nil {
 		return err
 	}
-	ws, err := newWriters(s, 64)
+	ws, err := newWriters(s, 64, 0)
 	if err != nil {
 		return err
 	}

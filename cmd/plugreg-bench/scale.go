@@ -64,7 +64,7 @@ func runScale(ctx context.Context, o *options, systems []system, dir string) (*s
 func scaleOne(ctx context.Context, o *options, s system, dir string) (*scaleSystem, error) {
 	total := o.scaleNames * o.scaleAllocs
 	ss := &scaleSystem{Instances: total}
-	ws, err := newWriters(s, o.scaleClients)
+	ws, err := newWriters(s, o.scaleClients, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,8 @@ type cell struct {
 	Clients  int              `json:"clients"`
 	Results  map[string]stats `json:"results"`
 	Ratio    ratio            `json:"ratio_plugreg_over_etcd"`
+	// RatioBaseline is plugreg/baseline when the run has a baseline.
+	RatioBaseline *ratio `json:"ratio_plugreg_over_baseline,omitempty"`
 }
 
 type ratio struct {
@@ -75,8 +77,16 @@ type ratio struct {
 }
 
 func (c *cell) computeRatio() {
-	p, e := c.Results["plugreg"], c.Results["etcd"]
-	c.Ratio = ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp)}
+	p := c.Results["plugreg"]
+	c.Ratio = ratioOf(p, c.Results["etcd"])
+	if b, ok := c.Results["baseline"]; ok {
+		r := ratioOf(p, b)
+		c.RatioBaseline = &r
+	}
+}
+
+func ratioOf(p, e stats) ratio {
+	return ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp)}
 }
 
 func div(a, b float64) float64 {
@@ -106,5 +116,26 @@ func printTable(w io.Writer, cells []*cell) {
 			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
 			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2),
 			p.Errors, p.Missed, e.Errors, e.Missed)
+	}
+}
+
+// printBaseline prints plugreg against the baseline cluster of the same
+// run (-baseline-bin, -baseline-flags).
+func printBaseline(w io.Writer, cells []*cell) {
+	fmt.Fprintf(w, "\n%-19s %4s | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %s\n",
+		"plugreg/baseline", "cli", "plugreg/s", "p50ms", "p99ms", "base/s", "p50ms", "p99ms",
+		"x/s", "x p50", "x p99", "x cpu", "errors/missed (baseline)")
+	fmt.Fprintln(w, strings.Repeat("-", 120))
+	for _, c := range cells {
+		if c.RatioBaseline == nil {
+			continue
+		}
+		p, b := c.Results["plugreg"], c.Results["baseline"]
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %d/%d\n",
+			c.Workload, c.Clients,
+			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2),
+			f(b.Throughput, 0), f(b.P50, 2), f(b.P99, 2),
+			f(c.RatioBaseline.Throughput, 2), f(c.RatioBaseline.P50, 2), f(c.RatioBaseline.P99, 2), f(c.RatioBaseline.CPUPerOp, 2),
+			b.Errors, b.Missed)
 	}
 }

@@ -61,9 +61,19 @@ type reader interface {
 
 // ---- plugreg ----
 
-type plugregSystem struct{ c *plugregCluster }
+// plugregSystem is a plugreg cluster; label is "plugreg", or "baseline"
+// for the cluster -baseline-bin/-baseline-flags start beside it.
+type plugregSystem struct {
+	c     *plugregCluster
+	label string
+}
 
-func (s *plugregSystem) name() string { return "plugreg" }
+func (s *plugregSystem) name() string {
+	if s.label == "" {
+		return "plugreg"
+	}
+	return s.label
+}
 
 func (s *plugregSystem) newClient(addrs []string) (*client.Client, *http.Transport, error) {
 	// One transport per client: a client is one connection, like one

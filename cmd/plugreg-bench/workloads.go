@@ -78,10 +78,11 @@ func (p *clientPool[T]) close() {
 	}
 }
 
-func newWriters(s system, conc int) (*clientPool[writer], error) {
+// newWriters makes conc writers, worker w talking to node (first+w) mod 3.
+func newWriters(s system, conc, first int) (*clientPool[writer], error) {
 	p := &clientPool[writer]{}
 	for w := 0; w < conc; w++ {
-		c, err := s.writer(w % members)
+		c, err := s.writer((first + w) % members)
 		if err != nil {
 			p.close()
 			return nil, err
@@ -157,7 +158,7 @@ const listNames = 1000
 // populateList registers the 1,000 names of type "list" (one instance
 // each) that the list workload reads.
 func populateList(ctx context.Context, s system) error {
-	ws, err := newWriters(s, 32)
+	ws, err := newWriters(s, 32, 0)
 	if err != nil {
 		return err
 	}
