@@ -53,9 +53,9 @@ type Config struct {
 	// MaxAppendEntries bounds the entries per AppendEntries RPC and per
 	// batch raft hands the FSM (zero: raft's 64).
 	MaxAppendEntries int
-	// LogStore chooses the Raft log and stable store: "boltdb" (or ""),
-	// or "wal" (hashicorp/raft-wal). A data dir keeps the store it was
-	// created with.
+	// LogStore chooses the Raft log and stable store of a new data dir:
+	// "wal" (hashicorp/raft-wal; "" means wal) or "boltdb". A data dir
+	// keeps the store it was created with ("" opens whichever it holds).
 	LogStore string
 	// SnapshotThreshold: log entries between snapshots (zero: 8192).
 	SnapshotThreshold uint64

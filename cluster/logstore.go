@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,45 +10,83 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // Log store kinds for Config.LogStore.
 const (
-	LogStoreBolt = "boltdb" // raft-boltdb/v2: raft.db in the data dir (default)
+	LogStoreBolt = "boltdb" // raft-boltdb/v2: raft.db in the data dir
 	// LogStoreWAL is hashicorp/raft-wal: append-only segment files under
-	// wal/ in the data dir. It writes each batch of entries with one
-	// append and one fsync instead of a bbolt transaction (copy-on-write
-	// B+tree pages, freelist), which is what the write path's profile
-	// spends its disk time on with boltdb.
+	// wal/ in the data dir, the default for a new data dir. It writes each
+	// batch of entries with one append and one fsync instead of a bbolt
+	// transaction (copy-on-write B+tree pages, a freelist, two fsyncs),
+	// which is where the write path's profile spent its disk time with
+	// boltdb (docs/benchmarks.md: 1.2-1.6x the write throughput, same run).
 	LogStoreWAL = "wal"
 )
 
-// openStores opens the Raft log and stable store chosen by cfg.LogStore
-// under the data dir. The closer closes both.
+const walSegmentSize = 16 << 20
+
+// walCloser closes the WAL, then its meta store.
+type walCloser struct {
+	w    *wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (c walCloser) Close() error { return errors.Join(c.w.Close(), c.meta.Close()) }
+
+// storeInDir names the log store a data dir already holds ("" for none).
+func storeInDir(dataDir string) string {
+	if _, err := os.Stat(filepath.Join(dataDir, "raft.db")); err == nil {
+		return LogStoreBolt
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "wal")); err == nil {
+		return LogStoreWAL
+	}
+	return ""
+}
+
+// openStores opens the Raft log and stable store under the data dir: the
+// one it already holds, or for a new dir cfg.LogStore (empty: wal). A data
+// dir keeps the store it was created with: opening the other kind would
+// silently start from an empty log while the real one sits beside it, so
+// asking for it is an error. The closer closes both.
 func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error) {
-	switch cfg.LogStore {
-	case "", LogStoreBolt:
+	kind, have := cfg.LogStore, storeInDir(cfg.DataDir)
+	switch {
+	case kind == "" && have != "":
+		kind = have
+	case kind == "":
+		kind = LogStoreWAL
+	case have != "" && kind != have:
+		return nil, nil, nil, fmt.Errorf("log store %s: %s already holds a %s log; keep -log-store %s (or empty)", kind, cfg.DataDir, have, have)
+	}
+	switch kind {
+	case LogStoreBolt:
 		b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("open raft.db: %w", err)
 		}
 		return b, b, b, nil
 	case LogStoreWAL:
-		// A data dir keeps the store it was created with: switching would
-		// silently start from an empty log while raft.db holds the real
-		// one.
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, "raft.db")); err == nil {
-			return nil, nil, nil, fmt.Errorf("log store wal: %s already holds a boltdb log (raft.db)", cfg.DataDir)
-		}
 		dir := filepath.Join(cfg.DataDir, "wal")
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("create wal dir: %w", err)
 		}
-		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")))
+		// Segments are preallocated: raft-wal's 64 MiB default would
+		// take 64 MiB of every data dir from the start (of a tmpfs in
+		// the fault suite). 16 MiB holds ~50,000 registrations, more
+		// than the trailing logs kept after a snapshot.
+		// The meta store is ours to close: raft-wal v0.4.0's Close leaves
+		// its bolt file open (and locked), so the same process could never
+		// open the data dir again (a server restarted in-process hung).
+		meta := &metadb.BoltMetaDB{}
+		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
 		if err != nil {
+			meta.Close()
 			return nil, nil, nil, fmt.Errorf("open wal: %w", err)
 		}
-		return w, w, w, nil
+		return w, w, walCloser{w, meta}, nil
 	}
-	return nil, nil, nil, fmt.Errorf("unknown log store %q", cfg.LogStore)
+	return nil, nil, nil, fmt.Errorf("unknown log store %q", kind)
 }

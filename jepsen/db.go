@@ -117,6 +117,19 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 // without -heartbeat-timeout (-raft-multiplier 1).
 const agentDefaultTimeout = time.Second
 
+// logStore is server n's Raft log store: raft-wal (the default) on the
+// second server, boltdb on the others. raft-wal removes old entries only a
+// whole 16 MiB segment at a time, so a wal leader never compacts its log
+// within a run and never sends a snapshot; boltdb leaders do (20 trailing
+// entries), which keeps the snapshot-install paths under fault, and the
+// mix checks that the two stores replicate together.
+func (d *db) logStore(n *node) string {
+	if len(d.nodes) > 1 && n == d.nodes[1] {
+		return "wal"
+	}
+	return "boltdb"
+}
+
 // args is node n's agent command line.
 func (d *db) args(n *node) []string {
 	if n.Client {
@@ -133,6 +146,7 @@ func (d *db) args(n *node) []string {
 		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
+	args = append(args, "-log-store", d.logStore(n))
 	if d.hbFlag {
 		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())
 	}

@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// dataDirSize is each node's data dir's tmpfs: ample for raft.db (the log
-// is compacted to 20 trailing entries) and two snapshots.
+// dataDirSize is each node's data dir's tmpfs: ample for the Raft log (a
+// 16 MiB raft-wal segment, preallocated; the log is compacted to 20
+// trailing entries) and two snapshots.
 const dataDirSize = "128m"
 
 // mountDataDirs puts each node's data dir on a tmpfs of its own, so that

@@ -168,14 +168,18 @@ type fakePlugin struct {
 	failNotify int
 }
 
-// startPlugin serves the registration API at path, answering info.
-func startPlugin(t *testing.T, path string, info *registerapi.PluginInfo) *fakePlugin {
+// startPlugin serves the registration API at path, answering info; each
+// setup runs before the socket accepts anything.
+func startPlugin(t *testing.T, path string, info *registerapi.PluginInfo, setup ...func(*fakePlugin)) *fakePlugin {
 	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &fakePlugin{path: path, info: info, server: grpc.NewServer(), done: make(chan struct{})}
+	for _, f := range setup {
+		f(p)
+	}
 	registerapi.RegisterRegistrationServer(p.server, p)
 	go func() {
 		defer close(p.done)

@@ -191,8 +191,9 @@ func TestUnanswered(t *testing.T) {
 	t.Run("hangs in GetInfo", func(t *testing.T) {
 		f := newFixture(t)
 		f.start(t, func(c *Config) { c.GetInfoTimeout = 200 * time.Millisecond })
-		p := startPlugin(t, filepath.Join(f.dir, "p.sock"), draInfo("d.example.com"))
-		p.setHang(true)
+		// Hanging before its socket exists: a probe that beat a later
+		// setHang registered it (seen on a busy machine).
+		p := startPlugin(t, filepath.Join(f.dir, "p.sock"), draInfo("d.example.com"), func(p *fakePlugin) { p.setHang(true) })
 		eventually(t, "GetInfo asked again after a timeout", func() (bool, string) { return p.calls() >= 3, "" })
 		if n := f.reg.registers.Load(); n != 0 {
 			t.Fatalf("%d Register calls for a hung plugin", n)

@@ -60,7 +60,7 @@ func runAgent(args []string) error {
 		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
 		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
-		logStore  = fs.String("log-store", cluster.LogStoreBolt, "Raft log store: boltdb or wal (a data dir keeps the one it was created with)")
+		logStore  = fs.String("log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
 		cmNotify  = fs.Bool("commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
