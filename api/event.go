@@ -1,5 +1,7 @@
 package api
 
+import "sync"
+
 // EventType says what an Event reports.
 type EventType string
 
@@ -30,4 +32,24 @@ type Event struct {
 	// Plugins is the full state for the filter, for EventReset only: every
 	// instance, by Type then Name, each recency list newest first.
 	Plugins []*PluginInfo `json:",omitempty"`
+	// Memo, when set, is shared by every subscriber of one node that
+	// receives this event (the registry sets it on change events): a
+	// front end that encodes events for the wire encodes each one once,
+	// not once per subscriber. Never on the wire.
+	Memo *Memo `json:"-" codec:"-"`
+}
+
+// Memo holds one encoding of an event, made by the first subscriber that
+// asks for it and reused by the others.
+type Memo struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// Bytes returns the memoized encoding, calling encode the first time.
+// Every caller must pass an encode that yields the same bytes.
+func (m *Memo) Bytes(encode func() ([]byte, error)) ([]byte, error) {
+	m.once.Do(func() { m.b, m.err = encode() })
+	return m.b, m.err
 }

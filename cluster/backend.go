@@ -118,7 +118,9 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 	if from != nil {
 		start = *from
 	}
-	ch, err := b.s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types}, start, heartbeat)
+	// Shared: every consumer of Subscribe (the HTTP stream, the plugin
+	// socket, client agents' upstreams) only encodes what it gets.
+	ch, err := b.s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types, Shared: true}, start, heartbeat)
 	if err != nil {
 		return nil, 0, apiError(err)
 	}

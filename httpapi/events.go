@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -84,11 +85,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	enc := json.NewEncoder(w)
 	for ev := range ch {
 		deadline()
-		line := EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins}
-		if err := enc.Encode(line); err != nil {
+		if err := writeEvent(w, ev); err != nil {
 			return
 		}
 		// Flush only when nothing else is queued: one syscall per burst.
@@ -98,4 +97,27 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// writeEvent writes ev as one line. An event with a Memo is shared by every
+// subscriber of this node, so its line is encoded once, by whichever
+// stream gets there first; heartbeats (each stream's own position) are
+// encoded here.
+func writeEvent(w io.Writer, ev *api.Event) error {
+	encode := func() ([]byte, error) {
+		b, err := json.Marshal(EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins})
+		return append(b, '\n'), err
+	}
+	var line []byte
+	var err error
+	if ev.Memo != nil {
+		line, err = ev.Memo.Bytes(encode)
+	} else {
+		line, err = encode()
+	}
+	if err != nil {
+		return fmt.Errorf("encode event %d: %w", ev.Index, err)
+	}
+	_, err = w.Write(line)
+	return err
 }

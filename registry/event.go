@@ -25,6 +25,11 @@ const (
 // every type.
 type Filter struct {
 	Types []string
+	// Shared: the subscriber only reads its events, so change events
+	// carry the journal's records (immutable, like the state's) instead
+	// of a deep copy each. Every event carries the journal's Memo either
+	// way.
+	Shared bool
 }
 
 // Match reports whether events of plugin type t pass the filter.
@@ -32,8 +37,12 @@ func (f Filter) Match(t string) bool {
 	return len(f.Types) == 0 || slices.Contains(f.Types, t)
 }
 
-func changeEvent(e *fsm.Event) *Event {
-	return &Event{Index: e.Index, EventType: EventType(e.EventType), Info: e.Info.Copy(), Current: e.Current.Copy()}
+func changeEvent(s *slot, shared bool) *Event {
+	e := &s.ev
+	if shared {
+		return &Event{Index: e.Index, EventType: EventType(e.EventType), Info: e.Info, Current: e.Current, Memo: s.memo}
+	}
+	return &Event{Index: e.Index, EventType: EventType(e.EventType), Info: e.Info.Copy(), Current: e.Current.Copy(), Memo: s.memo}
 }
 
 // resetEvent builds the reset for filter from state s.

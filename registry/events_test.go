@@ -268,3 +268,38 @@ func TestStuckSubscriberDoesNotBlock(t *testing.T) {
 	}
 	none(t, stuck)
 }
+
+// Every subscriber of one event gets the same Memo (one wire encoding per
+// event per node); Shared subscribers get the journal's records, the
+// others a deep copy each, whose changes reach nobody else.
+func TestSubscribersShareOneEncoding(t *testing.T) {
+	s := newStore(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, _ := s.Watch(ctx, Filter{Shared: true}, 0)
+	b, _ := s.Watch(ctx, Filter{Shared: true, Types: []string{"csi"}}, 0)
+	c, _ := s.Watch(ctx, Filter{}, 0)
+	mustRegister(t, s, plugin("csi", "ebs", "a1"))
+	ea, eb, ec := next(t, a), next(t, b), next(t, c)
+	if ea.Memo == nil || ea.Memo != eb.Memo || ea.Memo != ec.Memo {
+		t.Fatalf("memos %p %p %p: want one, shared", ea.Memo, eb.Memo, ec.Memo)
+	}
+	if ea.Info != eb.Info {
+		t.Fatal("two Shared subscribers got different records")
+	}
+	if ec.Info == ea.Info || ec.Current == ea.Current {
+		t.Fatal("an unshared subscriber got the journal's record")
+	}
+	ec.Info.Version = "changed by c"
+	late, _ := s.Watch(ctx, Filter{Shared: true}, 0)
+	if got := next(t, late).Info.Version; got == "changed by c" {
+		t.Fatal("a copy's change reached the journal")
+	}
+	line := 0
+	enc := func() ([]byte, error) { line++; return []byte(fmt.Sprint(line)), nil }
+	first, _ := ea.Memo.Bytes(enc)
+	again, _ := eb.Memo.Bytes(enc)
+	if string(first) != "1" || string(again) != "1" || line != 1 {
+		t.Fatalf("memo encoded %d times (%q, %q), want once", line, first, again)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -22,7 +23,7 @@ const DefaultJournalSize = 65536
 // current state instead: see read.
 type Journal struct {
 	mu     sync.Mutex // guards every field below; never held while sending
-	ring   []fsm.Event
+	ring   []slot
 	start  int // position of the oldest event in ring
 	n      int // events held
 	floor  uint64
@@ -41,7 +42,7 @@ func NewJournal(size int) *Journal {
 		size = DefaultJournalSize
 	}
 	return &Journal{
-		ring:   make([]fsm.Event, size),
+		ring:   make([]slot, size),
 		state:  fsm.NewState(),
 		notify: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -58,12 +59,12 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 			// Evict the oldest. Its index may still have events in the
 			// ring; the floor makes a reader below it reset rather than
 			// see half an entry.
-			j.floor = max(j.floor, j.ring[j.start].Index)
-			j.ring[j.start] = fsm.Event{}
+			j.floor = max(j.floor, j.ring[j.start].ev.Index)
+			j.ring[j.start] = slot{}
 			j.start = (j.start + 1) % len(j.ring)
 			j.n--
 		}
-		j.ring[(j.start+j.n)%len(j.ring)] = e
+		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e, memo: &api.Memo{}}
 		j.n++
 	}
 	j.state = s
@@ -132,10 +133,17 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 }
 
 // batch is what one read hands a subscription.
+// slot is one event in the journal's ring, with the encoding its
+// subscribers share (api.Event.Memo).
+type slot struct {
+	ev   fsm.Event
+	memo *api.Memo
+}
+
 type batch struct {
-	reset  *fsm.State  // non-nil: deliver a reset from this state first
-	events []fsm.Event // then these, all passing the filter
-	cursor uint64      // the subscription's new cursor
+	reset  *fsm.State // non-nil: deliver a reset from this state first
+	events []slot     // then these, all passing the filter
+	cursor uint64     // the subscription's new cursor
 	wait   <-chan struct{}
 	closed bool
 }
@@ -153,15 +161,15 @@ func (j *Journal) read(cursor uint64, f Filter, limit int) batch {
 	if cursor < j.floor {
 		return batch{reset: j.state, cursor: j.state.Index()}
 	}
-	at := func(i int) *fsm.Event { return &j.ring[(j.start+i)%len(j.ring)] }
-	i := sort.Search(j.n, func(i int) bool { return at(i).Index > cursor })
-	var out []fsm.Event
+	at := func(i int) *slot { return &j.ring[(j.start+i)%len(j.ring)] }
+	i := sort.Search(j.n, func(i int) bool { return at(i).ev.Index > cursor })
+	var out []slot
 	for ; i < j.n; i++ {
 		e := at(i)
-		if len(out) >= limit && e.Index != out[len(out)-1].Index {
-			return batch{events: out, cursor: out[len(out)-1].Index}
+		if len(out) >= limit && e.ev.Index != out[len(out)-1].ev.Index {
+			return batch{events: out, cursor: out[len(out)-1].ev.Index}
 		}
-		if f.Match(e.Info.Type) {
+		if f.Match(e.ev.Info.Type) {
 			out = append(out, *e)
 		}
 	}

@@ -35,7 +35,7 @@ func (s *subscription) run(ctx context.Context) {
 			return
 		}
 		for i := range b.events {
-			if !s.send(ctx, changeEvent(&b.events[i])) {
+			if !s.send(ctx, changeEvent(&b.events[i], s.filter.Shared)) {
 				return
 			}
 		}

@@ -101,6 +101,9 @@ func (f *feed) take(ev *api.Event, next cursor) bool {
 }
 
 func (f *feed) appendLocked(ev *api.Event) {
+	if ev.Memo == nil {
+		ev.Memo = &api.Memo{} // one encoding for every local subscriber
+	}
 	if f.n == len(f.ring) {
 		old := f.ring[f.first%uint64(len(f.ring))]
 		f.floor = max(f.floor, old.Index)

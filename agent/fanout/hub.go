@@ -199,7 +199,8 @@ func (h *Hub) Stats() Stats {
 	}
 }
 
-// copyEvent gives each subscriber its own copy.
+// copyEvent gives each subscriber its own copy (sharing the event's Memo,
+// so that the HTTP stream encodes it once for all).
 func copyEvent(ev *api.Event) *api.Event {
 	c := *ev
 	c.Info = ev.Info.Copy()
