@@ -34,8 +34,7 @@ import (
 // follower; later commits coalesce into the next one.
 type commitNotifier struct {
 	trans    raft.Transport
-	header   raft.RPCHeader
-	leader   []byte // the legacy Leader field: this node, encoded
+	header   raft.RPCHeader // carries this node's ID and address (Addr)
 	isLeader func() bool
 
 	ctx context.Context
@@ -63,8 +62,7 @@ type commitPeer struct {
 func newCommitNotifier(ctx context.Context, trans raft.Transport, header raft.RPCHeader, isLeader func() bool) *commitNotifier {
 	return &commitNotifier{
 		trans: trans, header: header, isLeader: isLeader, ctx: ctx,
-		leader: trans.EncodePeer(raft.ServerID(header.ID), trans.LocalAddr()),
-		peers:  map[raft.ServerAddress]*commitPeer{},
+		peers: map[raft.ServerAddress]*commitPeer{},
 	}
 }
 
@@ -158,7 +156,6 @@ func (n *commitNotifier) run(target raft.ServerAddress, p *commitPeer) {
 		req := &raft.AppendEntriesRequest{
 			RPCHeader:         n.header,
 			Term:              p.term,
-			Leader:            n.leader,
 			PrevLogEntry:      index,
 			PrevLogTerm:       term,
 			LeaderCommitIndex: index,
