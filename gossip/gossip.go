@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sort"
@@ -69,13 +70,19 @@ type Config struct {
 	// PeersFile, when set, records the gossip addresses of the other
 	// members, so that a restart can rejoin without -join.
 	PeersFile string
-	Logger    hclog.Logger
+	// ReconnectInterval: how often to try to reach one member that
+	// memberlist declared dead (zero: 5s; with Fast, 1s).
+	ReconnectInterval time.Duration
+	Logger            hclog.Logger
+
+	tune func(*memberlist.Config) // tests: adjust memberlist's timing
 }
 
 // Pool is this node's view of the gossip pool, fed by memberlist's event
 // delegate.
 type Pool struct {
 	ml      *memberlist.Memberlist
+	tr      *boundTransport
 	cfg     Config
 	logger  hclog.Logger
 	mu      sync.Mutex // guards byName and meta
@@ -84,7 +91,7 @@ type Pool struct {
 	changed chan struct{}  // capacity 1: a coalesced "something changed"
 	save    chan struct{}  // capacity 1: a coalesced "write the peers file"
 	stop    chan struct{}  // closed by Shutdown
-	wg      sync.WaitGroup // persistPeers and a background join
+	wg      sync.WaitGroup // persistPeers, reconnect and a background join
 	once    sync.Once
 }
 
@@ -115,6 +122,9 @@ func Start(cfg Config) (*Pool, error) {
 	// memberlist writes "[DEBUG] ..." lines to a standard logger: let hclog
 	// read the level, so that they are not logged at INFO.
 	mc.Logger = cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	if cfg.tune != nil {
+		cfg.tune(mc)
+	}
 	tr, err := newBoundTransport(cfg.BindAddr, cfg.Port, mc.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.Port, err)
@@ -126,10 +136,53 @@ func Start(cfg Config) (*Pool, error) {
 		tr.Shutdown()
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.Port, err)
 	}
-	p.ml = ml
+	p.ml, p.tr = ml, tr
 	p.set(ml.LocalNode(), StatusAlive)
 	p.goFunc(p.persistPeers)
+	interval := cfg.ReconnectInterval
+	if interval <= 0 {
+		interval = 5 * time.Second
+		if cfg.Fast {
+			interval = time.Second
+		}
+	}
+	p.goFunc(func() { p.reconnect(interval) })
 	return p, nil
+}
+
+// reconnect tries, every interval, to join one member memberlist declared
+// dead (not one that left). memberlist stops gossiping to a dead node after
+// GossipToTheDeadTime (30 s on a LAN) and never probes it again, so a
+// partition that outlasts that splits the pool for good: a client agent
+// cut off from every server stayed "no live server known" after the heal
+// (the fault suite's isolate-client). Serf, under Consul and Nomad, has the
+// same loop for the same reason. A join that reaches the member merges the
+// two views; one that does not costs a failed dial.
+func (p *Pool) reconnect(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		var failed []string
+		p.mu.Lock()
+		for _, m := range p.byName {
+			if m.Status == StatusFailed && m.Name != p.cfg.NodeID {
+				failed = append(failed, m.GossipAddr)
+			}
+		}
+		p.mu.Unlock()
+		if len(failed) == 0 {
+			continue
+		}
+		addr := failed[rand.IntN(len(failed))]
+		if _, err := p.ml.Join([]string{addr}); err == nil {
+			p.logger.Info("reconnected to a member declared dead", "addr", addr)
+		}
+	}
 }
 
 // Addr is this node's gossip address.
@@ -260,6 +313,7 @@ func (p *Pool) Shutdown() error {
 	var err error
 	p.once.Do(func() {
 		close(p.stop)
+		p.tr.stopDialing() // a reconnect's dial to a dead member ends now
 		p.wg.Wait()
 		err = p.ml.Shutdown()
 	})

@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -44,4 +46,54 @@ func TestMembershipChangeDoesNotWaitForTheDisk(t *testing.T) {
 	default:
 		t.Fatal("NotifyJoin did not ask for the peers file to be written")
 	}
+}
+
+// A member memberlist declared dead is tried again: here memberlist never
+// gossips to the dead (GossipToTheDeadTime 0) and b comes back on its
+// address without joining anyone, so only a's reconnect can bring the two
+// together again (as after a partition longer than memberlist's 30 s).
+func TestReconnectToAMemberDeclaredDead(t *testing.T) {
+	tune := func(c *memberlist.Config) { c.GossipToTheDeadTime = 0 }
+	start := func(name string, port int) *Pool {
+		t.Helper()
+		p, err := Start(Config{NodeID: name, BindAddr: "127.0.0.1", Port: port, Fast: true,
+			Meta: Meta{ID: name, Role: "server"}, ReconnectInterval: 200 * time.Millisecond, tune: tune})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	status := func(p *Pool, name string) Status {
+		for _, m := range p.Members() {
+			if m.Name == name {
+				return m.Status
+			}
+		}
+		return ""
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	a := start("a", 0)
+	defer a.Shutdown()
+	b := start("b", 0)
+	_, bp, _ := net.SplitHostPort(b.Addr())
+	bport, _ := strconv.Atoi(bp)
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a to see b alive", func() bool { return status(a, "b") == StatusAlive })
+	b.Shutdown()
+	waitFor("a to declare b dead", func() bool { return status(a, "b") == StatusFailed })
+	b2 := start("b", bport) // no join: it knows nobody
+	defer b2.Shutdown()
+	waitFor("a to see b alive again", func() bool { return status(a, "b") == StatusAlive })
+	waitFor("b to see a", func() bool { return status(b2, "a") == StatusAlive })
 }

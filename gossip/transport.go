@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net"
@@ -22,7 +23,14 @@ import (
 type boundTransport struct {
 	*memberlist.NetTransport
 	local *net.TCPAddr
+	// dials ends every dial in flight and refuses new ones: Shutdown must
+	// not wait out a dial (10 s on a LAN) to a member that is gone.
+	dials      context.Context
+	cancelDial context.CancelFunc
 }
+
+// stopDialing ends the dials in flight; memberlist's own Shutdown follows.
+func (t *boundTransport) stopDialing() { t.cancelDial() }
 
 func newBoundTransport(bindAddr string, port int, logger *log.Logger) (*boundTransport, error) {
 	ip := net.ParseIP(bindAddr)
@@ -42,6 +50,7 @@ func newBoundTransport(bindAddr string, port int, logger *log.Logger) (*boundTra
 		var nt *memberlist.NetTransport
 		if nt, err = memberlist.NewNetTransport(conf); err == nil {
 			t := &boundTransport{NetTransport: nt}
+			t.dials, t.cancelDial = context.WithCancel(context.Background())
 			if !ip.IsUnspecified() {
 				t.local = &net.TCPAddr{IP: ip}
 			}
@@ -66,7 +75,7 @@ func (t *boundTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 	if t.local != nil {
 		d.LocalAddr = t.local
 	}
-	return d.Dial("tcp", a.Addr)
+	return d.DialContext(t.dials, "tcp", a.Addr)
 }
 
 var _ memberlist.NodeAwareTransport = (*boundTransport)(nil)
