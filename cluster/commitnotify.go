@@ -75,7 +75,7 @@ func (n *commitNotifier) wait() {
 	n.wg.Wait()
 }
 
-// applied records that this node applied up to index (of term).
+// appliedUpTo records that this node applied up to index (of term).
 func (n *commitNotifier) appliedUpTo(index, term uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
