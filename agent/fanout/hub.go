@@ -198,18 +198,3 @@ func (h *Hub) Stats() Stats {
 		FellBehind:         h.fellBehind.Load(),
 	}
 }
-
-// copyEvent gives each subscriber its own copy (sharing the event's Memo,
-// so that the HTTP stream encodes it once for all).
-func copyEvent(ev *api.Event) *api.Event {
-	c := *ev
-	c.Info = ev.Info.Copy()
-	c.Current = ev.Current.Copy()
-	if ev.Plugins != nil {
-		c.Plugins = make([]*api.PluginInfo, len(ev.Plugins))
-		for i, p := range ev.Plugins {
-			c.Plugins[i] = p.Copy()
-		}
-	}
-	return &c
-}

@@ -64,7 +64,7 @@ func (s *subscriber) ring(ctx context.Context) {
 			if ev.Index <= s.start {
 				continue // a subscriber from an index ahead of the feed
 			}
-			if !s.send(ctx, copyEvent(ev)) {
+			if !s.send(ctx, ev) {
 				return
 			}
 			s.lastEv = ev.Index
@@ -158,7 +158,7 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 				return false // ev is read again from the ring
 			}
 		}
-		if !s.send(ctx, copyEvent(ev)) {
+		if !s.send(ctx, ev) {
 			return false
 		}
 		s.lastEv = ev.Index
