@@ -64,7 +64,7 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 			j.start = (j.start + 1) % len(j.ring)
 			j.n--
 		}
-		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e, memo: &api.Memo{}}
+		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e}
 		j.n++
 	}
 	j.state = s
@@ -134,7 +134,8 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 
 // batch is what one read hands a subscription.
 // slot is one event in the journal's ring, with the encoding its
-// subscribers share (api.Event.Memo).
+// subscribers share (api.Event.Memo), made by the first read that passes
+// the event on: Apply does not pay for it.
 type slot struct {
 	ev   fsm.Event
 	memo *api.Memo
@@ -170,6 +171,9 @@ func (j *Journal) read(cursor uint64, f Filter, limit int) batch {
 			return batch{events: out, cursor: out[len(out)-1].ev.Index}
 		}
 		if f.Match(e.ev.Info.Type) {
+			if e.memo == nil {
+				e.memo = &api.Memo{} // under mu, like every ring access
+			}
 			out = append(out, *e)
 		}
 	}

@@ -539,9 +539,10 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 			rep.Failover[name] = summarize(ds, 0, 0, "ms")
 		}
 		p, e := rep.Failover["plugreg"], rep.Failover["etcd"]
-		rep.FailoverRate = ratio{P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+		rep.FailoverRate = latencyRatio(p, e)
 		if b, ok := rep.Failover["baseline"]; ok {
-			rep.FailoverBaseline = &ratio{P50: div(p.P50, b.P50), P99: div(p.P99, b.P99), P999: div(p.P999, b.P999)}
+			r := latencyRatio(p, b)
+			rep.FailoverBaseline = &r
 		}
 	}
 	return nil

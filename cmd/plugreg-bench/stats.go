@@ -85,6 +85,12 @@ func (c *cell) computeRatio() {
 	}
 }
 
+// latencyRatio is ratioOf without throughput or CPU (failover: a
+// duration per round, no rate; a NaN would not encode as JSON).
+func latencyRatio(p, e stats) ratio {
+	return ratio{P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999)}
+}
+
 func ratioOf(p, e stats) ratio {
 	return ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp)}
 }
