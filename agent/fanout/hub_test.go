@@ -207,13 +207,22 @@ func TestSlowSubscriber(t *testing.T) {
 	}
 	fastGot := make(chan []string, 1)
 	const n = 500
-	go func() { fastGot <- collect(t, fast, uint64(n)) }() // indexes are 1..n here
+	go func() {
+		// collect's t.Fatalf ends only this goroutine: close the channel
+		// then, so the test fails with its message instead of hanging.
+		defer close(fastGot)
+		fastGot <- collect(t, fast, uint64(n)) // indexes are 1..n here
+	}()
 	last := write(t, u.s, n, "csi")
 	if last != n {
 		t.Fatalf("last index %d, want %d", last, n)
 	}
 	want := direct(t, u.s, types, start, last)
-	same(t, "fast subscriber", <-fastGot, want)
+	fastEvents, ok := <-fastGot
+	if !ok {
+		t.FailNow() // collect said why
+	}
+	same(t, "fast subscriber", fastEvents, want)
 
 	var got []*api.Event
 	for ev := range slow { // drains what it holds, then sees the close
