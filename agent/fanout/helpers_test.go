@@ -128,9 +128,15 @@ func plugin(ptype, name, alloc, node string) *api.PluginInfo {
 // at one index) every 10th, and returns the last index.
 func write(t *testing.T, s *registry.Store, n int, types ...string) uint64 {
 	t.Helper()
+	return writeRange(t, s, 0, n, types...)
+}
+
+// writeRange makes changes from to end of the sequence write makes.
+func writeRange(t *testing.T, s *registry.Store, from, end int, types ...string) uint64 {
+	t.Helper()
 	ctx := context.Background()
 	var last uint64
-	for i := 0; i < n; i++ {
+	for i := from; i < end; i++ {
 		var res registry.WriteResult
 		var err error
 		if i%10 == 9 {
