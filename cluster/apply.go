@@ -31,7 +31,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 		if err != nil {
 			return nil, err
 		}
-		res, err := s.forwardApply(ctx, leader, cmd)
+		res, err := s.forward(ctx, leader, cmd)
 		var ce *Error
 		if errors.As(err, &ce) && ce.Outcome() == NotApplied && attempt < 3 {
 			// The leader moved or was unreachable; nothing was applied.
@@ -54,8 +54,37 @@ func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, 
 	// within the enqueue timeout plus, once enqueued, a commit or the
 	// leader lease running out (ErrLeadershipLost), both far shorter than
 	// any request deadline.
-	f := s.raft.Apply(cmd, s.cfg.ApplyTimeout)
-	err := f.Error()
+	return s.applyOutcome(s.raft.Apply(cmd, s.cfg.ApplyTimeout))
+}
+
+// awaitFuture is f.Error(), unless Raft stopped without answering f.
+// hashicorp/raft v1.7.3 can drop a committed batch at shutdown (runFSM
+// returns while batches wait in its channel, and the futures of Apply and
+// Barrier carry no shutdown channel), so f.Error() alone can block forever,
+// and an RPC handler or the leader loop blocked there hangs Shutdown (the
+// mux and the server wait for them). The goroutine that waits on f ends
+// when Raft answers it, or with the process.
+func (s *Server) awaitFuture(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-s.raftGone:
+	}
+	select {
+	case err := <-done:
+		return err
+	default:
+		return fmt.Errorf("%w: raft stopped without answering", raft.ErrRaftShutdown)
+	}
+}
+
+// applyOutcome waits for f and returns the FSM's result, or the error in
+// the form forwarding keeps (its Outcome says whether it may have
+// applied).
+func (s *Server) applyOutcome(f raft.ApplyFuture) (*fsm.ApplyResult, error) {
+	err := s.awaitFuture(f)
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):

@@ -362,3 +362,54 @@ func TestForwardedRejectionKeepsItsIdentity(t *testing.T) {
 		})
 	}
 }
+
+// Writes through a follower under load travel to the leader in batches,
+// and each is answered as if it had gone alone: applied once, at its own
+// index, on the follower before the answer, seen on every node.
+func TestForwardedWritesBatch(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	f := c.Followers()[0]
+	ctx := ctxT(t)
+	const writers, perWriter = 32, 20
+	type outcome struct {
+		index uint64
+		err   error
+	}
+	results := make(chan outcome, writers*perWriter)
+	for w := range writers {
+		go func() {
+			for i := range perWriter {
+				res, err := f.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("w%d", w), fmt.Sprintf("a%d", i)))
+				if err == nil && f.AppliedIndex() < res.Index {
+					err = fmt.Errorf("acknowledged at %d before the follower applied it (%d)", res.Index, f.AppliedIndex())
+				}
+				results <- outcome{res.Index, err}
+			}
+		}()
+	}
+	seen := map[uint64]bool{}
+	for range writers * perWriter {
+		o := <-results
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if seen[o.index] {
+			t.Fatalf("two writes answered with index %d", o.index)
+		}
+		seen[o.index] = true
+	}
+	st := f.ForwardStats()
+	t.Logf("%d writes, %d of them in %d batches", writers*perWriter, st.BatchedWrites, st.Batches)
+	if st.Batches == 0 || st.BatchedWrites < 2*st.Batches {
+		t.Fatalf("no batching under %d concurrent writers: %+v", writers, st)
+	}
+	for _, n := range c.Nodes {
+		s, _, err := n.Read(ctx, cluster.Linearizable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() != writers*perWriter {
+			t.Fatalf("%s holds %d instances, want %d", n.NodeID(), s.Len(), writers*perWriter)
+		}
+	}
+}

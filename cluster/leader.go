@@ -45,7 +45,7 @@ func (s *Server) monitorLeadership() {
 // read-index reads are safe) and then reconciles membership until stop.
 func (s *Server) leaderLoop(stop <-chan struct{}) {
 	for {
-		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		err := s.awaitFuture(s.raft.Barrier(s.cfg.ApplyTimeout))
 		if err == nil {
 			break
 		}

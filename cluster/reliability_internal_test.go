@@ -18,7 +18,7 @@ import (
 // before, ReadIndex dereferenced the nil raft and the node crashed.
 func TestRPCBeforeRaftIsNotReady(t *testing.T) {
 	s := &Server{} // as between transport.Listen and setupRaft
-	methods := []string{rpcApply, rpcReadIndex, rpcPeers, rpcLeave}
+	methods := []string{rpcApply, rpcApplyBatch, rpcReadIndex, rpcPeers, rpcLeave}
 	for _, m := range methods {
 		t.Run(m, func(t *testing.T) {
 			_, err := s.handleRPC(context.Background(), m, func(interface{}) error { return nil })

@@ -10,10 +10,13 @@ import (
 
 // Internal RPC methods served on the server port.
 const (
-	rpcApply     = "Apply"     // applyArgs -> applyReply; leader only
-	rpcReadIndex = "ReadIndex" // {} -> uint64; leader only
-	rpcPeers     = "Peers"     // {} -> []string
-	rpcLeave     = "Leave"     // leaveArgs -> {}; leader only
+	rpcApply = "Apply" // applyArgs -> applyReply; leader only
+	// rpcApplyBatch: applyBatchArgs -> applyBatchReply; leader only;
+	// served from RPCVersion rpcVersionBatch on (forward.go).
+	rpcApplyBatch = "ApplyBatch"
+	rpcReadIndex  = "ReadIndex" // {} -> uint64; leader only
+	rpcPeers      = "Peers"     // {} -> []string
+	rpcLeave      = "Leave"     // leaveArgs -> {}; leader only
 )
 
 // leaveArgs asks the leader to remove a server that is leaving gracefully.
@@ -34,6 +37,11 @@ type applyReply struct {
 	// RejectedCode names the rejection's sentinel (see rejections); empty
 	// from older binaries, which meant invalid.
 	RejectedCode string `codec:",omitempty"`
+	// ErrCode and ErrMsg: this command of an ApplyBatch failed (the
+	// error's code and text, as a failed Apply RPC carries them in its
+	// status). Never set in a single Apply's reply.
+	ErrCode string `codec:",omitempty"`
+	ErrMsg  string `codec:",omitempty"`
 }
 
 // reject records the FSM's refusal err in the reply, in its wire form.
@@ -76,6 +84,18 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			reply.reject(res.Err)
 		}
 		return reply, nil
+	case rpcApplyBatch:
+		var args applyBatchArgs
+		if err := dec(&args); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", method, err)
+		}
+		if len(args.Cmds) > maxForwardBatch {
+			return nil, fmt.Errorf("%s: %d commands, at most %d", method, len(args.Cmds), maxForwardBatch)
+		}
+		if !s.IsLeader() {
+			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
+		}
+		return s.applyBatchLocal(ctx, args.Cmds), nil
 	case rpcReadIndex:
 		var none struct{}
 		if err := dec(&none); err != nil {

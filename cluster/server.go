@@ -45,12 +45,18 @@ type Server struct {
 
 	gossip *gossip.Pool
 
+	fwdQueue     chan *fwdItem // writes waiting to be forwarded to the leader (forward.go)
+	batchSupport atomic.Pointer[batchSupport]
+	fwdBatches   atomic.Int64 // ApplyBatch RPCs sent
+	fwdBatched   atomic.Int64 // writes in them
+
 	leaderNotify chan bool
 	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
 	// rpcReady is set once s.raft exists; internal RPC is refused before
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
 
+	raftGone chan struct{}   // closed once Raft has stopped (or was never started)
 	ctx      context.Context // cancelled by Shutdown
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // every goroutine the Server starts
@@ -79,8 +85,10 @@ func New(cfg *Config) (*Server, error) {
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		journal:      registry.NewJournal(cfg.JournalSize),
 		leaderNotify: make(chan bool, 16),
+		fwdQueue:     make(chan *fwdItem, maxForwardBatch),
 		ctx:          ctx,
 		cancel:       cancel,
+		raftGone:     make(chan struct{}),
 	}
 	if err := s.start(); err != nil {
 		s.Shutdown()
@@ -112,13 +120,16 @@ func (s *Server) start() (err error) {
 
 	s.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
-		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer},
+		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersionBatch},
 		PeersFile: peersFile(cfg.DataDir), Logger: s.logger.Named("memberlist"),
 	})
 	if err != nil {
 		return err
 	}
 
+	for range forwardSenders {
+		s.goFunc(s.runForwarder)
+	}
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.emitMetrics)
 	if cfg.BootstrapExpect > 1 {
@@ -486,6 +497,10 @@ func (s *Server) Shutdown() error {
 			raftStopped, err = s.stopRaft()
 			errs = append(errs, err)
 		}
+		// Whatever Raft did not answer by now it never will: release
+		// its waiters (awaitFuture). Also when Raft was abandoned:
+		// Shutdown returns anyway.
+		close(s.raftGone)
 		if s.gossip != nil {
 			errs = append(errs, s.gossip.Shutdown())
 		}

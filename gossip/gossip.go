@@ -27,6 +27,10 @@ type Meta struct {
 	// node tells a departure from a failure (memberlist's leave
 	// notification does not say which).
 	Leaving bool `json:",omitempty"`
+	// RPCVersion is the newest internal RPC set a server serves (0: the
+	// first; 1: also ApplyBatch). Peers use only what it names, so a
+	// rolling upgrade mixes versions safely.
+	RPCVersion int `json:",omitempty"`
 }
 
 // IsServer reports whether the meta is a server's.

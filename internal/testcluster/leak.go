@@ -12,5 +12,9 @@ func LeakOptions() []goleak.Option {
 		// A probe memberlist started just before Shutdown: Shutdown does
 		// not wait for it, and it returns by itself after its timeout.
 		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
+		// A wait on a raft future that raft dropped at shutdown (see
+		// cluster's awaitFuture): raft never answers it, the server
+		// stopped waiting, and it ends with the process.
+		goleak.IgnoreAnyFunction("github.com/plugreg/plugreg/cluster.(*Server).awaitFuture.func1"),
 	}
 }
