@@ -95,6 +95,7 @@ type plugregHealth struct {
 	Status       string
 	Leader       string
 	AppliedIndex uint64
+	Term         uint64
 }
 
 func (c *plugregCluster) health(ctx context.Context, n *plugregNode) (plugregHealth, error) {

@@ -80,6 +80,11 @@ type options struct {
 	agentTimeout   time.Duration
 	agentProcs     int
 	agentInterval  time.Duration
+
+	stability        bool
+	stabilityClients int
+	stabilityLoad    time.Duration
+	stabilityIdle    time.Duration
 }
 
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
@@ -144,6 +149,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
 	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
 	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
+	fs.BoolVar(&o.stability, "stability", false, "run the stability test instead (plugreg only): writers, then idle, counting every leader change")
+	fs.IntVar(&o.stabilityClients, "stability-clients", 64, "stability: concurrent writers")
+	fs.DurationVar(&o.stabilityLoad, "stability-load", 10*time.Minute, "stability: how long the writers run")
+	fs.DurationVar(&o.stabilityIdle, "stability-idle", 10*time.Minute, "stability: how long the cluster then stays idle")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -194,6 +203,9 @@ func parseFlags(args []string) (*options, error) {
 	if set["baseline-flags"] {
 		o.baselineFlags = strings.Fields(bflags)
 	}
+	if o.stability && (o.agents > 0 || o.stubSessions > 0 || o.scale || o.stabilityClients < 1 || o.stabilityLoad <= 0 || o.stabilityIdle < 0) {
+		return nil, errors.New("-stability: needs -stability-clients and -stability-load positive, -stability-idle 0 or more, and does not mix with -agents, -stub-sessions or -scale")
+	}
 	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
@@ -220,10 +232,11 @@ type report struct {
 	FailoverRaw  map[string][]float64 `json:"failover_samples_ms,omitempty"`
 	FailoverRate ratio                `json:"failover_ratio_plugreg_over_etcd"`
 	// FailoverBaseline is plugreg/baseline, with -baseline-*.
-	FailoverBaseline *ratio        `json:"failover_ratio_plugreg_over_baseline,omitempty"`
-	Scale            *scaleReport  `json:"scale,omitempty"`
-	Agents           *agentsReport `json:"agents,omitempty"`
-	Stubs            *stubsReport  `json:"stubs,omitempty"`
+	FailoverBaseline *ratio           `json:"failover_ratio_plugreg_over_baseline,omitempty"`
+	Scale            *scaleReport     `json:"scale,omitempty"`
+	Agents           *agentsReport    `json:"agents,omitempty"`
+	Stubs            *stubsReport     `json:"stubs,omitempty"`
+	Stability        *stabilityReport `json:"stability,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -231,8 +244,9 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o *options, out io.Writer) (err error) {
-	// The client-agent mode runs plugreg alone: etcd has no agent.
-	withEtcd := o.agents == 0
+	// The client-agent mode runs plugreg alone: etcd has no agent. The
+	// stability run is plugreg's own timeouts against this machine.
+	withEtcd := o.agents == 0 && !o.stability
 	var etcdBin string
 	if withEtcd {
 		if etcdBin, err = ensureEtcd(logf); err != nil {
@@ -293,7 +307,12 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		if err := pc.waitReady(ctx, 60*time.Second); err != nil {
 			return err
 		}
-		if rep.Agents, err = runAgents(ctx, o, pc, bin, dir); err != nil {
+		if o.stability {
+			rep.Stability, err = runStability(ctx, o, pc)
+		} else {
+			rep.Agents, err = runAgents(ctx, o, pc, bin, dir)
+		}
+		if err != nil {
 			return err
 		}
 		if o.jsonOut {
@@ -302,7 +321,11 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 			return enc.Encode(rep)
 		}
 		fmt.Fprintf(out, "plugreg %s, %d CPUs, %s\n", rep.Date, rep.CPUs, rep.GoVersion)
-		printAgents(out, rep.Agents)
+		if rep.Stability != nil {
+			printStability(out, rep.Stability)
+		} else {
+			printAgents(out, rep.Agents)
+		}
 		return nil
 	}
 	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
