@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -128,4 +129,48 @@ func BenchmarkRestore1M(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(data)), "snapshot-bytes")
+}
+
+// BenchmarkHeap1M applies 1M registrations of the bench's record (10,000
+// names x 100 allocs over 10 types, one NodeID, one option; see
+// cmd/plugreg-bench) in batches of 64 as raft hands them over, and reports
+// the live heap the state holds per instance. It builds the state once
+// whatever b.N is (the figure is a size, not a rate).
+func BenchmarkHeap1M(b *testing.B) {
+	const names, allocs = 10000, 100
+	for range 1 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f := New(nil)
+		batch := make([]*raft.Log, 0, 64)
+		idx := uint64(0)
+		for a := range allocs {
+			for n := range names {
+				alloc := fmt.Sprintf("c%04d-%07d", a, n)
+				p := &PluginInfo{Type: fmt.Sprintf("type-%d", n%10), Name: fmt.Sprintf("name-%05d", n), AllocID: alloc,
+					Version: "1.4.0", NodeID: "node-0042", ConnectionInfo: &ConnectionInfo{SocketPath: "/run/plugins/" + alloc + "/csi.sock"},
+					Options: map[string]string{"zone": "eu-west-1a"}}
+				data, err := EncodeCommand(reg(p))
+				if err != nil {
+					b.Fatal(err)
+				}
+				idx++
+				batch = append(batch, &raft.Log{Index: idx, Type: raft.LogCommand, Data: data})
+				if len(batch) == cap(batch) {
+					f.ApplyBatch(batch)
+					batch = batch[:0]
+				}
+			}
+		}
+		f.ApplyBatch(batch)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		n := f.State().Len()
+		if n != names*allocs {
+			b.Fatalf("%d instances, want %d", n, names*allocs)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "heap-B/instance")
+		runtime.KeepAlive(f)
+	}
 }

@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"strings"
+
+	"github.com/benbjohnson/immutable"
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 )
 
@@ -11,13 +14,26 @@ import (
 // it), never part of a snapshot, so the snapshot format does not change. It
 // turns "this node's instances" (anti-entropy's read, DeregisterNode, the
 // leader's reaping) from a walk of the whole state into a prefix scan.
-type nodeTree = iradix.Tree[*PluginInfo]
+//
+// It is a persistent B+tree (benbjohnson/immutable's SortedMap), not a
+// radix tree like the name trees: it holds one entry per instance, and
+// go-immutable-radix spends about 400 bytes on each (a node, a leaf and
+// two channels per key), a B+tree about 100 (the key and a slot in a
+// leaf of 32). At a million instances that was 40% of the state's heap.
+type nodeTree = immutable.SortedMap[string, *PluginInfo]
 
-func nodeKey(p *PluginInfo) []byte {
-	return []byte(p.NodeID + "\x00" + p.Type + "\x00" + p.Name + "\x00" + p.AllocID)
+// keyOrder orders the index's keys bytewise.
+type keyOrder struct{}
+
+func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
+
+func newNodeTree() *nodeTree { return immutable.NewSortedMap[string, *PluginInfo](keyOrder{}) }
+
+func nodeKey(p *PluginInfo) string {
+	return p.NodeID + "\x00" + p.Type + "\x00" + p.Name + "\x00" + p.AllocID
 }
 
-func nodePrefix(nodeID string) []byte { return []byte(nodeID + "\x00") }
+func nodePrefix(nodeID string) string { return nodeID + "\x00" }
 
 // reindex brings the node index from old to new, one (Type, Name)'s
 // recency list before and after a change.
@@ -41,26 +57,20 @@ func (r recency) byAlloc(allocID string) *PluginInfo {
 	return nil
 }
 
+// nodeInsert and nodeDelete replace the State's tree (a batch's State is
+// private until published, so the batch simply moves its root along).
 func (s *State) nodeInsert(p *PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
-	if s.batch != nil {
-		s.batch.nodes.Insert(nodeKey(p), p)
-		return
-	}
-	s.nodes, _, _ = s.nodes.Insert(nodeKey(p), p)
+	s.nodes = s.nodes.Set(nodeKey(p), p)
 }
 
 func (s *State) nodeDelete(p *PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
-	if s.batch != nil {
-		s.batch.nodes.Delete(nodeKey(p))
-		return
-	}
-	s.nodes, _, _ = s.nodes.Delete(nodeKey(p))
+	s.nodes = s.nodes.Delete(nodeKey(p))
 }
 
 // NodeInstances returns every instance registered with nodeID, by Type,
@@ -70,32 +80,32 @@ func (s *State) NodeInstances(nodeID string) []*PluginInfo {
 		return nil
 	}
 	var out []*PluginInfo
-	var root *iradix.Node[*PluginInfo]
-	if s.batch != nil {
-		root = s.batch.nodes.Root()
-	} else {
-		root = s.nodes.Root()
-	}
-	root.WalkPrefix(nodePrefix(nodeID), func(_ []byte, p *PluginInfo) bool {
+	prefix := nodePrefix(nodeID)
+	itr := s.nodes.Iterator()
+	itr.Seek(prefix)
+	for !itr.Done() {
+		k, p, _ := itr.Next()
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
 		out = append(out, p)
-		return false
-	})
+	}
 	return out
 }
 
 // buildNodeIndex indexes every instance of s (after ReadState).
 func buildNodeIndex(types *iradix.Tree[*nameTree]) *nodeTree {
-	txn := iradix.New[*PluginInfo]().Txn()
+	b := immutable.NewSortedMapBuilder[string, *PluginInfo](keyOrder{})
 	types.Root().Walk(func(_ []byte, names *nameTree) bool {
 		names.Root().Walk(func(_ []byte, r recency) bool {
 			for _, p := range r {
 				if p.NodeID != "" {
-					txn.Insert(nodeKey(p), p)
+					b.Set(nodeKey(p), p)
 				}
 			}
 			return false
 		})
 		return false
 	})
-	return txn.Commit()
+	return b.Map()
 }

@@ -82,6 +82,7 @@ func ReadState(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("%w: header counts %d names, %d instances", ErrBadSnapshot, hdr.Names, hdr.Instances)
 	}
 	types := iradix.New[*nameTree]().Txn()
+	interned := newInterner()
 	var (
 		curType   string
 		names     *iradix.Txn[recency]
@@ -103,6 +104,10 @@ func ReadState(r io.Reader) (*State, error) {
 		}
 		if i > 0 && (rec.Type < prev.Type || rec.Type == prev.Type && rec.Name <= prev.Name) {
 			return nil, fmt.Errorf("%w: record %d (%s/%s) out of order", ErrBadSnapshot, i, rec.Type, rec.Name)
+		}
+		for _, p := range rec.Instances {
+			p.Options = interned.optionsOf(p.Options)
+			internStrings(p)
 		}
 		if names == nil || rec.Type != curType {
 			flush()
@@ -140,7 +145,7 @@ func ReadState(r io.Reader) (*State, error) {
 		return nil, fmt.Errorf("%w: data after the last record", ErrBadSnapshot)
 	}
 	t := types.Commit()
-	return &State{types: t, nodes: buildNodeIndex(t), index: hdr.Index, instances: instances, requests: reqs}, nil
+	return &State{types: t, nodes: buildNodeIndex(t), index: hdr.Index, instances: instances, requests: reqs, interned: interned}, nil
 }
 
 func checkRecord(rec *NameList, index uint64) error {

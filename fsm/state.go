@@ -52,6 +52,7 @@ type State struct {
 	index     uint64
 	instances int
 	requests  requests
+	interned  *interner // shared by every State of one FSM (intern.go)
 	// batch holds the open radix transactions while ApplyBatch builds
 	// this State; nil in every State anyone else can see.
 	batch *batch
@@ -62,17 +63,18 @@ type State struct {
 // then changes the copied nodes in place, instead of copying the path
 // from the root again for every entry (a radix Insert on a Tree is a
 // transaction of its own). The published trees are never touched: a
-// transaction only changes nodes it created itself.
+// transaction only changes nodes it created itself. (The node index,
+// a B+tree, has no transactions in its library's version: each entry
+// copies its path, as it would outside a batch.)
 type batch struct {
 	types *iradix.Txn[*nameTree]
 	names map[string]*iradix.Txn[recency] // open name trees, by type
-	nodes *iradix.Txn[*PluginInfo]
 }
 
 // beginBatch opens the transactions; commitBatch closes them into new
 // trees. Between the two, reads and writes of s go through them.
 func (s *State) beginBatch() {
-	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}, nodes: s.nodes.Txn()}
+	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}}
 	s.requests.begin()
 }
 
@@ -93,13 +95,12 @@ func (s *State) commitBatch() {
 		}
 	}
 	s.types = b.types.Commit()
-	s.nodes = b.nodes.Commit()
 	s.requests.commit()
 }
 
 // NewState returns the empty state at index 0.
 func NewState() *State {
-	return &State{types: iradix.New[*nameTree](), nodes: iradix.New[*PluginInfo](), requests: newRequests()}
+	return &State{types: iradix.New[*nameTree](), nodes: newNodeTree(), requests: newRequests(), interned: newInterner()}
 }
 
 // Index is the index of the last log entry applied to this state. It counts
@@ -263,7 +264,11 @@ func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
 	if pos >= 0 && sameContent(r[pos], in) {
 		return ResultUnchanged, nil
 	}
+	// in was decoded from this entry and nobody else holds it: its
+	// Options map may become the shared one (intern.go).
 	p := in.Copy()
+	p.Options = s.interned.optionsOf(in.Options)
+	internStrings(p)
 	p.ModifyIndex = index
 	res, ev := ResultRegistered, EventRegistered
 	if pos >= 0 {
