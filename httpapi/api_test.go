@@ -300,3 +300,62 @@ func TestEventStreamDropsAClientThatStopsReading(t *testing.T) {
 		}
 	}
 }
+
+// A list is encoded once per index and node: asked again at the same
+// index it is the same bytes; after a write to its type it shows the
+// write, after a write to another type it is still right; on every node.
+func TestListAnswersFollowWrites(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	list := func(url, typ string) reply {
+		t.Helper()
+		r := call(t, "GET", url+"/v1/plugins/"+typ, "")
+		if r.status != 200 {
+			t.Fatalf("list %s: %d %s", typ, r.status, r.body)
+		}
+		return r
+	}
+	names := func(r reply) string {
+		var ps []struct{ Name, AllocID, Version string }
+		if err := json.Unmarshal([]byte(r.body), &ps); err != nil {
+			t.Fatalf("list body %q: %v", r.body, err)
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name+"/"+p.AllocID+"@"+p.Version)
+		}
+		return strings.Join(out, ",")
+	}
+	reg := func(url, body string) {
+		t.Helper()
+		if r := call(t, "POST", url+"/v1/plugins", body); r.status != 200 {
+			t.Fatalf("register: %d %s", r.status, r.body)
+		}
+	}
+	for _, n := range c.Nodes {
+		if r := list(n.HTTPURL, "csi"); r.body != "[]" {
+			t.Fatalf("empty list is %q", r.body)
+		}
+	}
+	steps := []struct {
+		write string // registered through node 0 before the lists
+		want  string // the csi list on every node
+	}{
+		{ebs, "ebs/a1@1"},
+		{strings.Replace(ebs, `"Version":"1"`, `"Version":"2"`, 1), "ebs/a1@2"},
+		{strings.Replace(ebs, `"csi"`, `"dev"`, 1), "ebs/a1@2"}, // another type moves the index
+		{strings.Replace(ebs, `"ebs"`, `"aws"`, 1), "aws/a1@1,ebs/a1@2"},
+	}
+	for i, st := range steps {
+		reg(c.Nodes[0].HTTPURL, st.write)
+		for _, n := range c.Nodes {
+			first := list(n.HTTPURL, "csi") // linearizable: sees the write
+			again := list(n.HTTPURL, "csi")
+			if got := names(first); got != st.want {
+				t.Fatalf("step %d, %s: list %s, want %s", i, n.NodeID(), got, st.want)
+			}
+			if first.header.Get("X-Plugreg-Index") == again.header.Get("X-Plugreg-Index") && first.body != again.body {
+				t.Fatalf("step %d, %s: two answers at index %s differ:\n%s\n%s", i, n.NodeID(), first.header.Get("X-Plugreg-Index"), first.body, again.body)
+			}
+		}
+	}
+}

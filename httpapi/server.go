@@ -94,6 +94,7 @@ type Server struct {
 	streams   context.Context // cancelled by Shutdown to end event streams
 	endStream context.CancelFunc
 	leaveOnce sync.Once
+	lists     *listCache // encoded lists by type (listcache.go)
 }
 
 // New returns the API server; call Serve.
@@ -107,7 +108,7 @@ func New(cfg Config) *Server {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = defaultStreamWriteTimeout
 	}
-	s := &Server{cfg: cfg, be: cfg.Backend, logger: cfg.Logger}
+	s := &Server{cfg: cfg, be: cfg.Backend, logger: cfg.Logger, lists: newListCache()}
 	s.streams, s.endStream = context.WithCancel(context.Background())
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return s
@@ -356,13 +357,22 @@ func parseQuery(r *http.Request, q *api.Query) error {
 // blocks while asked to, then reads at the requested consistency), and
 // sets the index headers.
 func (s *Server) read(w http.ResponseWriter, r *http.Request, q api.Query, body func(*api.QueryResult) interface{}) {
+	res, ok := s.query(w, r, q)
+	if ok {
+		writeJSON(w, http.StatusOK, body(res))
+	}
+}
+
+// query runs q for a read handler and sets the answer's headers; on
+// failure it has written the error and reports false.
+func (s *Server) query(w http.ResponseWriter, r *http.Request, q api.Query) (*api.QueryResult, bool) {
 	if err := parseQuery(r, &q); err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	if err := q.Validate(); err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	// A blocking query may wait minutes: Shutdown ends it.
 	ctx, cancel := context.WithTimeout(r.Context(), q.Wait+readTimeout)
@@ -376,9 +386,9 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, q api.Query, body 
 	}
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
-	writeJSON(w, http.StatusOK, body(res))
+	return res, true
 }
 
 func setMeta(w http.ResponseWriter, res *api.QueryResult) {
@@ -397,9 +407,10 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	s.read(w, r, api.Query{Kind: api.QueryList, Type: r.PathValue("type")}, func(res *api.QueryResult) interface{} {
-		return nonNil(res.Plugins)
-	})
+	typ := r.PathValue("type")
+	if res, ok := s.query(w, r, api.Query{Kind: api.QueryList, Type: typ}); ok {
+		writeBody(w, s.lists.body(typ, res.Index, res.Plugins))
+	}
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
