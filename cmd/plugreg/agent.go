@@ -20,6 +20,7 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/internal/gctune"
 )
 
 var errUsage = errors.New("usage")
@@ -112,6 +113,10 @@ func runAgent(args []string) error {
 			return err
 		}
 	}
+	// A large registry keeps its GC headroom at half its live data
+	// rather than all of it (internal/gctune); GOGC or GOMEMLIMIT in the
+	// environment turn this off.
+	defer gctune.Start(gctune.Config{}).Stop()
 	if *pprofAt != "" {
 		stopPprof, err := servePprof(*pprofAt, logger)
 		if err != nil {
