@@ -36,6 +36,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,6 +86,8 @@ type options struct {
 	stabilityClients int
 	stabilityLoad    time.Duration
 	stabilityIdle    time.Duration
+
+	selfProfile string
 }
 
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
@@ -98,11 +101,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "plugreg-bench:", err)
 		os.Exit(2)
 	}
+	if opts.selfProfile != "" {
+		// The load generator shares the machine with the clusters: its
+		// own cost (the clients' encoding, HTTP, gRPC) is part of what a
+		// cell's throughput pays for.
+		f, err := os.Create(opts.selfProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "plugreg-bench: -bench-cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "plugreg-bench:", err)
 		stop()
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -149,6 +167,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
 	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
 	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
+	fs.StringVar(&o.selfProfile, "bench-cpuprofile", "", "write a CPU profile of the bench process itself (the load generator's clients) to this file")
 	fs.BoolVar(&o.stability, "stability", false, "run the stability test instead (plugreg only): writers, then idle, counting every leader change")
 	fs.IntVar(&o.stabilityClients, "stability-clients", 64, "stability: concurrent writers")
 	fs.DurationVar(&o.stabilityLoad, "stability-load", 10*time.Minute, "stability: how long the writers run")
