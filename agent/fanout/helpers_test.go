@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testlog"
 	"github.com/plugreg/plugreg/registry"
 )
 
@@ -100,7 +101,7 @@ func newHub(t *testing.T, u *testUpstream, tune func(*Config)) *Hub {
 	cfg := Config{
 		Upstream: u.open, Buffer: 1024, StallTimeout: 10 * time.Second,
 		RetryMin: time.Millisecond, RetryMax: 20 * time.Millisecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: testWriter{t}}),
+		Logger: testlog.New(t, "", hclog.Debug),
 	}
 	if tune != nil {
 		tune(&cfg)
@@ -112,10 +113,6 @@ func newHub(t *testing.T, u *testUpstream, tune func(*Config)) *Hub {
 	t.Cleanup(h.Close)
 	return h
 }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 func plugin(ptype, name, alloc, node string) *api.PluginInfo {
 	return &api.PluginInfo{

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testlog"
 	"github.com/plugreg/plugreg/registry"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -59,16 +59,8 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func testLogger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: testWriter{t}})
+	return testlog.New(t, t.Name(), hclog.Debug)
 }
 
 // ---- registrar: a real registry.Store behind the Registrar interface ----

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testlog"
 	"github.com/plugreg/plugreg/registry"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
@@ -82,13 +82,6 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func newEnv(t *testing.T) *env {
 	root := shortDir(t)
 	e := &env{regDir: filepath.Join(root, "reg"), dataDir: filepath.Join(root, "data")}
@@ -101,7 +94,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(e.store.Shutdown)
 	cfg := pluginwatcher.DefaultConfig()
 	cfg.Dir, cfg.NodeID, cfg.Registrar = e.regDir, nodeID, storeRegistrar{e.store}
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: testWriter{t}})
+	cfg.Logger = testlog.New(t, t.Name(), hclog.Debug)
 	cfg.GetInfoTimeout = 2 * time.Second
 	cfg.ProbeInterval = 100 * time.Millisecond
 	cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 200*time.Millisecond

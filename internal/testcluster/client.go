@@ -40,7 +40,7 @@ func (c *Cluster) AddClient(modify func(*agent.Config)) *ClientNode {
 		RetryJoin:     true,
 		RetryInterval: 100 * time.Millisecond,
 		GossipFast:    true,
-		Logger:        hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{c.t}}),
+		Logger:        c.log.Logger("agent", hclog.Warn),
 	}
 	for _, n := range c.Running() {
 		cfg.Join = append(cfg.Join, n.GossipAddr())

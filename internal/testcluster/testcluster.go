@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/testlog"
 )
 
 // Node is one server with its HTTP API.
@@ -46,6 +47,7 @@ type Cluster struct {
 	root    string // data dirs
 	opts    Options
 	expect  int // BootstrapExpect of the servers New starts
+	log     *testlog.Writer
 }
 
 // AddServer starts one more server, joined to the first, with the same
@@ -76,7 +78,7 @@ func (c *Cluster) addServer() *Node {
 	cfg.RetryJoin = true
 	cfg.RetryInterval = 100 * time.Millisecond
 	cfg.GossipFast = true
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.Warn, Output: testWriter{c.t}})
+	cfg.Logger = c.log.Logger("plugreg", hclog.Warn)
 	if c.opts.Modify != nil {
 		c.opts.Modify(i, cfg)
 	}
@@ -122,6 +124,7 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	// while the dir was removed failed a test on a busy machine).
 	root := t.TempDir()
 	c.root = root
+	c.log = testlog.NewWriter(t) // before Shutdown, to keep its messages
 	t.Cleanup(c.Shutdown)
 	c.opts = opts
 	c.expect = n
@@ -273,11 +276,4 @@ func (c *Cluster) Followers() []*Node {
 		}
 	}
 	return out
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
 }
