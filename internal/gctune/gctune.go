@@ -6,20 +6,23 @@
 // MB live) ran at about 1 GB of RSS. Lowering GOGC for good would halve
 // that headroom at every size, but costs CPU on every write at every size:
 // 3-9% of write throughput with GOGC=50 on a small registry in the bench.
-// A soft memory limit costs nothing while the heap is small and caps the
-// headroom when it is large: Tuner sets the runtime's memory limit to the
-// memory outside the heap, plus the live heap, plus max(Floor, live x
-// Fraction), again every Interval as the registry grows or shrinks. The
-// limit is soft (the runtime spends at most half its CPU on collection to
-// keep it), so a sudden growth between two updates slows the process for a
-// moment, never stops it.
+// Tuner instead sets GOGC from the live heap, every Interval: headroom is
+// max(Floor, live x Fraction), never more than GOGC=100 would give. A
+// small registry runs as any Go program; a large one grows its heap to
+// 1.5x its live data.
+//
+// Why GOGC and not a soft memory limit: a limit fixed between two updates
+// is a wall. A server restoring a large snapshot grows its live heap by
+// hundreds of MB in seconds; against a limit set for the small heap it had
+// at start, the collector ran back to back (up to half the CPU) and the
+// restart took 22 s instead of 16. A GOGC only scales the heap goal with
+// the live heap, so growth between updates costs what growth always costs.
 //
 // An operator's GOMEMLIMIT or GOGC wins: with either set in the
 // environment, Start does nothing.
 package gctune
 
 import (
-	"math"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -30,7 +33,8 @@ import (
 // Config tunes the headroom; zero fields take the defaults.
 type Config struct {
 	// Floor is the least headroom above the live heap (default 256 MiB):
-	// below about that, GOGC=100 alone decides, as in any Go program.
+	// up to a live heap of twice that, GOGC=100 decides, as in any Go
+	// program.
 	Floor uint64
 	// Fraction of the live heap allowed as headroom above Floor's reach
 	// (default 0.5: the heap of a large registry grows to 1.5x its live
@@ -53,20 +57,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Limit is the memory limit for a process whose live heap is live bytes and
-// whose memory outside the heap (stacks, runtime structures) is other.
-func (c Config) Limit(live, other uint64) uint64 {
+// Percent is the GOGC for a live heap of live bytes: the headroom
+// max(Floor, live x Fraction) as a percentage of live, at most 100.
+func (c Config) Percent(live uint64) int {
 	c = c.withDefaults()
+	if live == 0 {
+		return 100
+	}
 	head := max(c.Floor, uint64(float64(live)*c.Fraction))
-	return other + live + head
+	if head >= live {
+		return 100
+	}
+	return max(1, int(head*100/live))
 }
 
-// Tuner updates the memory limit until Stop.
+// Tuner updates GOGC until Stop.
 type Tuner struct {
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
-	previous int64
+	previous int
 }
 
 // Start begins tuning, or returns nil when the environment sets GOGC or
@@ -76,37 +86,15 @@ func Start(cfg Config) *Tuner {
 		return nil
 	}
 	cfg = cfg.withDefaults()
-	t := &Tuner{stop: make(chan struct{}), done: make(chan struct{}), previous: debug.SetMemoryLimit(-1)}
-	samples := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/total:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/heap/released:bytes"},
-	}
+	t := &Tuner{stop: make(chan struct{}), done: make(chan struct{})}
+	t.previous = debug.SetGCPercent(100)
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	update := func() {
-		metrics.Read(samples)
-		for _, s := range samples {
-			if s.Value.Kind() != metrics.KindUint64 {
-				return // a runtime without these metrics: leave the limit alone
-			}
+		metrics.Read(live)
+		if live[0].Value.Kind() != metrics.KindUint64 {
+			return // a runtime without the metric: leave GOGC alone
 		}
-		live := samples[0].Value.Uint64()
-		var heap uint64
-		for _, s := range samples[2:] {
-			heap += s.Value.Uint64()
-		}
-		total := samples[1].Value.Uint64()
-		other := uint64(0)
-		if total > heap {
-			other = total - heap
-		}
-		limit := cfg.Limit(live, other)
-		if limit > math.MaxInt64 {
-			limit = math.MaxInt64
-		}
-		debug.SetMemoryLimit(int64(limit))
+		debug.SetGCPercent(cfg.Percent(live[0].Value.Uint64()))
 	}
 	update()
 	go func() {
@@ -125,7 +113,7 @@ func Start(cfg Config) *Tuner {
 	return t
 }
 
-// Stop ends tuning and restores the limit found at Start. Idempotent; a nil
+// Stop ends tuning and restores the GOGC found at Start. Idempotent; a nil
 // Tuner is a no-op.
 func (t *Tuner) Stop() {
 	if t == nil {
@@ -134,6 +122,6 @@ func (t *Tuner) Stop() {
 	t.once.Do(func() {
 		close(t.stop)
 		<-t.done
-		debug.SetMemoryLimit(t.previous)
+		debug.SetGCPercent(t.previous)
 	})
 }

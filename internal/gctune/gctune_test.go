@@ -1,7 +1,7 @@
 package gctune
 
 import (
-	"math"
+	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -11,46 +11,77 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestLimit(t *testing.T) {
+func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	cases := []struct {
-		name        string
-		live, other uint64
-		want        uint64
+		name string
+		live uint64
+		want int
 	}{
-		{"small heap: the floor", 10 * mib, 20 * mib, 20*mib + 10*mib + 256*mib},
-		{"at the floor's reach", 512 * mib, 20 * mib, 20*mib + 512*mib + 256*mib},
-		{"large heap: half of it", 1024 * mib, 20 * mib, 20*mib + 1024*mib + 512*mib},
+		{"empty heap: the default", 0, 100},
+		{"small heap: the default", 10 * mib, 100},
+		{"at the floor's reach", 256 * mib, 100},
+		{"between: the floor", 400 * mib, 64},
+		{"twice the floor: half", 512 * mib, 50},
+		{"large heap: half", 4096 * mib, 50},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := (Config{}).Limit(tc.live, tc.other); got != tc.want {
-				t.Fatalf("Limit(%d MiB, %d MiB) = %d MiB, want %d MiB", tc.live/mib, tc.other/mib, got/mib, tc.want/mib)
+			if got := (Config{}).Percent(tc.live); got != tc.want {
+				t.Fatalf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
 			}
 		})
 	}
 }
 
-// Start sets a limit above what the process uses; Stop restores the one
-// it found and leaves no goroutine behind.
+// gcPercent reads GOGC without changing it.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// Start sets GOGC from the live heap (this test's is small: 100); Stop
+// restores the one it found and leaves no goroutine behind.
 func TestStartStop(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	before := debug.SetMemoryLimit(-1)
+	before := debug.SetGCPercent(73)
+	defer debug.SetGCPercent(before)
 	tu := Start(Config{Interval: time.Millisecond})
 	if tu == nil {
 		t.Fatal("Start did nothing without GOGC or GOMEMLIMIT")
 	}
 	time.Sleep(10 * time.Millisecond)
-	limit := debug.SetMemoryLimit(-1)
-	if limit == math.MaxInt64 || limit < 256<<20 {
-		t.Fatalf("limit %d while tuning", limit)
+	if p := gcPercent(); p != 100 {
+		t.Fatalf("GOGC %d while tuning a small heap, want 100", p)
 	}
 	tu.Stop()
 	tu.Stop()
-	if got := debug.SetMemoryLimit(-1); got != before {
-		t.Fatalf("limit %d after Stop, want %d", got, before)
+	if got := gcPercent(); got != 73 {
+		t.Fatalf("GOGC %d after Stop, want 73 (the one Start found)", got)
 	}
+}
+
+// A live heap past the floor's reach lowers GOGC on the next update.
+func TestFollowsTheLiveHeap(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	tu := Start(Config{Floor: 1 << 20, Interval: time.Millisecond})
+	defer tu.Stop()
+	live := make([][]byte, 64)
+	for i := range live {
+		live[i] = make([]byte, 1<<20) // 64 MiB live: headroom 32 MiB
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gcPercent() != 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC %d with 64 MiB live and a 1 MiB floor, want 50", gcPercent())
+		}
+		runtime.GC() // the live-heap metric is the last cycle's
+		time.Sleep(5 * time.Millisecond)
+	}
+	runtime.KeepAlive(live)
 }
 
 func TestOperatorSettingsWin(t *testing.T) {
