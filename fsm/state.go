@@ -264,10 +264,11 @@ func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
 	if pos >= 0 && sameContent(r[pos], in) {
 		return ResultUnchanged, nil
 	}
-	// in was decoded from this entry and nobody else holds it: its
-	// Options map may become the shared one (intern.go).
-	p := in.Copy()
-	p.Options = s.interned.optionsOf(in.Options)
+	// in was decoded from this entry by apply and nobody else holds it:
+	// the state keeps it as it is (no copy), and its Options map may
+	// become the shared one (intern.go).
+	p := in
+	p.Options = s.interned.optionsOf(p.Options)
 	internStrings(p)
 	p.ModifyIndex = index
 	res, ev := ResultRegistered, EventRegistered
