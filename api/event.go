@@ -39,17 +39,36 @@ type Event struct {
 	Memo *Memo `json:"-" codec:"-"`
 }
 
-// Memo holds one encoding of an event, made by the first subscriber that
-// asks for it and reused by the others.
+// EventStreamProtobuf is the media type of the binary event stream: a client
+// that sends it in Accept gets GET /v1/events as length-delimited protobuf
+// (each message a varint length, then a pluginpb.Event), not JSON lines.
+const EventStreamProtobuf = "application/vnd.plugreg.events+protobuf"
+
+// Encoding names one wire encoding of events; a Memo holds one of each.
+type Encoding uint8
+
+const (
+	EncodingJSON     Encoding = iota // a line of newline-delimited JSON
+	EncodingProtobuf                 // a length-delimited pluginpb.Event
+	numEncodings
+)
+
+// Memo holds the wire encodings of an event, each made by the first
+// subscriber that asks for it and reused by the others.
 type Memo struct {
+	slots [numEncodings]memoSlot
+}
+
+type memoSlot struct {
 	once sync.Once
 	b    []byte
 	err  error
 }
 
-// Bytes returns the memoized encoding, calling encode the first time.
-// Every caller must pass an encode that yields the same bytes.
-func (m *Memo) Bytes(encode func() ([]byte, error)) ([]byte, error) {
-	m.once.Do(func() { m.b, m.err = encode() })
-	return m.b, m.err
+// Bytes returns the memoized encoding e, calling encode the first time.
+// Every caller must pass, for one e, an encode that yields the same bytes.
+func (m *Memo) Bytes(e Encoding, encode func() ([]byte, error)) ([]byte, error) {
+	s := &m.slots[e]
+	s.once.Do(func() { s.b, s.err = encode() })
+	return s.b, s.err
 }

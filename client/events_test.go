@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
@@ -328,5 +330,88 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 	}
 	if strings.Join(after, "\n") != strings.Join(refAfter, "\n") {
 		t.Fatalf("after the reset: %d events, reference has %d", len(after), len(refAfter))
+	}
+}
+
+// The protobuf stream and the JSON stream deliver the same events, field
+// for field: a reset (one with plugins and one that is empty), registrations
+// with options and either kind of endpoint, updates and deregistrations.
+func TestWatchEncodingsAgree(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{Modify: func(i int, cfg *cluster.Config) {
+		cfg.JournalSize = 16 // index 0 is gone after the first writes: a reset
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := newClient(t, c, 0)
+	write := func(i int) uint64 {
+		p := plugin(fmt.Sprintf("p%d", i%5), fmt.Sprintf("a%d", i%3))
+		p.Version = fmt.Sprint(i)
+		if i%2 == 0 {
+			p.ConnectionInfo = &client.ConnectionInfo{Address: fmt.Sprintf("10.0.0.%d:9", i)}
+			p.Options = map[string]string{"k": fmt.Sprint(i), "zone": "a"}
+		}
+		var res client.WriteResult
+		var err error
+		if i%4 == 3 {
+			res, err = cl.Deregister(ctx, p.Type, p.Name, p.AllocID)
+		} else {
+			res, err = cl.Register(ctx, p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Index
+	}
+	for i := 0; i < 40; i++ {
+		write(i)
+	}
+	watch := func(ctx context.Context, json bool, types []string) <-chan *client.Event {
+		wc, err := client.New(client.Config{Addrs: []string{c.Nodes[0].HTTPURL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wc.Watch(ctx, 0, client.WatchOptions{JSON: json, Types: types})
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	streams := map[string]<-chan *client.Event{
+		"json":           watch(wctx, true, nil),
+		"protobuf":       watch(wctx, false, nil),
+		"json empty":     watch(wctx, true, []string{"none"}),
+		"protobuf empty": watch(wctx, false, []string{"none"}),
+	}
+	// Live events after the reset.
+	var last uint64
+	for i := 40; i < 60; i++ {
+		last = write(i)
+	}
+	collect := func(ch <-chan *client.Event, until uint64) []*client.Event {
+		var evs []*client.Event
+		for ev := range ch {
+			evs = append(evs, ev)
+			if ev.Index >= until {
+				return evs
+			}
+		}
+		t.Fatalf("stream ended before index %d", until)
+		return nil
+	}
+	got := collect(streams["json"], last)
+	want := collect(streams["protobuf"], last)
+	if got[0].EventType != api.EventReset || len(got[0].Plugins) == 0 {
+		t.Fatalf("first event %+v: want a reset with plugins", got[0])
+	}
+	if len(got) != len(want) {
+		t.Fatalf("json %d events, protobuf %d", len(got), len(want))
+	}
+	for i := range got {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("event %d:\njson     %+v\nprotobuf %+v", i, got[i], want[i])
+		}
+	}
+	// An empty reset is a statement, "nothing exists", in both encodings.
+	ej, ep := <-streams["json empty"], <-streams["protobuf empty"]
+	if !reflect.DeepEqual(ej, ep) || ej.EventType != api.EventReset || ej.Plugins == nil || len(ej.Plugins) != 0 {
+		t.Fatalf("empty reset: json %+v, protobuf %+v", ej, ep)
 	}
 }

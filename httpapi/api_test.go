@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testcluster"
+	"google.golang.org/protobuf/encoding/protodelim"
 )
 
 type reply struct {
@@ -357,5 +360,62 @@ func TestListAnswersFollowWrites(t *testing.T) {
 				t.Fatalf("step %d, %s: two answers at index %s differ:\n%s\n%s", i, n.NodeID(), first.header.Get("X-Plugreg-Index"), first.body, again.body)
 			}
 		}
+	}
+}
+
+// The event stream is JSON lines unless the Accept header names the
+// protobuf stream; that one is protodelim's framing of pluginpb.Events, so
+// the protobuf library's own reader reads it.
+func TestEventStreamNegotiatesProtobuf(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{Heartbeat: 100 * time.Millisecond})
+	u := c.Nodes[0].HTTPURL
+	w := call(t, "POST", u+"/v1/plugins", ebs)
+	idx, _ := strconv.ParseUint(w.header.Get("X-Plugreg-Index"), 10, 64)
+	cases := []struct {
+		accept, contentType string
+	}{
+		{"", "application/x-ndjson"},
+		{"application/json", "application/x-ndjson"},
+		{"application/vnd.plugreg.events+protobuf", api.EventStreamProtobuf},
+		{"application/x-ndjson;q=0.5, APPLICATION/VND.PLUGREG.EVENTS+PROTOBUF; q=1", api.EventStreamProtobuf},
+		{"application/vnd.plugreg.events+protobufx", "application/x-ndjson"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.accept, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/events?index=%d", u, idx-1), nil)
+			if tc.accept != "" {
+				req.Header.Set("Accept", tc.accept)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if got := resp.Header.Get("Content-Type"); got != tc.contentType {
+				t.Fatalf("Content-Type %q, want %q", got, tc.contentType)
+			}
+			r := bufio.NewReader(resp.Body)
+			var ev pluginpb.Event
+			if tc.contentType == api.EventStreamProtobuf {
+				err = protodelim.UnmarshalFrom(r, &ev)
+			} else {
+				var line []byte
+				if line, err = r.ReadBytes('\n'); err == nil {
+					var j struct {
+						Index     uint64
+						EventType string
+						Info      struct{ AllocID string }
+					}
+					err = json.Unmarshal(line, &j)
+					ev.Index, ev.Kind, ev.Info = j.Index, pluginpb.KindOf(api.EventType(j.EventType)), &pluginpb.PluginInfo{AllocId: j.Info.AllocID}
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Index != idx || ev.Kind != pluginpb.EventKind_EVENT_KIND_REGISTERED || ev.GetInfo().GetAllocId() != "a1" {
+				t.Fatalf("first event %v, want registered a1 at %d", &ev, idx)
+			}
+		})
 	}
 }

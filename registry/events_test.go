@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -297,9 +298,15 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	}
 	line := 0
 	enc := func() ([]byte, error) { line++; return []byte(fmt.Sprint(line)), nil }
-	first, _ := ea.Memo.Bytes(enc)
-	again, _ := eb.Memo.Bytes(enc)
+	first, _ := ea.Memo.Bytes(api.EncodingJSON, enc)
+	again, _ := eb.Memo.Bytes(api.EncodingJSON, enc)
 	if string(first) != "1" || string(again) != "1" || line != 1 {
 		t.Fatalf("memo encoded %d times (%q, %q), want once", line, first, again)
+	}
+	// Each encoding has its own slot: the other one is made once too.
+	other, _ := eb.Memo.Bytes(api.EncodingProtobuf, enc)
+	otherAgain, _ := ea.Memo.Bytes(api.EncodingProtobuf, enc)
+	if string(other) != "2" || string(otherAgain) != "2" || line != 2 {
+		t.Fatalf("second encoding: got %q, %q after %d encodings, want 2, 2 after 2", other, otherAgain, line)
 	}
 }

@@ -57,10 +57,17 @@ func KindOf(t api.EventType) EventKind { return kinds[t] }
 
 // APIType is the api.EventType of k ("" for an unknown kind).
 func (k EventKind) APIType() api.EventType {
-	for t, kk := range kinds {
-		if kk == k {
-			return t
-		}
+	switch k {
+	case EventKind_EVENT_KIND_REGISTERED:
+		return api.EventRegistered
+	case EventKind_EVENT_KIND_UPDATED:
+		return api.EventUpdated
+	case EventKind_EVENT_KIND_DEREGISTERED:
+		return api.EventDeregistered
+	case EventKind_EVENT_KIND_RESET:
+		return api.EventReset
+	case EventKind_EVENT_KIND_HEARTBEAT:
+		return api.EventHeartbeat
 	}
 	return ""
 }

@@ -57,17 +57,19 @@ type options struct {
 	etcdFlags    []string
 	// A second plugreg cluster, the baseline, in the same run (for
 	// before/after ratios of one change): its binary and flags.
-	baselineBin   string
-	baselineFlags []string
-	baseline      bool
-	profileDir    string
-	profileSecs   int
-	scale         bool
-	scaleNames    int
-	scaleAllocs   int
-	scaleTypes    int
-	scaleClients  int
-	scaleEtcd     bool
+	baselineBin string
+	// baselineWatchJSON: the baseline's watchers read the JSON stream.
+	baselineWatchJSON bool
+	baselineFlags     []string
+	baseline          bool
+	profileDir        string
+	profileSecs       int
+	scale             bool
+	scaleNames        int
+	scaleAllocs       int
+	scaleTypes        int
+	scaleClients      int
+	scaleEtcd         bool
 
 	agents         int
 	stubSessions   int
@@ -146,6 +148,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\")")
 	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "also run a baseline plugreg cluster from this binary in every cell (table workloads only) and print plugreg/baseline ratios")
+	fs.BoolVar(&o.baselineWatchJSON, "baseline-watch-json", false, "the baseline cluster's watchers read the JSON event stream instead of protobuf (to measure the encoding)")
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
 	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile register cell")
@@ -217,7 +220,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-workloads: deregister removes what register added; select both")
 	}
 	o.plugregFlags, o.etcdFlags = strings.Fields(pflags), strings.Fields(eflags)
-	o.baseline = set["baseline-bin"] || set["baseline-flags"]
+	o.baseline = set["baseline-bin"] || set["baseline-flags"] || o.baselineWatchJSON
 	o.baselineFlags = o.plugregFlags
 	if set["baseline-flags"] {
 		o.baselineFlags = strings.Fields(bflags)
@@ -373,7 +376,7 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		if err := bc.waitReady(ctx, 60*time.Second); err != nil {
 			return err
 		}
-		systems = append(systems, &plugregSystem{c: bc, label: "baseline"})
+		systems = append(systems, &plugregSystem{c: bc, label: "baseline", watchJSON: o.baselineWatchJSON})
 	}
 	logf("clusters ready")
 

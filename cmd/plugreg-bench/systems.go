@@ -66,6 +66,8 @@ type reader interface {
 type plugregSystem struct {
 	c     *plugregCluster
 	label string
+	// watchJSON: watchers read the JSON stream, not protobuf.
+	watchJSON bool
 }
 
 func (s *plugregSystem) name() string {
@@ -145,7 +147,7 @@ func (s *plugregSystem) watch(ctx context.Context, i int, typ string, fn func(st
 		return nil, fmt.Errorf("plugreg watch start index: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ch := cli.Watch(ctx, meta.Index, client.WatchOptions{Types: []string{typ}})
+	ch := cli.Watch(ctx, meta.Index, client.WatchOptions{Types: []string{typ}, JSON: s.watchJSON})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
