@@ -16,6 +16,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/nodeid"
+	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	RPCTimeout time.Duration
 	// Events tunes the event fan-out (its Upstream is set here).
 	Events fanout.Config
+	// TLS, when set, secures the RPC connections to servers by its
+	// policy; nil: plaintext.
+	TLS    *tlsutil.Configurator
 	Logger hclog.Logger
 }
 
@@ -91,7 +95,7 @@ func New(cfg Config) (*Client, error) {
 	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second)}
+	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	hc := cfg.Events
 	hc.Upstream = func(ctx context.Context, types []string, from *uint64) (<-chan *api.Event, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 // Config of one server node.
@@ -91,6 +92,11 @@ type Config struct {
 	// JournalSize is the number of events the node's journal keeps (zero:
 	// registry.DefaultJournalSize).
 	JournalSize int
+
+	// TLS, when set, secures the server port (Raft and RPC, incoming and
+	// outgoing) by its policy; nil: plaintext. The HTTP listener is the
+	// caller's (cmd/plugreg serves it with the same Configurator).
+	TLS *tlsutil.Configurator
 
 	// ShutdownTimeout bounds how long Shutdown waits for Raft to stop
 	// before it closes Raft's connections under it, and as long again

@@ -106,9 +106,9 @@ func (s *Server) start() (err error) {
 		return err
 	}
 
-	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second)
+	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)
 	s.mux, err = transport.Listen(net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.ServerPort)),
-		transport.ServeRPC(s.ctx, s.handleRPC), s.logger.Named("transport"))
+		transport.ServeRPC(s.ctx, s.handleRPC), s.logger.Named("transport"), cfg.TLS)
 	if err != nil {
 		return err
 	}

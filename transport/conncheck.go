@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"syscall"
@@ -15,6 +16,11 @@ var errUnexpectedData = errors.New("transport: unexpected data on an idle connec
 // the protocol is out of step. (A read deadline in the past cannot do this:
 // Go reports the timeout without looking at the socket.)
 func checkIdle(c net.Conn) error {
+	if tc, ok := c.(*tls.Conn); ok {
+		// The socket under TLS: the servers send nothing unasked (no
+		// session tickets), so bytes there are as wrong as in plaintext.
+		c = tc.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil // cannot tell; use it

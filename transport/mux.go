@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,13 +10,22 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
-// The first byte of every connection to the server port.
+// The first byte of every connection to the server port. protoTLS is
+// followed by a TLS handshake, and inside TLS by one of the others.
 const (
 	protoRaft byte = 0x01
 	protoRPC  byte = 0x02
+	protoTLS  byte = 0x03
 )
+
+// handshakeTimeout bounds the first byte and the TLS handshake of an
+// incoming connection, and the handshake of an outgoing one past its
+// dial timeout: a peer that connects and says nothing cannot pin a
+// goroutine.
+const handshakeTimeout = 5 * time.Second
 
 // ErrClosed is returned by Accept and Dial after Close.
 var ErrClosed = errors.New("transport: closed")
@@ -32,6 +42,7 @@ type Mux struct {
 	rpc    ConnHandler
 	logger hclog.Logger
 	raftCh chan net.Conn
+	tls    *tlsutil.Configurator // nil: plaintext only
 
 	mu     sync.Mutex // guards conns, closed
 	conns  map[net.Conn]struct{}
@@ -41,7 +52,10 @@ type Mux struct {
 }
 
 // Listen opens the server port on addr ("127.0.0.2:8300") and serves it.
-func Listen(addr string, rpc ConnHandler, logger hclog.Logger) (*Mux, error) {
+// With tlsc (nil: plaintext), the port accepts TLS connections, refuses
+// plaintext ones when tlsc requires TLS (VerifyIncoming), and Raft
+// connections it dials use TLS when tlsc says outgoing connections do.
+func Listen(addr string, rpc ConnHandler, logger hclog.Logger, tlsc *tlsutil.Configurator) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on server port %s: %w", addr, err)
@@ -49,9 +63,10 @@ func Listen(addr string, rpc ConnHandler, logger hclog.Logger) (*Mux, error) {
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
 	m := &Mux{
 		ln:     ln,
-		dialer: NewDialer(host),
+		dialer: NewTLSDialer(host, tlsc),
 		rpc:    rpc,
 		logger: logger,
+		tls:    tlsc,
 		raftCh: make(chan net.Conn),
 		conns:  make(map[net.Conn]struct{}),
 		done:   make(chan struct{}),
@@ -105,14 +120,24 @@ func (m *Mux) untrack(c net.Conn) {
 
 func (m *Mux) handle(conn net.Conn) {
 	defer m.wg.Done()
-	var b [1]byte
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
+	proto, wrapped, err := m.open(conn)
+	if err != nil {
+		m.logger.Warn("connection refused", "from", conn.RemoteAddr(), "error", err)
 		m.untrack(conn)
 		conn.Close()
 		return
 	}
-	conn.SetReadDeadline(time.Time{})
+	if wrapped != conn {
+		// Track the TLS conn in place of the raw one, so that Close
+		// closes what the handlers hold.
+		m.untrack(conn)
+		if !m.track(wrapped) {
+			wrapped.Close()
+			return
+		}
+		conn = wrapped
+	}
+	b := [1]byte{proto}
 	switch b[0] {
 	case protoRaft:
 		// Raft's transport owns the connection from here on, but does not
@@ -133,6 +158,42 @@ func (m *Mux) handle(conn net.Conn) {
 		m.untrack(conn)
 		conn.Close()
 	}
+}
+
+// open reads a connection's first byte and, for TLS, makes the handshake
+// and reads the protocol byte inside it. It refuses plaintext when TLS is
+// required, and Raft from a peer that is not a server of this cluster.
+func (m *Mux) open(conn net.Conn) (byte, net.Conn, error) {
+	conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	defer conn.SetReadDeadline(time.Time{})
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return 0, nil, fmt.Errorf("first byte: %w", err)
+	}
+	if b[0] != protoTLS {
+		if m.tls.RequiresTLS() && (b[0] == protoRaft || b[0] == protoRPC) {
+			return 0, nil, errors.New("plaintext connection, and -verify-incoming requires TLS")
+		}
+		return b[0], conn, nil
+	}
+	if !m.tls.ServesTLS() {
+		return 0, nil, errors.New("TLS connection, and this node has no certificate (-tls-cert-file)")
+	}
+	tc := tls.Server(conn, m.tls.IncomingConfig())
+	tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		return 0, nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	if _, err := io.ReadFull(tc, b[:]); err != nil {
+		return 0, nil, fmt.Errorf("protocol byte inside TLS: %w", err)
+	}
+	tc.SetDeadline(time.Time{})
+	if b[0] == protoRaft {
+		if err := m.tls.VerifyRaftPeer(tc.ConnectionState()); err != nil {
+			return 0, nil, err
+		}
+	}
+	return b[0], tc, nil
 }
 
 // Close stops listening, closes every RPC connection, and waits for the
@@ -207,19 +268,24 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Dialer opens connections to server ports from a fixed local address.
+// Dialer opens connections to server ports from a fixed local address,
+// over TLS when its Configurator says outgoing connections use it.
 type Dialer struct {
 	bind net.IP
+	tls  *tlsutil.Configurator // nil: plaintext
 }
 
-// NewDialer returns a Dialer whose connections come from bindIP ("" or an
-// unspecified address lets the kernel choose).
-func NewDialer(bindIP string) *Dialer {
+// NewDialer returns a plaintext Dialer whose connections come from bindIP
+// ("" or an unspecified address lets the kernel choose).
+func NewDialer(bindIP string) *Dialer { return NewTLSDialer(bindIP, nil) }
+
+// NewTLSDialer is NewDialer whose connections use TLS when tlsc.DialsTLS.
+func NewTLSDialer(bindIP string, tlsc *tlsutil.Configurator) *Dialer {
 	ip := net.ParseIP(bindIP)
 	if ip != nil && ip.IsUnspecified() {
 		ip = nil
 	}
-	return &Dialer{bind: ip}
+	return &Dialer{bind: ip, tls: tlsc}
 }
 
 func (d *Dialer) dial(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
@@ -231,11 +297,23 @@ func (d *Dialer) dial(addr string, proto byte, timeout time.Duration) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	conn.SetWriteDeadline(time.Now().Add(timeout))
+	conn.SetDeadline(time.Now().Add(max(timeout, handshakeTimeout)))
+	if d.tls.DialsTLS() {
+		if _, err := conn.Write([]byte{protoTLS}); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		tc := tls.Client(conn, d.tls.OutgoingConfig())
+		if err := tc.Handshake(); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
+		conn = tc
+	}
 	if _, err := conn.Write([]byte{proto}); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	conn.SetWriteDeadline(time.Time{})
+	conn.SetDeadline(time.Time{})
 	return conn, nil
 }

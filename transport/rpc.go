@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 var msgpackHandle = func() *codec.MsgpackHandle {
@@ -148,9 +149,10 @@ type Pool struct {
 // and the leader accepts a connection per write.
 const maxIdlePerPeer = 64
 
-// NewPool returns a Pool dialling from bindIP.
-func NewPool(bindIP string, dialTimeout time.Duration) *Pool {
-	return &Pool{dialer: NewDialer(bindIP), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
+// NewPool returns a Pool dialling from bindIP, over TLS when tlsc (nil:
+// plaintext) says outgoing connections use it.
+func NewPool(bindIP string, dialTimeout time.Duration, tlsc *tlsutil.Configurator) *Pool {
+	return &Pool{dialer: NewTLSDialer(bindIP, tlsc), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
 }
 
 type rpcConn struct {

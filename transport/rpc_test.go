@@ -19,7 +19,7 @@ func echoServer(t *testing.T, addr string) *Mux {
 		}
 		return method + ":" + s, nil
 	}
-	m, err := Listen(addr, ServeRPC(context.Background(), h), hclog.NewNullLogger())
+	m, err := Listen(addr, ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestPoolDropsConnectionsToARestartedPeer(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	m := echoServer(t, "127.0.0.1:0")
 	addr := m.Addr().String()
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -64,7 +64,7 @@ func TestPoolDropsConnectionsToARestartedPeer(t *testing.T) {
 // A connection that fails to dial is reported as not sent.
 func TestPoolUnreachableIsNotSent(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	err := p.Call(context.Background(), "127.0.0.1:1", "Echo", "x", new(string))
 	if !errors.Is(err, ErrUnreachable) {

@@ -78,7 +78,7 @@ func newStreamServer(t *testing.T) *streamServer {
 		}
 		return nil, fmt.Errorf("no method %s", method)
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPC(s.base, h), hclog.NewNullLogger())
+	m, err := Listen("127.0.0.1:0", ServeRPC(s.base, h), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func recvInts(t *testing.T, s *Stream) ([]int, error) {
 func TestStreamFramesInOrderThenEnd(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the servers' cleanups
 	srv := newStreamServer(t)
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -192,7 +192,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 func TestStreamClientCloseCancelsServer(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the servers' cleanups
 	srv := newStreamServer(t)
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	addr := srv.Addr().String()
 
@@ -245,7 +245,7 @@ func TestStreamClientCloseCancelsServer(t *testing.T) {
 // Recv with an error, and Pool.Close ends a stream the pool still holds.
 func TestStreamServerShutdownEndsRecv(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the servers' cleanups
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	ctx := context.Background()
 
@@ -291,7 +291,7 @@ func TestStreamServerShutdownEndsRecv(t *testing.T) {
 	})
 	t.Run("Pool.Close", func(t *testing.T) {
 		srv := newStreamServer(t)
-		p2 := NewPool("127.0.0.1", time.Second)
+		p2 := NewPool("127.0.0.1", time.Second, nil)
 		s, err := p2.Stream(ctx, srv.Addr().String(), "Forever", struct{}{})
 		if err != nil {
 			t.Fatal(err)
@@ -329,12 +329,12 @@ func TestStreamWriteTimeoutFreesTheHandler(t *testing.T) {
 			}
 		}), nil
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPCWith(context.Background(), h, ServeOptions{StreamWriteTimeout: 200 * time.Millisecond}), hclog.NewNullLogger())
+	m, err := Listen("127.0.0.1:0", ServeRPCWith(context.Background(), h, ServeOptions{StreamWriteTimeout: 200 * time.Millisecond}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	p := NewPool("127.0.0.1", time.Second)
+	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()
 	s, err := p.Stream(context.Background(), m.Addr().String(), "Flood", struct{}{})
 	if err != nil {
