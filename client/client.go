@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -38,6 +41,9 @@ type Config struct {
 	HTTPClient *http.Client
 	// RetryWait between attempts after a retryable failure (zero: 100ms).
 	RetryWait time.Duration
+	// TLS configures HTTPS (see tlsutil.ClientConfig): with it, addresses
+	// without a scheme are https://. Ignored when HTTPClient is set.
+	TLS *tls.Config
 }
 
 // Client talks to a plugreg cluster. It is safe for concurrent use.
@@ -61,7 +67,11 @@ func New(cfg Config) (*Client, error) {
 			continue
 		}
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			if cfg.TLS != nil {
+				a = "https://" + a
+			} else {
+				a = "http://" + a
+			}
 		}
 		u, err := url.Parse(a)
 		if err != nil || u.Host == "" {
@@ -74,6 +84,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: &http.Transport{
+			TLSClientConfig:       cfg.TLS,
 			MaxIdleConnsPerHost:   64,
 			ResponseHeaderTimeout: 0, // blocking queries and streams wait long
 			IdleConnTimeout:       90 * time.Second,
@@ -136,11 +147,35 @@ func retryable(status int) bool {
 	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
 }
 
+// isTLSError reports whether err is a TLS refusal: a certificate this
+// client does not trust, one the node did not accept, or TLS spoken to a
+// plaintext port. Waiting does not cure these; another node might.
+func isTLSError(err error) bool {
+	// A TLS alert from the peer ("remote error: tls: certificate
+	// required") comes as a net.OpError with that Op.
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return true
+	}
+	var (
+		alert  tls.AlertError
+		verify *tls.CertificateVerificationError
+		header tls.RecordHeaderError
+		ua     x509.UnknownAuthorityError
+		host   x509.HostnameError
+		inv    x509.CertificateInvalidError
+	)
+	return errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &header) ||
+		errors.As(err, &ua) || errors.As(err, &host) || errors.As(err, &inv)
+}
+
 // do sends one logical request, moving through the nodes on connection
 // failures and 503s until ctx ends. It returns the response of the first
-// node that answered anything else; the caller closes its body.
+// node that answered anything else; the caller closes its body. TLS
+// refusals from every node end it at once: no retry fixes a certificate.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, hdr http.Header) (*http.Response, error) {
 	var lastErr error
+	tlsRefusals := 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			wait := c.wait
@@ -180,6 +215,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 				return nil, fmt.Errorf("%s %s: %w", method, path, err)
 			}
 			lastErr = err
+			if isTLSError(err) {
+				if tlsRefusals++; tlsRefusals >= len(c.addrs) {
+					return nil, fmt.Errorf("%s %s: %w", method, path, err)
+				}
+			}
 			c.next(n)
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/gctune"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 var errUsage = errors.New("usage")
@@ -70,7 +71,15 @@ func runAgent(args []string) error {
 		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
 		plugConf  = fs.String("plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
 		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
+		tlsCfg    tlsutil.Config
 	)
+	fs.StringVar(&tlsCfg.CAFile, "tls-ca-file", "", "PEM file of the CA that signs the cluster's certificates")
+	fs.StringVar(&tlsCfg.CertFile, "tls-cert-file", "", "PEM certificate of this agent: with it, the server port takes TLS and HTTP is HTTPS only (reloaded on SIGHUP)")
+	fs.StringVar(&tlsCfg.KeyFile, "tls-key-file", "", "PEM private key of -tls-cert-file")
+	fs.BoolVar(&tlsCfg.VerifyIncoming, "verify-incoming", false, "require TLS with a client certificate from the CA on the server port and on HTTPS")
+	fs.BoolVar(&tlsCfg.VerifyOutgoing, "verify-outgoing", false, "use TLS for connections to server ports and verify the server's certificate against the CA")
+	fs.BoolVar(&tlsCfg.VerifyServerHostname, "verify-server-hostname", false, "also require servers' certificates to name server.<cluster-name>.plugreg (implies -verify-outgoing)")
+	fs.StringVar(&tlsCfg.ClusterName, "cluster-name", tlsutil.DefaultClusterName, "the cluster's name, in its server certificates' name server.<cluster-name>.plugreg")
 	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -108,6 +117,13 @@ func runAgent(args []string) error {
 		hs.pluginSocket = filepath.Join(*dataDir, "plugin.sock")
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
+	var tlsc *tlsutil.Configurator
+	if tlsCfg.Enabled() || tlsCfg.VerifyIncoming || tlsCfg.VerifyOutgoing || tlsCfg.VerifyServerHostname {
+		var err error
+		if tlsc, err = tlsutil.NewConfigurator(tlsCfg); err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
 	if *isClient {
 		if err := clientOnlyFlags(fs); err != nil {
 			return err
@@ -126,9 +142,9 @@ func runAgent(args []string) error {
 	}
 	if *isClient {
 		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
-			Join: join, RetryJoin: *retry, Logger: logger}
+			Join: join, RetryJoin: *retry, TLS: tlsc, Logger: logger}
 		leaveCh := make(chan struct{})
-		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
+		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, tlsc, func() { close(leaveCh) })
 		if err != nil {
 			return err
 		}
@@ -136,8 +152,8 @@ func runAgent(args []string) error {
 			n.stop(false)
 			return err
 		}
-		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-		return runUntilStopped(logger, n, leaveCh)
+		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
+		return runUntilStopped(logger, n, leaveCh, tlsc)
 	}
 	cfg := cluster.DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.BindAddr = *nodeID, *dataDir, *bind
@@ -162,10 +178,11 @@ func runAgent(args []string) error {
 	}
 	cfg.NoCommitNotify = !*cmNotify
 	cfg.LogStore = *logStore
+	cfg.TLS = tlsc
 	cfg.Logger = logger
 
 	leaveCh := make(chan struct{})
-	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, func() { close(leaveCh) })
+	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, tlsc, func() { close(leaveCh) })
 	if err != nil {
 		return err
 	}
@@ -173,33 +190,52 @@ func runAgent(args []string) error {
 		n.stop(false)
 		return err
 	}
-	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-	return runUntilStopped(logger, n, leaveCh)
+	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
+	return runUntilStopped(logger, n, leaveCh, tlsc)
 }
 
 // runUntilStopped waits for a signal, a leave request or the HTTP server's
-// end, and stops the node within its grace.
-func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}) error {
+// end, and stops the node within its grace. SIGHUP reloads the TLS
+// certificates and keys (tlsc may be nil).
+func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc *tlsutil.Configurator) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	// stop stops the node within grace, or at once on another signal.
-	stop := func(leave bool, grace time.Duration) error {
-		return stopWithin(logger, func() error { return n.stop(leave) }, n.stage, grace, sig)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			reloadTLS(logger, tlsc)
+			continue
+		case s := <-sig:
+			// An agent keeps its membership across a restart: stop without
+			// leaving ('plugreg leave' leaves on purpose).
+			logger.Info("shutting down", "signal", s, "within", signalStopGrace)
+			return stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
+		case <-leaveCh:
+			logger.Info("leaving the cluster", "within", leaveStopGrace)
+			return stopWithin(logger, func() error { return n.stop(true) }, n.stage, leaveStopGrace, sig)
+		case err := <-n.done:
+			stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
+			return fmt.Errorf("http server: %w", err)
+		}
 	}
-	select {
-	case s := <-sig:
-		// An agent keeps its membership across a restart: stop without
-		// leaving ('plugreg leave' leaves on purpose).
-		logger.Info("shutting down", "signal", s, "within", signalStopGrace)
-		return stop(false, signalStopGrace)
-	case <-leaveCh:
-		logger.Info("leaving the cluster", "within", leaveStopGrace)
-		return stop(true, leaveStopGrace)
-	case err := <-n.done:
-		stop(false, signalStopGrace)
-		return fmt.Errorf("http server: %w", err)
+}
+
+// reloadTLS re-reads the certificate, key and CA files; a failure keeps
+// the ones in use and says so.
+func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
+	if tlsc == nil {
+		logger.Info("SIGHUP: no TLS configured; nothing to reload")
+		return
 	}
+	if err := tlsc.Reload(); err != nil {
+		logger.Error("SIGHUP: TLS reload failed; the certificates in use stay", "error", err)
+		return
+	}
+	logger.Info("SIGHUP: TLS certificates reloaded")
 }
 
 // serverOnly are the flags that mean nothing to a client agent: setting

@@ -18,6 +18,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 // clientFlags are the flags every client command takes.
@@ -28,6 +29,7 @@ type clientFlags struct {
 	token   *string
 	json    *bool
 	timeout *time.Duration
+	tls     tlsutil.ClientOptions
 }
 
 func newClientFlags(name, argsUsage, help string) *clientFlags {
@@ -39,6 +41,10 @@ func newClientFlags(name, argsUsage, help string) *clientFlags {
 	}
 	cf.addr = fs.String("addr", def, "node HTTP addresses, comma-separated (env PLUGREG_ADDR)")
 	cf.token = fs.String("token", os.Getenv("PLUGREG_TOKEN"), "ACL token (env PLUGREG_TOKEN)")
+	fs.StringVar(&cf.tls.CAFile, "ca-file", os.Getenv("PLUGREG_CACERT"), "PEM CA that verifies the servers' HTTPS certificates; with it, addresses without a scheme are https (env PLUGREG_CACERT)")
+	fs.StringVar(&cf.tls.CertFile, "client-cert", os.Getenv("PLUGREG_CLIENT_CERT"), "PEM client certificate, for agents that -verify-incoming (env PLUGREG_CLIENT_CERT)")
+	fs.StringVar(&cf.tls.KeyFile, "client-key", os.Getenv("PLUGREG_CLIENT_KEY"), "PEM key of -client-cert (env PLUGREG_CLIENT_KEY)")
+	fs.StringVar(&cf.tls.ServerName, "tls-server-name", os.Getenv("PLUGREG_TLS_SERVER_NAME"), "name the agent's certificate must carry (empty: the address's host) (env PLUGREG_TLS_SERVER_NAME)")
 	cf.json = fs.Bool("json", false, "print JSON")
 	cf.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
@@ -101,7 +107,15 @@ func (cf *clientFlags) withClient(args []string, nargs []int, fn func(ctx contex
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {
-	return client.New(client.Config{Addrs: strings.Split(*cf.addr, ","), Token: *cf.token})
+	cfg := client.Config{Addrs: strings.Split(*cf.addr, ","), Token: *cf.token}
+	if cf.tls != (tlsutil.ClientOptions{}) || strings.Contains(*cf.addr, "https://") {
+		tc, err := tlsutil.ClientConfig(cf.tls)
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = tc
+	}
+	return client.New(cfg)
 }
 
 func (cf *clientFlags) ctx() (context.Context, context.CancelFunc) {

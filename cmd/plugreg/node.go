@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -73,11 +75,23 @@ type lifecycle interface {
 	LiveServers() int
 }
 
-// startNode starts a server and serves its HTTP API on httpAddr.
-func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*node, error) {
+// listenHTTP opens the HTTP port, as HTTPS when tlsc serves TLS.
+func listenHTTP(httpAddr string, tlsc *tlsutil.Configurator) (net.Listener, error) {
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on http port %s: %w", httpAddr, err)
+	}
+	if tlsc.ServesTLS() {
+		ln = tls.NewListener(ln, tlsc.IncomingConfig())
+	}
+	return ln, nil
+}
+
+// startNode starts a server and serves its HTTP API on httpAddr.
+func startNode(cfg *cluster.Config, httpAddr, token string, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
+	ln, err := listenHTTP(httpAddr, tlsc)
+	if err != nil {
+		return nil, err
 	}
 	cfg.HTTPAddr = ln.Addr().String()
 	srv, err := cluster.New(cfg)
@@ -92,10 +106,10 @@ func startNode(cfg *cluster.Config, httpAddr, token string, onLeave func()) (*no
 
 // startClientNode starts a client agent and serves its HTTP API on
 // httpAddr.
-func startClientNode(cfg agent.Config, httpAddr, token string, onLeave func()) (*node, error) {
-	ln, err := net.Listen("tcp", httpAddr)
+func startClientNode(cfg agent.Config, httpAddr, token string, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
+	ln, err := listenHTTP(httpAddr, tlsc)
 	if err != nil {
-		return nil, fmt.Errorf("listen on http port %s: %w", httpAddr, err)
+		return nil, err
 	}
 	cfg.HTTPAddr = ln.Addr().String()
 	cl, err := agent.New(cfg)

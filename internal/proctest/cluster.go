@@ -4,6 +4,7 @@ package proctest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,9 @@ type ClusterConfig struct {
 	ServerIPs []string
 	// ServerArgs are added to every server's flags (-node-reap-after, ...).
 	ServerArgs []string
+	// ClientTLS, when set, is the TLS of every Agent.API (agents that
+	// serve HTTPS).
+	ClientTLS *tls.Config
 }
 
 // Cluster is plugreg agent processes: servers bootstrapping one cluster
@@ -63,6 +67,8 @@ type Cluster struct {
 	Dir     string
 	Servers []*Agent
 	Clients []*Agent
+
+	tls *tls.Config // of the agents' APIs; nil: plain HTTP
 
 	mu      sync.Mutex
 	tracked []*Proc
@@ -87,7 +93,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if len(cfg.ServerIPs) == 0 {
 		cfg.ServerIPs = []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}
 	}
-	c := &Cluster{Bin: cfg.Bin, Dir: cfg.Dir, ports: make(map[string]map[int]bool)}
+	c := &Cluster{Bin: cfg.Bin, Dir: cfg.Dir, ports: make(map[string]map[int]bool), tls: cfg.ClientTLS}
 	t.Cleanup(func() { c.report(t) }) // runs last: after every process has stopped
 
 	// Every port of one IP from one FreePorts call (see FreePorts).
@@ -118,7 +124,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 				a.Args = append(a.Args, "-join", o.Gossip)
 			}
 		}
-		a.API = newClient(t, a.HTTP)
+		a.API = c.newClient(t, a.HTTP)
 		a.Start(t)
 	}
 	t.Cleanup(func() {
@@ -149,20 +155,20 @@ func (c *Cluster) StartClient(t testing.TB, name, ip string, args ...string) *Ag
 		a.Args = append(a.Args, "-join", s.Gossip)
 	}
 	a.Args = append(a.Args, args...)
-	a.API = newClient(t, a.HTTP)
+	a.API = c.newClient(t, a.HTTP)
 	c.Clients = append(c.Clients, a)
 	a.Start(t)
 	t.Cleanup(func() { a.stop(t) }) // before the servers'
 	return a
 }
 
-func newClient(t testing.TB, addr string) *client.Client {
+func (c *Cluster) newClient(t testing.TB, addr string) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{Addrs: []string{addr}})
+	cl, err := client.New(client.Config{Addrs: []string{addr}, TLS: c.tls})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return cl
 }
 
 // freePorts is FreePorts without the ports the cluster handed out before

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/plugreg/plugreg/tlsutil"
+)
+
+// runTLS is `plugreg tls ca create` and `plugreg tls cert create`: a dev
+// PKI made with the standard library (no openssl needed), with Consul's
+// file names (plugreg-agent-ca.pem, global-server-plugreg-0.pem, ...).
+func runTLS(args []string) error {
+	const use = "usage: plugreg tls ca create [flags] | plugreg tls cert create -server|-client [flags]"
+	if len(args) < 2 || args[1] != "create" || (args[0] != "ca" && args[0] != "cert") {
+		return errors.New(use)
+	}
+	if args[0] == "ca" {
+		return runTLSCACreate(args[2:])
+	}
+	return runTLSCertCreate(args[2:])
+}
+
+const (
+	caCertName = "plugreg-agent-ca.pem"
+	caKeyName  = "plugreg-agent-ca-key.pem"
+)
+
+func runTLSCACreate(args []string) error {
+	fs := flag.NewFlagSet("tls ca create", flag.ContinueOnError)
+	dir := fs.String("dir", ".", "directory to write "+caCertName+" and "+caKeyName+" to")
+	days := fs.Int("days", 1825, "days the CA is valid")
+	name := fs.String("common-name", "", "the CA's common name (empty: plugreg CA <random>)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *days < 1 {
+		return fmt.Errorf("-days %d: want at least 1", *days)
+	}
+	certPath, keyPath := filepath.Join(*dir, caCertName), filepath.Join(*dir, caKeyName)
+	if err := refuseOverwrite(certPath, keyPath); err != nil {
+		return err
+	}
+	kp, err := tlsutil.CreateCA(tlsutil.CAOptions{CommonName: *name, Validity: time.Duration(*days) * 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	if err := kp.WriteFiles(certPath, keyPath); err != nil {
+		return err
+	}
+	fmt.Printf("==> CA certificate: %s\n==> CA key: %s (keep it secret; it signs the cluster's certificates)\n", certPath, keyPath)
+	return nil
+}
+
+func runTLSCertCreate(args []string) error {
+	fs := flag.NewFlagSet("tls cert create", flag.ContinueOnError)
+	server := fs.Bool("server", false, "a server certificate: names server.<cluster-name>.plugreg")
+	clientCert := fs.Bool("client", false, "a client certificate (client agents, the CLI, plugins): names client.<cluster-name>.plugreg")
+	dir := fs.String("dir", ".", "directory to write the certificate and key to, and to find the CA in")
+	caFile := fs.String("ca", "", "CA certificate (empty: DIR/"+caCertName+")")
+	keyFile := fs.String("key", "", "CA key (empty: DIR/"+caKeyName+")")
+	cluster := fs.String("cluster-name", tlsutil.DefaultClusterName, "the cluster's name")
+	days := fs.Int("days", 365, "days the certificate is valid")
+	var dnsNames, ips listFlag
+	fs.Var(&dnsNames, "additional-dnsname", "another DNS name for the certificate (repeatable)")
+	fs.Var(&ips, "additional-ipaddress", "another IP address for the certificate (repeatable; 127.0.0.1 and ::1 are always in)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if *server == *clientCert {
+		return errors.New("say -server or -client")
+	}
+	if *days < 1 {
+		return fmt.Errorf("-days %d: want at least 1", *days)
+	}
+	o := tlsutil.CertOptions{Server: *server, ClusterName: *cluster, DNSNames: dnsNames, Validity: time.Duration(*days) * 24 * time.Hour}
+	for _, s := range ips {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return fmt.Errorf("-additional-ipaddress %q: not an IP address", s)
+		}
+		o.IPs = append(o.IPs, ip)
+	}
+	if *caFile == "" {
+		*caFile = filepath.Join(*dir, caCertName)
+	}
+	if *keyFile == "" {
+		*keyFile = filepath.Join(*dir, caKeyName)
+	}
+	var ca tlsutil.KeyPair
+	var err error
+	if ca.CertPEM, err = os.ReadFile(*caFile); err != nil {
+		return fmt.Errorf("read CA certificate: %w (make one with 'plugreg tls ca create')", err)
+	}
+	if ca.KeyPEM, err = os.ReadFile(*keyFile); err != nil {
+		return fmt.Errorf("read CA key: %w", err)
+	}
+	kind := "client"
+	if *server {
+		kind = "server"
+	}
+	// The first free <cluster>-<kind>-plugreg-<n>.pem, as Consul numbers them.
+	var certPath, keyPath string
+	for n := 0; ; n++ {
+		certPath = filepath.Join(*dir, fmt.Sprintf("%s-%s-plugreg-%d.pem", *cluster, kind, n))
+		keyPath = filepath.Join(*dir, fmt.Sprintf("%s-%s-plugreg-%d-key.pem", *cluster, kind, n))
+		if refuseOverwrite(certPath, keyPath) == nil {
+			break
+		}
+	}
+	kp, err := tlsutil.CreateCert(ca, o)
+	if err != nil {
+		return err
+	}
+	if err := kp.WriteFiles(certPath, keyPath); err != nil {
+		return err
+	}
+	name := tlsutil.Config{ClusterName: *cluster}.ClientName()
+	if *server {
+		name = tlsutil.Config{ClusterName: *cluster}.ServerName()
+	}
+	fmt.Printf("==> %s certificate for %s: %s\n==> key: %s\n", kind, name, certPath, keyPath)
+	return nil
+}
+
+// refuseOverwrite fails if any of paths exists: a PKI file is never
+// replaced by accident.
+func refuseOverwrite(paths ...string) error {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return fmt.Errorf("%s exists; not overwriting it", p)
+		}
+	}
+	return nil
+}
