@@ -75,7 +75,8 @@ const (
 func CodeOutcome(code string) Outcome {
 	switch code {
 	case CodeNoLeader, CodeEnqueueTimeout, CodeNotLeader, CodeNotReady, CodeStarting, CodeNoServer,
-		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed, CodeUnsupported:
+		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed, CodeUnsupported,
+		CodePermissionDenied, CodeACLNotFound, CodeACLBootstrapped:
 		return NotApplied
 	}
 	return OutcomeUnknown
@@ -127,6 +128,9 @@ var refusals = []struct {
 	{CodeMalformed, ErrMalformed},
 	{CodeUnknownCommand, ErrUnknownCommand},
 	{CodeUnsupported, ErrUnsupported},
+	{CodePermissionDenied, ErrPermissionDenied},
+	{CodeACLNotFound, ErrACLNotFound},
+	{CodeACLBootstrapped, ErrACLBootstrapped},
 }
 
 // RefusalCode names err's refusal sentinel ("" when it has none).

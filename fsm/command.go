@@ -42,6 +42,12 @@ func (t CommandType) String() string {
 		return "deregister-node"
 	case ConditionalDeregisterCommand:
 		return "conditional-deregister"
+	case ACLBootstrapCommand:
+		return "acl-bootstrap"
+	case ACLTokenSetCommand:
+		return "acl-token-set"
+	case ACLTokenDeleteCommand:
+		return "acl-token-delete"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -177,6 +183,12 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(DeregisterNodeRequest)
 	case ConditionalDeregisterCommand:
 		req = new(ConditionalDeregisterRequest)
+	case ACLBootstrapCommand:
+		req = new(ACLBootstrapRequest)
+	case ACLTokenSetCommand:
+		req = new(ACLTokenSetRequest)
+	case ACLTokenDeleteCommand:
+		req = new(ACLTokenDeleteRequest)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, uint8(t))
 	}

@@ -165,6 +165,11 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		// The node index finds its instances (through the batch's
 		// transactions, like every other read here).
 		res, evs = s.deregisterNode(index, r.NodeID)
+	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
+		var err error
+		if res, err = s.applyACL(index, r); err != nil {
+			return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
+		}
 	}
 	ar := &ApplyResult{Index: index, Result: res}
 	if res == ResultDeregistered {

@@ -10,6 +10,10 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
+// maxSnapshotACLTokens bounds the header's token count, so a hostile
+// header cannot make the reader allocate for billions.
+const maxSnapshotACLTokens = 1 << 20
+
 // SnapshotVersion is the version of the snapshot stream WriteState writes.
 const SnapshotVersion = 1
 
@@ -24,6 +28,14 @@ type RegistryState struct {
 	Names     int    // NameList records that follow
 	Instances int    // instances in all records together
 	Requests  int    // RequestRecord records after the name lists
+	// ACLTokens ACLToken records follow the request records, by
+	// AccessorID; ACLBootstrapIndex is when ACLs were bootstrapped. Both
+	// are left out when zero, so a registry without ACLs snapshots to the
+	// same bytes as before they existed; a binary older than them reads
+	// a snapshot with tokens as one with data after its last record, and
+	// refuses it.
+	ACLBootstrapIndex uint64 `codec:",omitempty"`
+	ACLTokens         int    `codec:",omitempty"`
 }
 
 // NameList is one (Type, Name) and its recency list, newest first.
@@ -42,7 +54,9 @@ func WriteState(w io.Writer, s *State) error {
 		names += t.Len()
 		return false
 	})
-	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances, Requests: s.requests.len()}
+	tokens := s.aclRecords()
+	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances, Requests: s.requests.len(),
+		ACLBootstrapIndex: s.ACLBootstrapped(), ACLTokens: len(tokens)}
 	if err := enc.Encode(&hdr); err != nil {
 		return fmt.Errorf("write snapshot header: %w", err)
 	}
@@ -61,6 +75,11 @@ func WriteState(w io.Writer, s *State) error {
 	if err != nil {
 		return fmt.Errorf("write snapshot request record: %w", err)
 	}
+	for _, t := range tokens {
+		if err := enc.Encode(t); err != nil {
+			return fmt.Errorf("write snapshot ACL token: %w", err)
+		}
+	}
 	return bw.Flush()
 }
 
@@ -78,7 +97,7 @@ func ReadState(r io.Reader) (*State, error) {
 	if hdr.Version != SnapshotVersion {
 		return nil, fmt.Errorf("%w: version %d, this binary reads %d", ErrBadSnapshot, hdr.Version, SnapshotVersion)
 	}
-	if hdr.Names < 0 || hdr.Instances < hdr.Names || hdr.Requests < 0 || hdr.Requests > RequestWindow {
+	if hdr.Names < 0 || hdr.Instances < hdr.Names || hdr.Requests < 0 || hdr.Requests > RequestWindow || hdr.ACLTokens < 0 || hdr.ACLTokens > maxSnapshotACLTokens {
 		return nil, fmt.Errorf("%w: header counts %d names, %d instances", ErrBadSnapshot, hdr.Names, hdr.Instances)
 	}
 	types := iradix.New[*nameTree]().Txn()
@@ -140,12 +159,24 @@ func ReadState(r io.Reader) (*State, error) {
 		reqs.add(rec)
 		prevReq = rec.Index
 	}
+	tokens := make([]*ACLToken, 0, min(hdr.ACLTokens, 1024))
+	for i := 0; i < hdr.ACLTokens; i++ {
+		t := new(ACLToken)
+		if err := dec.Decode(t); err != nil {
+			return nil, fmt.Errorf("%w: ACL token %d: %v", ErrBadSnapshot, i, err)
+		}
+		tokens = append(tokens, t)
+	}
+	acl, err := readACL(hdr.ACLBootstrapIndex, tokens, hdr.Index)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
 	var extra interface{}
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: data after the last record", ErrBadSnapshot)
 	}
 	t := types.Commit()
-	return &State{types: t, nodes: buildNodeIndex(t), index: hdr.Index, instances: instances, requests: reqs, interned: interned}, nil
+	return &State{types: t, nodes: buildNodeIndex(t), index: hdr.Index, instances: instances, requests: reqs, acl: acl, interned: interned}, nil
 }
 
 func checkRecord(rec *NameList, index uint64) error {

@@ -52,6 +52,7 @@ type State struct {
 	index     uint64
 	instances int
 	requests  requests
+	acl       *aclState // nil: no ACL token, never bootstrapped (acl.go)
 	interned  *interner // shared by every State of one FSM (intern.go)
 	// batch holds the open radix transactions while ApplyBatch builds
 	// this State; nil in every State anyone else can see.

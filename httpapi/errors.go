@@ -47,6 +47,15 @@ func classify(err error) (int, ErrorBody) {
 	case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrMalformed), errors.Is(err, errBadRequest):
 		body.Code = api.CodeInvalid
 		return http.StatusBadRequest, body
+	case errors.Is(err, api.ErrPermissionDenied):
+		body.Code, body.Outcome = api.CodePermissionDenied, string(api.NotApplied)
+		return http.StatusForbidden, body
+	case errors.Is(err, api.ErrACLNotFound):
+		body.Code, body.Outcome = api.CodeACLNotFound, string(api.NotApplied)
+		return http.StatusForbidden, body
+	case errors.Is(err, api.ErrACLBootstrapped):
+		body.Code, body.Outcome = api.CodeACLBootstrapped, string(api.NotApplied)
+		return http.StatusConflict, body
 	case errors.Is(err, api.ErrUnknownCommand):
 		// Version skew: the leader runs a binary that does not know
 		// this command. Nothing was applied; retry after the upgrade.

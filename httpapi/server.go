@@ -79,6 +79,8 @@ type Config struct {
 	// Token, when set, is required (header X-Plugreg-Token) on every
 	// request that changes something: writes, leave, operator calls.
 	Token string
+	// ACL turns token checks on every route on (see ACLConfig).
+	ACL ACLConfig
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
@@ -148,14 +150,20 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}/{alloc}", s.get)
 	mux.HandleFunc("GET /v1/events", s.events)
 	mux.HandleFunc("GET /v1/status/leader", s.leader)
-	mux.HandleFunc("GET /v1/status/peers", s.peers)
-	mux.HandleFunc("GET /v1/members", s.members)
+	mux.HandleFunc("GET /v1/status/peers", anyPolicy(http.HandlerFunc(s.peers)))
+	mux.HandleFunc("GET /v1/members", anyPolicy(http.HandlerFunc(s.members)))
 	mux.HandleFunc("GET /v1/health", s.health)
-	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(s.leave))
-	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(s.transfer))
-	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(s.removePeer))
+	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
+	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
+	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	mux.HandleFunc("PUT /v1/acl/bootstrap", s.aclBootstrap)
+	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
+	mux.HandleFunc("PUT /v1/acl/token", operatorOnly(s.aclTokenCreate))
+	mux.HandleFunc("GET /v1/acl/tokens", operatorOnly(s.aclTokens))
+	mux.HandleFunc("GET /v1/acl/token/self", s.aclTokenSelf)
+	mux.HandleFunc("DELETE /v1/acl/token/{accessor}", operatorOnly(s.aclTokenDelete))
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /v1/metrics", s.cfg.Metrics)
+		mux.Handle("GET /v1/metrics", anyPolicy(s.cfg.Metrics))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -163,6 +171,10 @@ func (s *Server) Handler() http.Handler {
 			// No route, or not with this method: the mux's own 404/405
 			// (with its Allow header), in our JSON error shape.
 			h.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
+			return
+		}
+		r, ok := s.withAuthz(pattern, w, r)
+		if !ok {
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -248,6 +260,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if !allowed(w, authz(r).CanWrite(info.Type), "register plugins of type "+info.Type) {
+		return
+	}
 	res, err := s.be.Register(ctx, &info)
 	s.writeResult(w, res, err)
 }
@@ -287,6 +302,9 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if !allowed(w, authz(r).CanWrite(req.Type), "deregister plugins of type "+req.Type) {
+		return
+	}
 	ctx, cancel, err := s.writeContext(r)
 	if err != nil {
 		writeError(w, err)
@@ -306,6 +324,9 @@ func (s *Server) deregisterNode(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := api.ValidateIdentifier("node", r.PathValue("node")); err != nil {
 		writeError(w, err)
+		return
+	}
+	if !allowed(w, authz(r).CanWriteAll(), "deregister a node's plugins of every type (write on all types)") {
 		return
 	}
 	res, err := s.be.DeregisterNode(ctx, r.PathValue("node"))
@@ -401,24 +422,48 @@ func setMeta(w http.ResponseWriter, res *api.QueryResult) {
 }
 
 func (s *Server) types(w http.ResponseWriter, r *http.Request) {
+	a := authz(r)
 	s.read(w, r, api.Query{Kind: api.QueryTypes}, func(res *api.QueryResult) interface{} {
-		return nonNilTypes(res.Types)
+		if a.CanReadAll() {
+			return nonNilTypes(res.Types)
+		}
+		out := []string{}
+		for _, t := range res.Types {
+			if a.CanRead(t) {
+				out = append(out, t)
+			}
+		}
+		return out
 	})
+}
+
+// readable answers 403 unless the request may read typ.
+func readable(w http.ResponseWriter, r *http.Request, typ string) bool {
+	return allowed(w, authz(r).CanRead(typ), "read plugins of type "+typ)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
+	if !readable(w, r, typ) {
+		return
+	}
 	if res, ok := s.query(w, r, api.Query{Kind: api.QueryList, Type: typ}); ok {
 		writeBody(w, s.lists.body(typ, res.Index, res.Plugins))
 	}
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
+	if !readable(w, r, r.PathValue("type")) {
+		return
+	}
 	q := api.Query{Kind: api.QueryInstances, Type: r.PathValue("type"), Name: r.PathValue("name")}
 	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	if !readable(w, r, r.PathValue("type")) {
+		return
+	}
 	q := api.Query{Kind: api.QueryInstance, Type: r.PathValue("type"), Name: r.PathValue("name"), AllocID: r.PathValue("alloc")}
 	s.read(w, r, q, func(res *api.QueryResult) interface{} {
 		if len(res.Plugins) == 0 {
@@ -431,7 +476,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // nodePlugins: GET /v1/nodes/{node}/plugins, every instance of a node.
 func (s *Server) nodePlugins(w http.ResponseWriter, r *http.Request) {
 	q := api.Query{Kind: api.QueryNode, NodeID: r.PathValue("node")}
-	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
+	a := authz(r)
+	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(filterPlugins(a, res.Plugins)) })
 }
 
 // nonNil returns in, or an empty slice for nil (JSON [] rather than null).

@@ -96,6 +96,8 @@ type Options struct {
 	Heartbeat time.Duration
 	// Token required by the HTTP API for writes (empty: none).
 	Token string
+	// ACL of every node's HTTP API.
+	ACL httpapi.ACLConfig
 	// StreamWriteTimeout of the HTTP event stream (zero: the API's default).
 	StreamWriteTimeout time.Duration
 	// NoLeaderWait returns from New without waiting for a leader (for
@@ -163,7 +165,7 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	n.HTTP = httpapi.New(httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, StreamWriteTimeout: opts.StreamWriteTimeout})
+	n.HTTP = httpapi.New(httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout})
 	n.opts = opts
 	n.ln = ln
 	n.running = true

@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/httpapi"
+)
+
+var _ httpapi.ACLBackend = (*Backend)(nil)
+
+// ResolveToken finds a token in this server's replica of the state: a
+// token is usable on a server once the entry that created it has been
+// applied there (on the server that created it, before the create
+// returned).
+func (b *Backend) ResolveToken(ctx context.Context, secret string) (*api.ACLToken, error) {
+	return b.resolveHash(api.HashSecret(secret))
+}
+
+func (b *Backend) resolveHash(hash string) (*api.ACLToken, error) {
+	t, ok := b.s.store.ACLState().ACLTokenBySecretHash(hash)
+	if !ok {
+		return nil, api.ErrACLNotFound
+	}
+	out := t.API()
+	return &out, nil
+}
+
+// ACLBootstrap creates the operator token, once per cluster.
+func (b *Backend) ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error) {
+	if idx := b.s.store.ACLState().ACLBootstrapped(); idx != 0 {
+		return api.ACLTokenSecret{}, fmt.Errorf("%w (at index %d)", api.ErrACLBootstrapped, idx)
+	}
+	return b.newToken(ctx, "bootstrap token (operator)", []api.ACLPolicy{{Kind: api.ACLOperator}}, true)
+}
+
+// ACLTokenCreate creates a token with req's policies.
+func (b *Backend) ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (api.ACLTokenSecret, error) {
+	return b.newToken(ctx, req.Description, req.Policies, false)
+}
+
+// newToken makes the secret here, at the edge: the log, the snapshots and
+// every replica only ever hold its hash.
+func (b *Backend) newToken(ctx context.Context, desc string, ps []api.ACLPolicy, bootstrap bool) (api.ACLTokenSecret, error) {
+	accessor, secret, err := api.NewACLSecret()
+	if err != nil {
+		return api.ACLTokenSecret{}, err
+	}
+	t := fsm.ACLToken{AccessorID: accessor, SecretHash: api.HashSecret(secret), Description: desc, Policies: ps}
+	var res api.WriteResult
+	if bootstrap {
+		res, err = b.s.store.ACLBootstrap(ctx, t)
+	} else {
+		res, err = b.s.store.ACLTokenSet(ctx, t)
+	}
+	if err != nil {
+		return api.ACLTokenSecret{}, apiError(err)
+	}
+	t.CreateIndex = res.Index
+	return api.ACLTokenSecret{ACLToken: t.API(), SecretID: secret}, nil
+}
+
+// ACLTokens lists every token (no secrets), from this server's replica.
+func (b *Backend) ACLTokens(ctx context.Context) ([]api.ACLToken, error) {
+	var out []api.ACLToken
+	for _, t := range b.s.store.ACLState().ACLTokens() {
+		out = append(out, t.API())
+	}
+	return out, nil
+}
+
+// ACLTokenDelete deletes a token by accessor.
+func (b *Backend) ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
+	res, err := b.s.store.ACLTokenDelete(ctx, accessorID)
+	return res, apiError(err)
+}
