@@ -38,7 +38,7 @@ func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 	if err := api.ValidatePlugin(p); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx)},
+	return c.write(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		fmt.Sprintf("register %s/%s/%s", p.Type, p.Name, p.AllocID))
 }
 
@@ -48,7 +48,7 @@ func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api
 	if err := req.Validate(); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx)},
+	return c.write(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		fmt.Sprintf("deregister %s/%s/%s", req.Type, req.Name, req.AllocID))
 }
 
@@ -57,7 +57,7 @@ func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteRe
 	if err := api.ValidateIdentifier("node", nodeID); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx)},
+	return c.write(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		"deregister node "+nodeID)
 }
 

@@ -44,8 +44,11 @@ type Config struct {
 	Events fanout.Config
 	// TLS, when set, secures the RPC connections to servers by its
 	// policy; nil: plaintext.
-	TLS    *tlsutil.Configurator
-	Logger hclog.Logger
+	TLS *tlsutil.Configurator
+	// ACLToken is the agent token: the secret its own writes (the host's
+	// plugins) carry to servers that check ACLs.
+	ACLToken string
+	Logger   hclog.Logger
 }
 
 // upstreamHeartbeat is the heartbeat period the agent asks of a server's
@@ -61,6 +64,7 @@ type Client struct {
 	logger hclog.Logger
 	gossip *gossip.Pool
 	pool   *transport.Pool
+	tokens tokenCache  // resolved ACL tokens (acl.go)
 	hub    *fanout.Hub // one upstream event stream per filter, fanned out
 
 	preferred atomic.Pointer[string] // the server that answered last

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -240,4 +241,18 @@ func uuid() (string, error) {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+}
+
+type tokenKey struct{}
+
+// WithToken returns a context whose writes through a client agent carry
+// secret to the server (which checks it as the HTTP API would).
+func WithToken(ctx context.Context, secret string) context.Context {
+	return context.WithValue(ctx, tokenKey{}, secret)
+}
+
+// Token returns the secret set by WithToken, or "".
+func Token(ctx context.Context) string {
+	s, _ := ctx.Value(tokenKey{}).(string)
+	return s
 }

@@ -13,24 +13,57 @@ const (
 	RPCQuery          = "Agent.Query"          // Query -> QueryResult
 	RPCSubscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
 	RPCStatus         = "Agent.Status"         // struct{} -> StatusReply
+
+	// ACLs, for client agents: tokens are resolved and managed on servers.
+	RPCACLResolve     = "ACL.Resolve"     // ACLResolveArgs -> ACLToken
+	RPCACLBootstrap   = "ACL.Bootstrap"   // struct{} -> ACLTokenSecret
+	RPCACLTokenCreate = "ACL.TokenCreate" // ACLTokenCreateArgs -> ACLTokenSecret
+	RPCACLTokens      = "ACL.Tokens"      // ACLCallerArgs -> []ACLToken
+	RPCACLTokenDelete = "ACL.TokenDelete" // ACLTokenDeleteArgs -> WriteResult
 )
+
+// ACLResolveArgs asks for the token whose secret hashes to SecretHash (the
+// secret itself does not travel for a lookup).
+type ACLResolveArgs struct{ SecretHash string }
+
+// ACLCallerArgs carries the caller's secret: the server checks it is an
+// operator token before it answers.
+type ACLCallerArgs struct{ Token string }
+
+// ACLTokenCreateArgs creates a token on behalf of Token's holder.
+type ACLTokenCreateArgs struct {
+	Token   string
+	Request ACLTokenCreateRequest
+}
+
+// ACLTokenDeleteArgs deletes a token on behalf of Token's holder.
+type ACLTokenDeleteArgs struct {
+	Token      string
+	AccessorID string
+	RequestID  string `codec:",omitempty"`
+}
 
 // RegisterArgs carries a registration and its request ID.
 type RegisterArgs struct {
 	Plugin    *PluginInfo
 	RequestID string `codec:",omitempty"`
+	// Token is the writer's ACL secret; servers with ACLs on check it as
+	// their HTTP API would (older agents send none).
+	Token string `codec:",omitempty"`
 }
 
 // DeregisterArgs carries a (possibly conditional) deregistration.
 type DeregisterArgs struct {
 	Request   DeregisterRequest
 	RequestID string `codec:",omitempty"`
+	Token     string `codec:",omitempty"`
 }
 
 // DeregisterNodeArgs carries the removal of a node's instances.
 type DeregisterNodeArgs struct {
 	NodeID    string
 	RequestID string `codec:",omitempty"`
+	Token     string `codec:",omitempty"`
 }
 
 // SubscribeArgs opens an event stream: the events of Types (none: all)

@@ -126,6 +126,9 @@ var (
 	ErrTooLarge = errors.New("client: request too large")
 	// ErrConflict: a conditional write's condition did not hold.
 	ErrConflict = errors.New("client: condition not met")
+	// ErrPermissionDenied: the token (or its absence) does not allow the
+	// request, or the token is not known (HTTP 403).
+	ErrPermissionDenied = errors.New("client: permission denied")
 )
 
 func (e *APIError) Is(target error) bool {
@@ -138,6 +141,8 @@ func (e *APIError) Is(target error) bool {
 		return e.StatusCode == http.StatusRequestEntityTooLarge
 	case ErrConflict:
 		return e.StatusCode == http.StatusConflict
+	case ErrPermissionDenied:
+		return e.StatusCode == http.StatusForbidden
 	}
 	return false
 }

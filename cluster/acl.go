@@ -76,3 +76,96 @@ func (b *Backend) ACLTokenDelete(ctx context.Context, accessorID string) (api.Wr
 	res, err := b.s.store.ACLTokenDelete(ctx, accessorID)
 	return res, apiError(err)
 }
+
+// rpcAuthorizer is what a client agent's call may do: its token's
+// policies, or the default policy without one; everything with ACLs off.
+func (s *Server) rpcAuthorizer(secret string) (api.Authorizer, error) {
+	if !s.cfg.ACLEnabled {
+		return api.AllowAll(), nil
+	}
+	if secret == "" {
+		if s.cfg.ACLDefaultDeny {
+			return api.DenyAll(), nil
+		}
+		return api.AllowAll(), nil
+	}
+	t, err := s.Backend().ResolveToken(context.Background(), secret)
+	if err != nil {
+		return api.DenyAll(), err
+	}
+	return api.TokenAuthorizer(t), nil
+}
+
+// rpcAllowed checks a client agent's call: ok says what its token may do.
+func (s *Server) rpcAllowed(secret string, ok func(api.Authorizer) bool, what string) error {
+	a, err := s.rpcAuthorizer(secret)
+	if err != nil {
+		return err
+	}
+	if !ok(a) {
+		return fmt.Errorf("%w: the agent's token may not %s", api.ErrPermissionDenied, what)
+	}
+	return nil
+}
+
+// handleACLRPC serves client agents' ACL calls.
+func (s *Server) handleACLRPC(ctx context.Context, method string, decode func(interface{}) error) (reply interface{}, handled bool, err error) {
+	b := s.Backend()
+	isOperator := func(a api.Authorizer) bool { return a.IsOperator() }
+	switch method {
+	case api.RPCACLResolve:
+		var args api.ACLResolveArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := b.resolveHash(args.SecretHash)
+		return t, true, toWire(err)
+	case api.RPCACLBootstrap:
+		var none struct{}
+		if err := decode(&none); err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := b.ACLBootstrap(ctx)
+		return t, true, toWire(err)
+	case api.RPCACLTokenCreate:
+		var args api.ACLTokenCreateArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, isOperator, "create tokens"); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := api.ValidatePolicies(args.Request.Policies); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := api.ValidateDescription(args.Request.Description); err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := b.ACLTokenCreate(ctx, args.Request)
+		return t, true, toWire(err)
+	case api.RPCACLTokens:
+		var args api.ACLCallerArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, isOperator, "list tokens"); err != nil {
+			return nil, true, toWire(err)
+		}
+		ts, err := b.ACLTokens(ctx)
+		return ts, true, toWire(err)
+	case api.RPCACLTokenDelete:
+		var args api.ACLTokenDeleteArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, isOperator, "delete tokens"); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := api.ValidateIdentifier("accessor", args.AccessorID); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.ACLTokenDelete(ctx, args.AccessorID)
+		return res, true, toWire(err)
+	}
+	return nil, false, nil
+}

@@ -56,11 +56,20 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		return api.WithRequestID(ctx, *id), nil
 	}
+	if reply, handled, err := s.handleACLRPC(ctx, method, decode); handled {
+		return reply, true, err
+	}
 	switch method {
 	case api.RPCRegister:
 		var args api.RegisterArgs
 		wctx, err := writeArgs(&args, &args.RequestID)
 		if err != nil {
+			return nil, true, toWire(err)
+		}
+		if args.Plugin == nil {
+			return nil, true, toWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
+		}
+		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWrite(args.Plugin.Type) }, "register plugins of type "+args.Plugin.Type); err != nil {
 			return nil, true, toWire(err)
 		}
 		res, err := b.Register(wctx, args.Plugin)
@@ -71,12 +80,18 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		if err != nil {
 			return nil, true, toWire(err)
 		}
+		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWrite(args.Request.Type) }, "deregister plugins of type "+args.Request.Type); err != nil {
+			return nil, true, toWire(err)
+		}
 		res, err := b.Deregister(wctx, args.Request)
 		return res, true, toWire(err)
 	case api.RPCDeregisterNode:
 		var args api.DeregisterNodeArgs
 		wctx, err := writeArgs(&args, &args.RequestID)
 		if err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWriteAll() }, "deregister a node's plugins (write on all types)"); err != nil {
 			return nil, true, toWire(err)
 		}
 		res, err := b.DeregisterNode(wctx, args.NodeID)

@@ -93,6 +93,12 @@ type Config struct {
 	// registry.DefaultJournalSize).
 	JournalSize int
 
+	// ACLEnabled: writes and ACL calls that client agents make over RPC
+	// carry a token, checked as the HTTP API checks it (the HTTP API's
+	// own switch is httpapi.ACLConfig); ACLDefaultDeny refuses a call
+	// without one.
+	ACLEnabled, ACLDefaultDeny bool
+
 	// TLS, when set, secures the server port (Raft and RPC, incoming and
 	// outgoing) by its policy; nil: plaintext. The HTTP listener is the
 	// caller's (cmd/plugreg serves it with the same Configurator).

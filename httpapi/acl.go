@@ -65,7 +65,13 @@ func (s *Server) withAuthz(pattern string, w http.ResponseWriter, r *http.Reques
 		}
 		a = s.anonymous()
 	}
-	return r.WithContext(context.WithValue(r.Context(), authzKey{}, a)), true
+	ctx := context.WithValue(r.Context(), authzKey{}, a)
+	if secret := r.Header.Get(headerToken); secret != "" && s.cfg.ACL.Enabled {
+		// A client agent forwards writes to a server, which checks the
+		// caller's token again (api.RegisterArgs.Token).
+		ctx = api.WithToken(ctx, secret)
+	}
+	return r.WithContext(ctx), true
 }
 
 func (s *Server) anonymous() api.Authorizer {

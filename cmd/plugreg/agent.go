@@ -20,6 +20,7 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/gctune"
 	"github.com/plugreg/plugreg/tlsutil"
 )
@@ -59,7 +60,10 @@ func runAgent(args []string) error {
 		journal   = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
 		raftMul   = fs.Int("raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
 		logLevel  = fs.String("log-level", "info", "trace, debug, info, warn or error")
-		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls")
+		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls (the single shared token; see -acl-enabled for ACL tokens with policies)")
+		aclOn     = fs.Bool("acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
+		aclAgent  = fs.String("acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers")
+		aclPolicy = fs.String("acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
 		logStore  = fs.String("log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
@@ -117,6 +121,14 @@ func runAgent(args []string) error {
 		hs.pluginSocket = filepath.Join(*dataDir, "plugin.sock")
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
+	ao := apiOptions{token: *aclToken, acl: httpapi.ACLConfig{Enabled: *aclOn}}
+	switch *aclPolicy {
+	case "allow":
+	case "deny":
+		ao.acl.DefaultDeny = true
+	default:
+		return fmt.Errorf("-acl-default-policy %q: want allow or deny", *aclPolicy)
+	}
 	var tlsc *tlsutil.Configurator
 	if tlsCfg.Enabled() || tlsCfg.VerifyIncoming || tlsCfg.VerifyOutgoing || tlsCfg.VerifyServerHostname {
 		var err error
@@ -142,9 +154,9 @@ func runAgent(args []string) error {
 	}
 	if *isClient {
 		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
-			Join: join, RetryJoin: *retry, TLS: tlsc, Logger: logger}
+			Join: join, RetryJoin: *retry, TLS: tlsc, ACLToken: *aclAgent, Logger: logger}
 		leaveCh := make(chan struct{})
-		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, tlsc, func() { close(leaveCh) })
+		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), ao, tlsc, func() { close(leaveCh) })
 		if err != nil {
 			return err
 		}
@@ -179,10 +191,11 @@ func runAgent(args []string) error {
 	cfg.NoCommitNotify = !*cmNotify
 	cfg.LogStore = *logStore
 	cfg.TLS = tlsc
+	cfg.ACLEnabled, cfg.ACLDefaultDeny = ao.acl.Enabled, ao.acl.DefaultDeny
 	cfg.Logger = logger
 
 	leaveCh := make(chan struct{})
-	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), *aclToken, tlsc, func() { close(leaveCh) })
+	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), ao, tlsc, func() { close(leaveCh) })
 	if err != nil {
 		return err
 	}

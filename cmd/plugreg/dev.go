@@ -90,14 +90,14 @@ func runDev(args []string) error {
 			cfg.ReconcileInterval = 500 * time.Millisecond
 			cfg.NodeReapAfter = 30 * time.Second
 			cfg.Logger = logger.Named(cfg.NodeID)
-			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), "", nil, nil) })
+			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), apiOptions{}, nil, nil) })
 		} else {
 			id := fmt.Sprintf("host%d", i-2)
 			acfg := agent.Config{
 				NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
 				Join: firstGossip, RetryJoin: true, GossipFast: true, Logger: logger.Named(id),
 			}
-			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), "", nil, nil) })
+			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), apiOptions{}, nil, nil) })
 		}
 		if err != nil {
 			stopAll()

@@ -88,7 +88,13 @@ func listenHTTP(httpAddr string, tlsc *tlsutil.Configurator) (net.Listener, erro
 }
 
 // startNode starts a server and serves its HTTP API on httpAddr.
-func startNode(cfg *cluster.Config, httpAddr, token string, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
+// apiOptions are the HTTP API's access settings.
+type apiOptions struct {
+	token string // the single write token of -acl-token ("" none)
+	acl   httpapi.ACLConfig
+}
+
+func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
 	ln, err := listenHTTP(httpAddr, tlsc)
 	if err != nil {
 		return nil, err
@@ -100,13 +106,13 @@ func startNode(cfg *cluster.Config, httpAddr, token string, tlsc *tlsutil.Config
 		return nil, err
 	}
 	n := &node{srv: srv, core: srv, ln: ln, done: make(chan error, 1)}
-	n.serve(srv.Backend(), cfg.Logger, token, onLeave)
+	n.serve(srv.Backend(), cfg.Logger, ao, onLeave)
 	return n, nil
 }
 
 // startClientNode starts a client agent and serves its HTTP API on
 // httpAddr.
-func startClientNode(cfg agent.Config, httpAddr, token string, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
+func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
 	ln, err := listenHTTP(httpAddr, tlsc)
 	if err != nil {
 		return nil, err
@@ -118,13 +124,13 @@ func startClientNode(cfg agent.Config, httpAddr, token string, tlsc *tlsutil.Con
 		return nil, err
 	}
 	n := &node{client: cl, core: cl, ln: ln, done: make(chan error, 1)}
-	n.serve(cl, cfg.Logger, token, onLeave)
+	n.serve(cl, cfg.Logger, ao, onLeave)
 	return n, nil
 }
 
-func (n *node) serve(be httpapi.Backend, logger hclog.Logger, token string, onLeave func()) {
+func (n *node) serve(be httpapi.Backend, logger hclog.Logger, ao apiOptions, onLeave func()) {
 	n.be = be
-	n.api = httpapi.New(httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: token, OnLeave: onLeave})
+	n.api = httpapi.New(httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave})
 	go func() { n.done <- n.api.Serve(n.ln) }()
 }
 

@@ -79,6 +79,7 @@ func (c *Cluster) addServer() *Node {
 	cfg.RetryInterval = 100 * time.Millisecond
 	cfg.GossipFast = true
 	cfg.Logger = c.log.Logger("plugreg", hclog.Warn)
+	cfg.ACLEnabled, cfg.ACLDefaultDeny = c.opts.ACL.Enabled, c.opts.ACL.DefaultDeny
 	if c.opts.Modify != nil {
 		c.opts.Modify(i, cfg)
 	}

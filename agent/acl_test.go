@@ -1,0 +1,97 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/testcluster"
+)
+
+func httpJSON(t *testing.T, method, url, token, body string, out interface{}) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("X-Plugreg-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// Through a client agent, ACLs hold twice: the agent checks the HTTP
+// request's token (resolved through a server), and the server checks the
+// token the agent forwards with each write, so an agent (or anything that
+// speaks the RPC) without a token cannot write under default deny; the
+// agent token (-acl-agent-token) carries the host's own registrations.
+func TestClientAgentACLs(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var boot api.ACLTokenSecret
+	if st := httpJSON(t, "PUT", cn.HTTPURL+"/v1/acl/bootstrap", "", "", &boot); st != 200 || boot.SecretID == "" {
+		t.Fatalf("bootstrap through the client agent: %d", st)
+	}
+	var csi, agentTok api.ACLTokenSecret
+	if st := httpJSON(t, "PUT", cn.HTTPURL+"/v1/acl/token", boot.SecretID, `{"Policies":[{"Kind":"write","Types":["csi"]}]}`, &csi); st != 200 {
+		t.Fatalf("create through the client agent: %d", st)
+	}
+	if st := httpJSON(t, "PUT", c.Nodes[0].HTTPURL+"/v1/acl/token", boot.SecretID, `{"Description":"agent","Policies":[{"Kind":"write"}]}`, &agentTok); st != 200 {
+		t.Fatalf("create agent token: %d", st)
+	}
+
+	withToken := func(tok string) *client.Client {
+		cl, err := client.New(client.Config{Addrs: []string{cn.HTTPURL}, Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	if _, err := withToken(csi.SecretID).Register(ctx, plugin("h", "ebs", "a1")); err != nil {
+		t.Fatalf("csi token registering csi through the agent: %v", err)
+	}
+	dev := plugin("h", "gpu", "g1")
+	dev.Type = "device"
+	if _, err := withToken(csi.SecretID).Register(ctx, dev); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("csi token registering a device through the agent: %v", err)
+	}
+	if _, err := withToken("no-such-token").Register(ctx, plugin("h", "x", "1")); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("unknown token through the agent: %v", err)
+	}
+
+	// The RPC itself: the agent's in-process backend, with no token in
+	// its context and none of its own, is refused by the server.
+	if _, err := cn.Client.Register(ctx, plugin("h", "rpc", "1")); !errors.Is(err, api.ErrPermissionDenied) {
+		t.Fatalf("a write over RPC without a token: %v", err)
+	}
+	// With the agent token, the host's own registrations go through.
+	agentCN := c.AddClient(func(cfg *agent.Config) { cfg.NodeID, cfg.ACLToken = "host2", agentTok.SecretID })
+	c.Eventually(20*time.Second, "the second agent to know the servers", func() bool { return len(agentCN.Servers()) == 3 })
+	if _, err := agentCN.Client.Register(ctx, dev); err != nil {
+		t.Fatalf("a write with the agent token: %v", err)
+	}
+	// Nothing refused was applied.
+	root := client.Config{Addrs: []string{c.Nodes[1].HTTPURL}, Token: boot.SecretID}
+	rc, _ := client.New(root)
+	list, _, err := rc.List(ctx, "csi", nil)
+	if err != nil || len(list) != 1 || list[0].Name != "ebs" {
+		t.Fatalf("csi after the refusals: %v %v", list, err)
+	}
+}
