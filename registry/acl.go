@@ -10,8 +10,13 @@ import (
 // ACLBootstrap proposes the bootstrap token (its secret already hashed by
 // the caller: only the hash reaches the log). It fails with
 // api.ErrACLBootstrapped after the first.
+//
+// Token creation never carries a request ID: a retry under the same ID
+// would be answered with the first attempt's result while the caller
+// holds the retry's secret, which was never stored. A retried create
+// makes a second token (or finds the cluster bootstrapped) instead.
 func (s *Store) ACLBootstrap(ctx context.Context, t fsm.ACLToken) (WriteResult, error) {
-	res, err := s.write(ctx, &fsm.ACLBootstrapRequest{Token: t, RequestID: RequestID(ctx)})
+	res, err := s.write(ctx, &fsm.ACLBootstrapRequest{Token: t})
 	if err != nil {
 		return res, fmt.Errorf("acl bootstrap: %w", err)
 	}
@@ -20,7 +25,7 @@ func (s *Store) ACLBootstrap(ctx context.Context, t fsm.ACLToken) (WriteResult, 
 
 // ACLTokenSet proposes a new token.
 func (s *Store) ACLTokenSet(ctx context.Context, t fsm.ACLToken) (WriteResult, error) {
-	res, err := s.write(ctx, &fsm.ACLTokenSetRequest{Token: t, RequestID: RequestID(ctx)})
+	res, err := s.write(ctx, &fsm.ACLTokenSetRequest{Token: t})
 	if err != nil {
 		return res, fmt.Errorf("acl token create %s: %w", t.AccessorID, err)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 func runDev(args []string) error {
@@ -28,6 +30,7 @@ func runDev(args []string) error {
 	logLevel := fs.String("log-level", "error", "trace, debug, info, warn or error")
 	clients := fs.Int("clients", 0, "client agents to run beside the three servers (0 to 20)")
 	grace := fs.Duration("plugin-grace", 10*time.Second, "how long a plugin stays registered after its session ended without Stop")
+	secure := fs.Bool("secure", false, "run with mutual TLS everywhere (a fresh CA in the data dir), ACLs on with default deny (bootstrapped; the operator token is printed) and gossip encryption")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -72,8 +75,29 @@ func runDev(args []string) error {
 	}
 	httpAddr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(*httpPort+10*i)) }
 	firstGossip := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(*basePort+1))}
+	var sec *devSecurity
+	ao := apiOptions{}
+	if *secure {
+		if sec, err = newDevSecurity(filepath.Join(dir, "tls")); err != nil {
+			return err
+		}
+		ao.acl = httpapi.ACLConfig{Enabled: true, DefaultDeny: true}
+	}
+	start := time.Now()
 	for i := 0; i < 3+*clients; i++ {
 		var err error
+		if i == 3 {
+			if err := waitLeader(nodes, 30*time.Second); err != nil {
+				stopAll()
+				return err
+			}
+			if sec != nil {
+				if err := sec.bootstrap(nodes[0]); err != nil {
+					stopAll()
+					return err
+				}
+			}
+		}
 		if i < 3 {
 			cfg := cluster.DefaultConfig()
 			cfg.NodeID = fmt.Sprintf("dev%d", i+1)
@@ -90,28 +114,40 @@ func runDev(args []string) error {
 			cfg.ReconcileInterval = 500 * time.Millisecond
 			cfg.NodeReapAfter = 30 * time.Second
 			cfg.Logger = logger.Named(cfg.NodeID)
-			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), apiOptions{}, nil, nil) })
+			var tlsc *tlsutil.Configurator
+			if sec != nil {
+				tlsc = sec.server
+				cfg.TLS = tlsc
+				cfg.ACLEnabled, cfg.ACLDefaultDeny = true, true
+			}
+			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), ao, tlsc, nil) })
 		} else {
 			id := fmt.Sprintf("host%d", i-2)
 			acfg := agent.Config{
 				NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
 				Join: firstGossip, RetryJoin: true, GossipFast: true, Logger: logger.Named(id),
 			}
-			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), apiOptions{}, nil, nil) })
+			var tlsc *tlsutil.Configurator
+			if sec != nil {
+				tlsc = sec.client
+				acfg.TLS, acfg.ACLToken = tlsc, sec.agentToken
+			}
+			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), ao, tlsc, nil) })
 		}
 		if err != nil {
 			stopAll()
 			return err
 		}
 	}
-	start := time.Now()
-	deadline := start.Add(30 * time.Second)
-	for nodes[0].srv.Leader() == "" || nodes[1].srv.Leader() == "" || nodes[2].srv.Leader() == "" {
-		if time.Now().After(deadline) {
+	if err := waitLeader(nodes, 30*time.Second); err != nil {
+		stopAll()
+		return err
+	}
+	if sec != nil && sec.operatorToken == "" {
+		if err := sec.bootstrap(nodes[0]); err != nil {
 			stopAll()
-			return errors.New("no leader within 30s")
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	fmt.Printf("plugreg dev cluster ready in %v (data in %s)\n\n", time.Since(start).Round(time.Millisecond), dir)
 	for i, n := range nodes {
@@ -121,7 +157,16 @@ func runDev(args []string) error {
 		}
 		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n         plugin-socket=%s\n", n.nodeID(), n.be.Role(), addrs[i], server, n.gossipAddr(), pluginDirs[i], n.pluginSocket())
 	}
-	fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2], nodes[0].pluginSocket())
+	if sec != nil {
+		fmt.Printf("\nSecure: mutual TLS on every port, ACLs on (default deny). In another terminal:\n\n"+
+			"  export PLUGREG_ADDR=https://%s,https://%s,https://%s\n  export PLUGREG_CACERT=%s\n"+
+			"  export PLUGREG_CLIENT_CERT=%s\n  export PLUGREG_CLIENT_KEY=%s\n  export PLUGREG_TOKEN=%s   # the operator token\n"+
+			"  plugreg members\n  plugreg acl token create -policy write:csi-* -description csi-driver\n",
+			addrs[0], addrs[1], addrs[2], sec.caFile, sec.cliCert, sec.cliKey, sec.operatorToken)
+		fmt.Printf("\nCtrl-C stops the cluster and removes its data.\n")
+	} else {
+		fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2], nodes[0].pluginSocket())
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -129,4 +174,16 @@ func runDev(args []string) error {
 	<-sig
 	fmt.Println("\nstopping the dev cluster")
 	return stopAll()
+}
+
+// waitLeader waits until the three servers know a leader.
+func waitLeader(nodes []*node, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for nodes[0].srv.Leader() == "" || nodes[1].srv.Leader() == "" || nodes[2].srv.Leader() == "" {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no leader within %v", within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }

@@ -27,6 +27,7 @@ var commands = map[string]command{
 	"peers":      {"list the Raft peers", runPeers},
 	"leader":     {"show the leader's server address", runLeader},
 	"leave":      {"make the node at -addr leave the cluster gracefully", runLeave},
+	"acl":        {"ACL tokens: acl bootstrap, acl token create|list|self|delete", runACL},
 	"tls":        {"make a dev PKI: tls ca create, tls cert create -server|-client", runTLS},
 }
 

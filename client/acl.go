@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// ACL types, as the API sends them.
+type (
+	ACLPolicy      = api.ACLPolicy
+	ACLToken       = api.ACLToken
+	ACLTokenSecret = api.ACLTokenSecret
+)
+
+// ACLBootstrap creates the cluster's first token, an operator token, and
+// returns it with its secret (shown only this once). A second call fails
+// with an *APIError of code acl_bootstrapped.
+func (c *Client) ACLBootstrap(ctx context.Context) (ACLTokenSecret, error) {
+	var out ACLTokenSecret
+	err := c.aclCall(ctx, http.MethodPut, "/v1/acl/bootstrap", nil, &out)
+	return out, err
+}
+
+// ACLTokenCreate creates a token with policies (the client's token must be
+// an operator's) and returns it with its secret.
+func (c *Client) ACLTokenCreate(ctx context.Context, description string, policies []ACLPolicy) (ACLTokenSecret, error) {
+	body, err := json.Marshal(api.ACLTokenCreateRequest{Description: description, Policies: policies})
+	if err != nil {
+		return ACLTokenSecret{}, err
+	}
+	var out ACLTokenSecret
+	err = c.aclCall(ctx, http.MethodPut, "/v1/acl/token", body, &out)
+	return out, err
+}
+
+// ACLTokens lists every token, without secrets.
+func (c *Client) ACLTokens(ctx context.Context) ([]ACLToken, error) {
+	var out []ACLToken
+	err := c.aclCall(ctx, http.MethodGet, "/v1/acl/tokens", nil, &out)
+	return out, err
+}
+
+// ACLTokenSelf returns the client's own token.
+func (c *Client) ACLTokenSelf(ctx context.Context) (ACLToken, error) {
+	var out ACLToken
+	err := c.aclCall(ctx, http.MethodGet, "/v1/acl/token/self", nil, &out)
+	return out, err
+}
+
+// ACLTokenDelete deletes a token by its accessor ID.
+func (c *Client) ACLTokenDelete(ctx context.Context, accessorID string) (WriteResult, error) {
+	return c.write(ctx, http.MethodDelete, "/v1/acl/token/"+url.PathEscape(accessorID), nil)
+}
+
+// aclCall sends no request ID: a token create is not deduplicated (the
+// server would answer a retry with the first attempt's result and the
+// retry's secret; see registry.ACLBootstrap).
+func (c *Client) aclCall(ctx context.Context, method, path string, body []byte, out interface{}) error {
+	resp, err := c.do(ctx, method, path, nil, body, nil)
+	if err != nil {
+		return err
+	}
+	return c.decode(resp, out)
+}

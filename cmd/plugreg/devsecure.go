@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/tlsutil"
+)
+
+// devSecurity is what `plugreg dev -secure` sets up: a CA and certificates
+// in the data dir, the servers' and the client agents' TLS, and (after
+// the servers elect a leader) the ACL bootstrap and an agent token.
+type devSecurity struct {
+	caFile, cliCert, cliKey string
+	server, client          *tlsutil.Configurator
+	operatorToken           string
+	agentToken              string
+}
+
+func newDevSecurity(dir string) (*devSecurity, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := tlsutil.CreateCA(tlsutil.CAOptions{CommonName: "plugreg dev CA"})
+	if err != nil {
+		return nil, err
+	}
+	d := &devSecurity{caFile: filepath.Join(dir, caCertName)}
+	if err := ca.WriteFiles(d.caFile, filepath.Join(dir, caKeyName)); err != nil {
+		return nil, err
+	}
+	issue := func(server bool, name string) (string, string, error) {
+		kp, err := tlsutil.CreateCert(ca, tlsutil.CertOptions{Server: server})
+		if err != nil {
+			return "", "", err
+		}
+		cert, key := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+		return cert, key, kp.WriteFiles(cert, key)
+	}
+	srvCert, srvKey, err := issue(true, "global-server-plugreg-0")
+	if err != nil {
+		return nil, err
+	}
+	agentCert, agentKey, err := issue(false, "global-client-plugreg-0")
+	if err != nil {
+		return nil, err
+	}
+	if d.cliCert, d.cliKey, err = issue(false, "global-cli-plugreg-0"); err != nil {
+		return nil, err
+	}
+	policy := tlsutil.Config{CAFile: d.caFile, VerifyIncoming: true, VerifyServerHostname: true}
+	sc, cc := policy, policy
+	sc.CertFile, sc.KeyFile = srvCert, srvKey
+	cc.CertFile, cc.KeyFile = agentCert, agentKey
+	if d.server, err = tlsutil.NewConfigurator(sc); err != nil {
+		return nil, err
+	}
+	if d.client, err = tlsutil.NewConfigurator(cc); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// bootstrap makes the operator token and an agent token (write on every
+// type) for the client agents, through a server's own backend.
+func (d *devSecurity) bootstrap(n *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := n.srv.Backend()
+	root, err := b.ACLBootstrap(ctx)
+	if err != nil {
+		return fmt.Errorf("acl bootstrap: %w", err)
+	}
+	agentTok, err := b.ACLTokenCreate(ctx, api.ACLTokenCreateRequest{Description: "dev client agents", Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}})
+	if err != nil {
+		return fmt.Errorf("agent token: %w", err)
+	}
+	d.operatorToken, d.agentToken = root.SecretID, agentTok.SecretID
+	return nil
+}

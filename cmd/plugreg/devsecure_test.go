@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/tlsutil"
+)
+
+// `plugreg dev -secure` runs a cluster whose every channel is TLS with
+// client certificates and whose API is ACL'd with default deny, and prints
+// how to reach it; the printed settings work with the CLI, and without a
+// token, a client certificate or TLS nothing is answered.
+func TestDevSecure(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	log := filepath.Join(t.TempDir(), "dev.log")
+	// Fixed ports: dev numbers its agents' ports from a base (+10 each);
+	// these are outside every other test's and the bench's.
+	p := proctest.Start(t, "dev", bin, log, "dev", "-secure", "-clients", "1", "-http-port", "28500", "-server-port", "28300")
+	defer func() {
+		if d, ok := p.Terminate(proctest.StopBound); !ok {
+			t.Errorf("dev did not stop within %v of SIGTERM (%v)", proctest.StopBound, d)
+		}
+	}()
+	env := map[string]string{}
+	re := regexp.MustCompile(`export (PLUGREG_[A-Z_]+)=(\S+)`)
+	proctest.Poll(t, proctest.Wait, "the dev cluster's settings", []*proctest.Proc{p}, func() (bool, string) {
+		for _, m := range re.FindAllStringSubmatch(p.Log(), -1) {
+			env[m[1]] = m[2]
+		}
+		return env["PLUGREG_TOKEN"] != "", "not printed yet"
+	})
+	cli := func(token string, args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		for k, v := range env {
+			if k == "PLUGREG_TOKEN" {
+				v = token
+			}
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := cli(env["PLUGREG_TOKEN"], "acl", "token", "create", "-policy", "write:csi-*", "-json")
+	if err != nil {
+		t.Fatalf("acl token create: %v\n%s", err, out)
+	}
+	secret := regexp.MustCompile(`"SecretID": "([^"]+)"`).FindStringSubmatch(out)
+	if secret == nil {
+		t.Fatalf("no secret in %s", out)
+	}
+	if out, err := cli(secret[1], "register", "-type", "csi-node", "-name", "ebs", "-alloc", "a1", "-socket", "/run/ebs.sock"); err != nil {
+		t.Fatalf("register with the csi token: %v\n%s", err, out)
+	}
+	if out, err := cli(secret[1], "register", "-type", "device", "-name", "gpu", "-alloc", "g1", "-socket", "/run/g.sock"); err == nil || !strings.Contains(out, "permission_denied") {
+		t.Fatalf("a csi token registering a device: %v\n%s", err, out)
+	}
+	if out, err := cli("", "list", "csi-node"); err == nil || !strings.Contains(out, "permission_denied") {
+		t.Fatalf("no token: %v\n%s", err, out)
+	}
+
+	// Without a client certificate, or without TLS, nothing answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	noCert, err := tlsutil.ClientConfig(tlsutil.ClientOptions{CAFile: env["PLUGREG_CACERT"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := strings.Split(env["PLUGREG_ADDR"], ",")
+	c, _ := client.New(client.Config{Addrs: addrs, TLS: noCert, Token: env["PLUGREG_TOKEN"]})
+	if _, _, err := c.List(ctx, "csi-node", nil); err == nil {
+		t.Fatal("answered a client without a certificate")
+	}
+	plain, _ := client.New(client.Config{Addrs: []string{strings.TrimPrefix(addrs[0], "https://")}, Token: env["PLUGREG_TOKEN"]})
+	if _, _, err := plain.List(ctx, "csi-node", nil); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("plaintext: %v, want a refusal", err)
+	}
+}
