@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/plugreg/plugreg/api"
@@ -205,22 +205,8 @@ func (s *Server) aclTokenCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	var req api.ACLTokenCreateRequest
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, decodeError(err))
-		return
-	}
-	if dec.More() {
-		writeError(w, fmt.Errorf("%w: more than one JSON value in the body", errBadRequest))
-		return
-	}
-	if err := api.ValidatePolicies(req.Policies); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := api.ValidateDescription(req.Description); err != nil {
+	req, err := decodeTokenCreate(r.Body)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -230,13 +216,28 @@ func (s *Server) aclTokenCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	t, err := ab.ACLTokenCreate(ctx, req)
+	t, err := ab.ACLTokenCreate(ctx, *req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	s.logger.Info("ACL token created", "accessor", t.AccessorID)
 	writeJSON(w, http.StatusOK, t)
+}
+
+// decodeTokenCreate decodes and validates a token create body.
+func decodeTokenCreate(body io.Reader) (*api.ACLTokenCreateRequest, error) {
+	var req api.ACLTokenCreateRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if err := api.ValidatePolicies(req.Policies); err != nil {
+		return nil, err
+	}
+	if err := api.ValidateDescription(req.Description); err != nil {
+		return nil, err
+	}
+	return &req, nil
 }
 
 // aclTokens: GET /v1/acl/tokens, every token without its secret.

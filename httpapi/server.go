@@ -238,15 +238,9 @@ func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelF
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	var info api.PluginInfo
-	if err := dec.Decode(&info); err != nil {
-		writeError(w, decodeError(err))
-		return
-	}
-	if dec.More() {
-		writeError(w, fmt.Errorf("%w: more than one JSON value in the body", errBadRequest))
+	info, err := decodePlugin(r.Body)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	ctx, cancel, err := s.writeContext(r)
@@ -255,16 +249,38 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	// Validate here too: a bad request is answered without a round trip.
-	if err := api.ValidatePlugin(&info); err != nil {
-		writeError(w, err)
-		return
-	}
 	if !allowed(w, authz(r).CanWrite(info.Type), "register plugins of type "+info.Type) {
 		return
 	}
-	res, err := s.be.Register(ctx, &info)
+	res, err := s.be.Register(ctx, info)
 	s.writeResult(w, res, err)
+}
+
+// decodeJSON decodes exactly one JSON value of v's type from body, with no
+// field v does not have.
+func decodeJSON(body io.Reader, v interface{}) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: more than one JSON value in the body", errBadRequest)
+	}
+	return nil
+}
+
+// decodePlugin decodes and validates a registration body: what it returns
+// may be proposed as is (a bad request is answered without a round trip).
+func decodePlugin(body io.Reader) (*api.PluginInfo, error) {
+	var info api.PluginInfo
+	if err := decodeJSON(body, &info); err != nil {
+		return nil, err
+	}
+	if err := api.ValidatePlugin(&info); err != nil {
+		return nil, err
+	}
+	return &info, nil
 }
 
 func decodeError(err error) error {
