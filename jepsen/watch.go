@@ -75,7 +75,10 @@ func (w *slowWatcher) run(ctx context.Context) {
 		sess.EndReason = err.Error()
 		return
 	}
-	ch := c.Watch(ctx, 0, client.WatchOptions{StallTimeout: w.stall})
+	// JSON: the tap reads the stream's lines to tell which connection a
+	// reset came on (the protobuf stream's decoding is covered by
+	// client's TestWatchEncodingsAgree).
+	ch := c.Watch(ctx, 0, client.WatchOptions{StallTimeout: w.stall, JSON: true})
 	pace := newPace(w.seed+3, w.stall)
 	for ev := range ch {
 		rec := eventRec(ev, w.clock())
