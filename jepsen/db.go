@@ -106,11 +106,11 @@ const clientIP = "127.0.0.100"
 
 func clientFrom(ip string, timeout time.Duration) *http.Client {
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: timeout}
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 16,
-			IdleConnTimeout: 30 * time.Second},
+	base := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}
+	if secure != nil {
+		base.TLSClientConfig = secure.harnessTLS.TLSClientConfig
 	}
+	return &http.Client{Timeout: timeout, Transport: secureTransport{base: base}}
 }
 
 // agentDefaultTimeout is the agent's heartbeat and election timeout
@@ -139,6 +139,9 @@ func (d *db) args(n *node) []string {
 		for _, o := range d.nodes {
 			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
 		}
+		if secure != nil {
+			args = append(args, secure.agentArgs(true)...)
+		}
 		return args
 	}
 	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
@@ -147,6 +150,9 @@ func (d *db) args(n *node) []string {
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
 	args = append(args, "-log-store", d.logStore(n))
+	if secure != nil {
+		args = append(args, secure.agentArgs(false)...)
+	}
 	if d.hbFlag {
 		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())
 	}

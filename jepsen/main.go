@@ -42,6 +42,7 @@ type runConfig struct {
 	timeouts          string // -timeouts: random, default or short
 	defaultTimeouts   bool   // this run leaves the agent's timeouts at their defaults
 	plugregBin        string // a prebuilt agent, or "" to build ./cmd/plugreg
+	secure            bool   // TLS and ACLs on (secure.go)
 	snapshotThreshold int
 	journalSize       int
 	checkTimeout      time.Duration
@@ -66,6 +67,7 @@ func main() {
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
+	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames) and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -206,6 +208,13 @@ func run(r *runConfig) (int, error) {
 		return 2, err
 	}
 	logf.printf("agent binary: %s", bin)
+	if r.secure {
+		s, err := newSecurity(filepath.Join(dir, "tls"), r.clientAgents)
+		if err != nil {
+			return 2, fmt.Errorf("security setup: %w", err)
+		}
+		secure = s
+	}
 	d := newDB(dir, bin, r)
 	d.logf = logf.printf
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
@@ -247,14 +256,29 @@ func run(r *runConfig) (int, error) {
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
 	d.clock = clock
-	for i := range d.hosts {
+	// Servers first: with -secure the client agents need the agent token,
+	// which exists once the servers have a leader and ACLs are
+	// bootstrapped.
+	for i := range d.nodes {
 		if err := d.start(i); err != nil {
 			return 2, err
 		}
 	}
 	ctx := context.Background()
-	if _, err := d.waitLeader(ctx, 60*time.Second); err != nil {
+	l, err := d.waitLeader(ctx, 60*time.Second)
+	if err != nil {
 		return 2, fmt.Errorf("cluster did not come up: %w", err)
+	}
+	if secure != nil {
+		if err := secure.bootstrap(ctx, d, l); err != nil {
+			return 2, fmt.Errorf("ACL bootstrap: %w", err)
+		}
+		logf.printf("secure: mutual TLS on every port, ACLs on (default deny), bootstrapped")
+	}
+	for j := range d.clients {
+		if err := d.start(d.clientIndex(j)); err != nil {
+			return 2, err
+		}
 	}
 	if err := d.waitClients(ctx, 30*time.Second); err != nil {
 		return 2, fmt.Errorf("cluster did not come up: %w", err)

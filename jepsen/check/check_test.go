@@ -262,3 +262,18 @@ func TestJoinedSessions(t *testing.T) {
 	skip.Seq = 2
 	expectFlagged(t, "resume past what was reached", Events([]Session{a, skip}, tr, 100), "only reached 2")
 }
+
+// A -secure run's ACL setup (bootstrap, the agent token) is in the log
+// without a request ID: it is neither a phantom write nor a registry
+// command the model must agree with; nodes must still agree on it.
+func TestACLCommandsExempt(t *testing.T) {
+	recs := journal(t, baseLog...)
+	acl := JournalRecord{Index: uint64(len(recs) + 1), Term: recs[len(recs)-1].Term, Kind: "command", Command: "acl-bootstrap", Result: "created"}
+	tr, vs := Merge(map[string][]JournalRecord{"n1": append(append([]JournalRecord(nil), recs...), acl), "n2": append(append([]JournalRecord(nil), recs...), acl)})
+	expectClean(t, "journals with an ACL command", vs)
+	expectClean(t, "writes around an ACL command", Writes(writeOps(), tr))
+	other := acl
+	other.Result = "absent"
+	_, vs = Merge(map[string][]JournalRecord{"n1": append(append([]JournalRecord(nil), recs...), acl), "n2": append(append([]JournalRecord(nil), recs...), other)})
+	expectFlagged(t, "nodes disagreeing on an ACL command", vs, "index 5")
+}

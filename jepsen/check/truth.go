@@ -2,6 +2,7 @@ package check
 
 import (
 	"sort"
+	"strings"
 )
 
 // Entry is one log entry as the merged apply journals know it.
@@ -61,7 +62,7 @@ func Merge(journals map[string][]JournalRecord) (*Truth, []Violation) {
 	for _, i := range idx {
 		e := t.byIndex[i]
 		t.Entries = append(t.Entries, *e)
-		if e.Kind != "command" || e.Error != "" || e.Duplicate {
+		if e.Kind != "command" || e.Error != "" || e.Duplicate || IsACLCommand(e.Command) {
 			continue
 		}
 		res, evs := model.Apply(i, e.Command, e.Request)
@@ -78,6 +79,12 @@ func Merge(journals map[string][]JournalRecord) (*Truth, []Violation) {
 	return t, vs
 }
 
+// IsACLCommand reports whether a journaled command manages ACL tokens (a
+// -secure run's bootstrap and agent token): it changes no plugin, so the
+// registry model skips it; Merge still checks that every node applied it
+// alike.
+func IsACLCommand(command string) bool { return strings.HasPrefix(command, "acl-") }
+
 func sameRecord(a, b *JournalRecord) bool {
 	return a.Term == b.Term && a.Kind == b.Kind && a.RequestID == b.RequestID && a.Command == b.Command &&
 		string(a.Request) == string(b.Request) && a.Result == b.Result && a.Duplicate == b.Duplicate && a.Removed == b.Removed
@@ -91,7 +98,7 @@ func (t *Truth) StateAt(index uint64) *Registry {
 		if e.Index > index {
 			break
 		}
-		if e.Kind == "command" && e.Error == "" && !e.Duplicate {
+		if e.Kind == "command" && e.Error == "" && !e.Duplicate && !IsACLCommand(e.Command) {
 			r.Apply(e.Index, e.Command, e.Request)
 		}
 	}
