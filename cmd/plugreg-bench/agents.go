@@ -385,7 +385,7 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 	defer cancel()
 	types := pluginTypes(s)
 	for _, nd := range pc.nodes {
-		cli, tr, cerr := b.sys.newClient([]string{nd.httpAddr()})
+		cli, tr, cerr := b.sys.newClient([]string{b.sys.c.url(nd)})
 		if cerr != nil {
 			return rep, cerr
 		}
@@ -404,7 +404,7 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 	if b.leader, err = pc.leader(ctx); err != nil {
 		return rep, err
 	}
-	mcli, mtr, err := b.sys.newClient([]string{pc.nodes[b.leader].httpAddr()})
+	mcli, mtr, err := b.sys.newClient([]string{pc.url(pc.nodes[b.leader])})
 	if err != nil {
 		return rep, err
 	}
@@ -793,7 +793,7 @@ func (b *agentBench) countReapLines() int {
 // listAgents lists every plugin type on one server (stale: its own state)
 // and counts the agents' instances by node.
 func (b *agentBench) listAgents(ctx context.Context, nd *plugregNode) (map[string]int, error) {
-	cli, tr, err := b.sys.newClient([]string{nd.httpAddr()})
+	cli, tr, err := b.sys.newClient([]string{b.sys.c.url(nd)})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,17 @@ func (n *plugregNode) pprofAddr() string { return net.JoinHostPort(n.ip, strconv
 type plugregCluster struct {
 	nodes []*plugregNode
 	hc    *http.Client
+	// tls, when set, is the clients' TLS: the cluster runs with mutual
+	// TLS (benchTLS) and serves HTTPS.
+	tls *tls.Config
+}
+
+// url is the base URL of node n's HTTP API.
+func (c *plugregCluster) url(n *plugregNode) string {
+	if c.tls != nil {
+		return "https://" + n.httpAddr()
+	}
+	return "http://" + n.httpAddr()
 }
 
 // startPlugreg starts three agents as real processes. extra is appended to
@@ -53,7 +65,18 @@ func startPlugreg(bin, dir string, extra []string) (*plugregCluster, error) {
 // and logs are label-nN) on ports base+300.. (server), +400.. (gossip),
 // +500.. (HTTP), +600.. (pprof).
 func startPlugregAs(label string, base int, bin, dir string, extra []string) (*plugregCluster, error) {
+	return startPlugregTLS(label, base, bin, dir, extra, nil)
+}
+
+// startPlugregTLS is startPlugregAs with the agents on mutual TLS when bt
+// is set.
+func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt *benchTLS) (*plugregCluster, error) {
 	c := &plugregCluster{hc: &http.Client{Timeout: 2 * time.Second}}
+	if bt != nil {
+		c.tls = bt.client
+		c.hc.Transport = &http.Transport{TLSClientConfig: bt.client}
+		extra = append(append([]string(nil), extra...), bt.agentArgs...)
+	}
 	for i := 0; i < members; i++ {
 		n := &plugregNode{
 			id: fmt.Sprintf("n%d", i+1), ip: memberIP(i),
@@ -86,7 +109,7 @@ func (c *plugregCluster) stop() {
 func (c *plugregCluster) httpAddrs() []string {
 	var out []string
 	for _, n := range c.nodes {
-		out = append(out, n.httpAddr())
+		out = append(out, c.url(n))
 	}
 	return out
 }
@@ -100,7 +123,7 @@ type plugregHealth struct {
 
 func (c *plugregCluster) health(ctx context.Context, n *plugregNode) (plugregHealth, error) {
 	var h plugregHealth
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.httpAddr()+"/v1/health", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(n)+"/v1/health", nil)
 	if err != nil {
 		return h, err
 	}
@@ -125,7 +148,7 @@ func (c *plugregCluster) leader(ctx context.Context) (int, error) {
 		if !n.proc.running() {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.httpAddr()+"/v1/status/leader", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(n)+"/v1/status/leader", nil)
 		if err != nil {
 			return -1, err
 		}

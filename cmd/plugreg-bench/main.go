@@ -60,16 +60,19 @@ type options struct {
 	baselineBin string
 	// baselineWatchJSON: the baseline's watchers read the JSON stream.
 	baselineWatchJSON bool
-	baselineFlags     []string
-	baseline          bool
-	profileDir        string
-	profileSecs       int
-	scale             bool
-	scaleNames        int
-	scaleAllocs       int
-	scaleTypes        int
-	scaleClients      int
-	scaleEtcd         bool
+	// tls: plugreg runs on mutual TLS and the baseline (same binary and
+	// flags) without: plugreg/baseline is TLS's cost.
+	tls           bool
+	baselineFlags []string
+	baseline      bool
+	profileDir    string
+	profileSecs   int
+	scale         bool
+	scaleNames    int
+	scaleAllocs   int
+	scaleTypes    int
+	scaleClients  int
+	scaleEtcd     bool
 
 	agents         int
 	stubSessions   int
@@ -148,6 +151,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\")")
 	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "also run a baseline plugreg cluster from this binary in every cell (table workloads only) and print plugreg/baseline ratios")
+	fs.BoolVar(&o.tls, "tls", false, "run plugreg with mutual TLS on every port (and the bench's clients on HTTPS with a client certificate), and a baseline plugreg cluster without: plugreg/baseline is the cost of TLS")
 	fs.BoolVar(&o.baselineWatchJSON, "baseline-watch-json", false, "the baseline cluster's watchers read the JSON event stream instead of protobuf (to measure the encoding)")
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
@@ -220,7 +224,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-workloads: deregister removes what register added; select both")
 	}
 	o.plugregFlags, o.etcdFlags = strings.Fields(pflags), strings.Fields(eflags)
-	o.baseline = set["baseline-bin"] || set["baseline-flags"] || o.baselineWatchJSON
+	o.baseline = set["baseline-bin"] || set["baseline-flags"] || o.baselineWatchJSON || o.tls
 	o.baselineFlags = o.plugregFlags
 	if set["baseline-flags"] {
 		o.baselineFlags = strings.Fields(bflags)
@@ -354,7 +358,13 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	if ec, err = startEtcd(etcdBin, dir, o.etcdFlags); err != nil {
 		return err
 	}
-	if pc, err = startPlugreg(bin, dir, o.plugregFlags); err != nil {
+	var bt *benchTLS
+	if o.tls {
+		if bt, err = newBenchTLS(dir); err != nil {
+			return err
+		}
+	}
+	if pc, err = startPlugregTLS("plugreg", 27000, bin, dir, o.plugregFlags, bt); err != nil {
 		return err
 	}
 	if err := ec.waitReady(ctx, 60*time.Second); err != nil {

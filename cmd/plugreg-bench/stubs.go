@@ -92,7 +92,7 @@ func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdClust
 		return rep, fmt.Errorf("socket path %s is too long for a unix socket; use a shorter -dir", b.sock)
 	}
 	for _, nd := range pc.nodes {
-		cli, tr, err := b.sys.newClient([]string{nd.httpAddr()})
+		cli, tr, err := b.sys.newClient([]string{b.sys.c.url(nd)})
 		if err != nil {
 			return rep, err
 		}

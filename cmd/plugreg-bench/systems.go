@@ -80,7 +80,7 @@ func (s *plugregSystem) name() string {
 func (s *plugregSystem) newClient(addrs []string) (*client.Client, *http.Transport, error) {
 	// One transport per client: a client is one connection, like one
 	// etcd client is one gRPC connection.
-	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, TLSClientConfig: s.c.tls}
 	cli, err := client.New(client.Config{Addrs: addrs, HTTPClient: &http.Client{Transport: tr}, RetryWait: 10 * time.Millisecond})
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugreg client: %w", err)
@@ -99,7 +99,7 @@ func (s *plugregSystem) writer(i int) (writer, error) {
 }
 
 func (s *plugregSystem) pinnedWriter(i int) (writer, error) {
-	cli, tr, err := s.newClient([]string{s.c.nodes[i].httpAddr()})
+	cli, tr, err := s.newClient([]string{s.c.url(s.c.nodes[i])})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (s *plugregSystem) pinnedWriter(i int) (writer, error) {
 }
 
 func (s *plugregSystem) reader(i int) (reader, error) {
-	cli, tr, err := s.newClient([]string{s.c.nodes[i].httpAddr()})
+	cli, tr, err := s.newClient([]string{s.c.url(s.c.nodes[i])})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (p *plugregClient) list(ctx context.Context, typ string, stale bool) (int, 
 func (p *plugregClient) close() { p.tr.CloseIdleConnections() }
 
 func (s *plugregSystem) watch(ctx context.Context, i int, typ string, fn func(string)) (func(), error) {
-	cli, tr, err := s.newClient([]string{s.c.nodes[i].httpAddr()})
+	cli, tr, err := s.newClient([]string{s.c.url(s.c.nodes[i])})
 	if err != nil {
 		return nil, err
 	}
