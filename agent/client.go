@@ -37,6 +37,8 @@ type Config struct {
 	RetryJoin     bool
 	RetryInterval time.Duration // zero: 1s
 	GossipFast    bool          // memberlist's local-network timing (tests, dev)
+	// GossipEncryption encrypts gossip (zero: plaintext).
+	GossipEncryption gossip.Encryption
 	// RPCTimeout bounds one call to a server (zero: 10s; a blocking
 	// query gets its wait on top).
 	RPCTimeout time.Duration
@@ -116,8 +118,9 @@ func New(cfg Config) (*Client, error) {
 	c.hub = hub
 	c.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
-		Meta:      gossip.Meta{ID: cfg.NodeID, HTTPAddr: cfg.HTTPAddr, Role: api.RoleClient},
-		PeersFile: filepath.Join(cfg.DataDir, "gossip-peers.json"), Logger: c.logger.Named("memberlist"),
+		Meta:       gossip.Meta{ID: cfg.NodeID, HTTPAddr: cfg.HTTPAddr, Role: api.RoleClient},
+		PeersFile:  filepath.Join(cfg.DataDir, "gossip-peers.json"),
+		Encryption: cfg.GossipEncryption, Logger: c.logger.Named("memberlist"),
 	})
 	if err != nil {
 		c.hub.Close()
@@ -141,6 +144,9 @@ func (c *Client) goFunc(f func()) {
 
 // GossipAddr is the agent's memberlist address.
 func (c *Client) GossipAddr() string { return c.gossip.Addr() }
+
+// GossipKeyring is the gossip encryption keyring (nil: plaintext).
+func (c *Client) GossipKeyring() *gossip.Keyring { return c.gossip.Keyring() }
 
 // LiveServers is how many servers gossip says are alive.
 func (c *Client) LiveServers() int { return len(c.gossip.AliveServers()) }

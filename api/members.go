@@ -33,3 +33,17 @@ type Health struct {
 	// Servers a client agent currently knows alive.
 	KnownServers int `json:",omitempty"`
 }
+
+// KeyringStatus is one agent's gossip encryption keys, base64, the primary
+// one first (GET /v1/agent/keyring).
+type KeyringStatus struct {
+	Node       string `json:",omitempty"`
+	Keys       []string
+	PrimaryKey string
+}
+
+// KeyringRequest is the body of POST (install), PUT (use) and DELETE
+// (remove) /v1/agent/keyring.
+type KeyringRequest struct {
+	Key string
+}

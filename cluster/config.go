@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/gossip"
 	"net"
 	"time"
 
@@ -82,6 +83,8 @@ type Config struct {
 	// GossipFast uses memberlist's local-network timing (faster failure
 	// detection); for tests and dev.
 	GossipFast bool
+	// GossipEncryption encrypts gossip (zero: plaintext).
+	GossipEncryption gossip.Encryption
 
 	// ApplyJournal, when set, is a file to which the node appends one JSON
 	// line per log entry its FSM applies (index, term, request ID, command,

@@ -121,7 +121,7 @@ func (s *Server) start() (err error) {
 	s.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
 		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersionBatch},
-		PeersFile: peersFile(cfg.DataDir), Logger: s.logger.Named("memberlist"),
+		PeersFile: peersFile(cfg.DataDir), Encryption: cfg.GossipEncryption, Logger: s.logger.Named("memberlist"),
 	})
 	if err != nil {
 		return err
@@ -326,6 +326,9 @@ func (s *Server) RaftAddr() string { return s.raftAddr }
 
 // GossipAddr is this node's memberlist address.
 func (s *Server) GossipAddr() string { return s.gossip.Addr() }
+
+// GossipKeyring is the gossip encryption keyring (nil: plaintext).
+func (s *Server) GossipKeyring() *gossip.Keyring { return s.gossip.Keyring() }
 
 // LiveServers is how many servers gossip says are alive.
 func (s *Server) LiveServers() int { return len(s.gossip.AliveServers()) }

@@ -77,9 +77,25 @@ type Config struct {
 	// ReconnectInterval: how often to try to reach one member that
 	// memberlist declared dead (zero: 5s; with Fast, 1s).
 	ReconnectInterval time.Duration
-	Logger            hclog.Logger
+	Encryption
+	Logger hclog.Logger
 
 	tune func(*memberlist.Config) // tests: adjust memberlist's timing
+}
+
+// Encryption is how gossip is encrypted; the zero value: not at all.
+type Encryption struct {
+	// Keyring, when set, encrypts gossip (memberlist's AES-GCM with the
+	// keyring's primary key; any installed key decrypts). A member
+	// without one of the keys cannot join, nor be heard.
+	Keyring *Keyring
+	// AcceptPlaintext and SendPlaintext relax a Keyring for turning
+	// encryption on in a running cluster (Consul's
+	// encrypt_verify_incoming=false and encrypt_verify_outgoing=false):
+	// first every agent gets the key with both set, then without
+	// SendPlaintext, then without either.
+	AcceptPlaintext bool
+	SendPlaintext   bool
 }
 
 // Pool is this node's view of the gossip pool, fed by memberlist's event
@@ -121,6 +137,11 @@ func Start(cfg Config) (*Pool, error) {
 	mc.BindPort = cfg.Port
 	mc.AdvertiseAddr = cfg.BindAddr
 	mc.AdvertisePort = cfg.Port
+	if cfg.Keyring != nil {
+		mc.Keyring = cfg.Keyring.ml
+		mc.GossipVerifyIncoming = !cfg.AcceptPlaintext
+		mc.GossipVerifyOutgoing = !cfg.SendPlaintext
+	}
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*delegate)(p)
 	// memberlist writes "[DEBUG] ..." lines to a standard logger: let hclog
@@ -198,6 +219,9 @@ func (p *Pool) every(d time.Duration, fn func() bool) {
 		}
 	}
 }
+
+// Keyring is the pool's encryption keyring (nil: gossip in plaintext).
+func (p *Pool) Keyring() *Keyring { return p.cfg.Keyring }
 
 // Addr is this node's gossip address.
 func (p *Pool) Addr() string {

@@ -81,6 +81,9 @@ type Config struct {
 	Token string
 	// ACL turns token checks on every route on (see ACLConfig).
 	ACL ACLConfig
+	// Keyring, when set, is the agent's gossip keyring, served (to
+	// operators) at /v1/agent/keyring.
+	Keyring Keyring
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
@@ -156,6 +159,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
 	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
 	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		mux.HandleFunc(m+" /v1/agent/keyring", s.authorized(operatorOnly(s.keyring)))
+	}
 	mux.HandleFunc("PUT /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("PUT /v1/acl/token", operatorOnly(s.aclTokenCreate))

@@ -20,6 +20,7 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/gctune"
 	"github.com/plugreg/plugreg/tlsutil"
@@ -74,6 +75,9 @@ func runAgent(args []string) error {
 		plugSock  = fs.String("plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
 		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
 		plugConf  = fs.String("plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
+		encrypt   = fs.String("encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys)")
+		encIn     = fs.Bool("encrypt-verify-incoming", true, "refuse plaintext gossip when encryption is on (false only while turning encryption on in a running cluster)")
+		encOut    = fs.Bool("encrypt-verify-outgoing", true, "send only encrypted gossip when encryption is on (false only while turning encryption on in a running cluster)")
 		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
 		tlsCfg    tlsutil.Config
 	)
@@ -129,6 +133,12 @@ func runAgent(args []string) error {
 	default:
 		return fmt.Errorf("-acl-default-policy %q: want allow or deny", *aclPolicy)
 	}
+	enc, err := openGossipEncryption(*dataDir, *encrypt, logger)
+	if err != nil {
+		return err
+	}
+	enc.AcceptPlaintext, enc.SendPlaintext = !*encIn, !*encOut
+	ao.keyring = enc.Keyring
 	var tlsc *tlsutil.Configurator
 	if tlsCfg.Enabled() || tlsCfg.VerifyIncoming || tlsCfg.VerifyOutgoing || tlsCfg.VerifyServerHostname {
 		var err error
@@ -154,7 +164,7 @@ func runAgent(args []string) error {
 	}
 	if *isClient {
 		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
-			Join: join, RetryJoin: *retry, TLS: tlsc, ACLToken: *aclAgent, Logger: logger}
+			Join: join, RetryJoin: *retry, TLS: tlsc, ACLToken: *aclAgent, GossipEncryption: enc, Logger: logger}
 		leaveCh := make(chan struct{})
 		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), ao, tlsc, func() { close(leaveCh) })
 		if err != nil {
@@ -191,6 +201,7 @@ func runAgent(args []string) error {
 	cfg.NoCommitNotify = !*cmNotify
 	cfg.LogStore = *logStore
 	cfg.TLS = tlsc
+	cfg.GossipEncryption = enc
 	cfg.ACLEnabled, cfg.ACLDefaultDeny = ao.acl.Enabled, ao.acl.DefaultDeny
 	cfg.Logger = logger
 
@@ -205,6 +216,25 @@ func runAgent(args []string) error {
 	}
 	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
 	return runUntilStopped(logger, n, leaveCh, tlsc)
+}
+
+// openGossipEncryption opens the agent's gossip keyring: the one in
+// dataDir if there is one, else a new one from encrypt ("" and no file:
+// plaintext gossip).
+func openGossipEncryption(dataDir, encrypt string, logger hclog.Logger) (gossip.Encryption, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return gossip.Encryption{}, fmt.Errorf("data dir: %w", err)
+	}
+	kr, ignored, err := gossip.OpenKeyring(filepath.Join(dataDir, gossip.KeyringFileName), encrypt)
+	if err != nil {
+		return gossip.Encryption{}, err
+	}
+	if ignored {
+		// Consul's rule: the keyring file holds what rotations made of
+		// the key; -encrypt only seeds a new data dir.
+		logger.Warn("-encrypt differs from the primary key of the gossip keyring in the data dir; the keyring is used", "keyring", filepath.Join(dataDir, gossip.KeyringFileName))
+	}
+	return gossip.Encryption{Keyring: kr}, nil
 }
 
 // runUntilStopped waits for a signal, a leave request or the HTTP server's

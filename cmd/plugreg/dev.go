@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/tlsutil"
 )
@@ -120,7 +121,12 @@ func runDev(args []string) error {
 				cfg.TLS = tlsc
 				cfg.ACLEnabled, cfg.ACLDefaultDeny = true, true
 			}
-			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), ao, tlsc, nil) })
+			var nao apiOptions
+			if nao, err = nodeSecurity(sec, cfg.DataDir, ao, &cfg.GossipEncryption); err != nil {
+				stopAll()
+				return err
+			}
+			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), nao, tlsc, nil) })
 		} else {
 			id := fmt.Sprintf("host%d", i-2)
 			acfg := agent.Config{
@@ -132,7 +138,12 @@ func runDev(args []string) error {
 				tlsc = sec.client
 				acfg.TLS, acfg.ACLToken = tlsc, sec.agentToken
 			}
-			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), ao, tlsc, nil) })
+			var nao apiOptions
+			if nao, err = nodeSecurity(sec, acfg.DataDir, ao, &acfg.GossipEncryption); err != nil {
+				stopAll()
+				return err
+			}
+			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), nao, tlsc, nil) })
 		}
 		if err != nil {
 			stopAll()
@@ -158,10 +169,10 @@ func runDev(args []string) error {
 		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n         plugin-socket=%s\n", n.nodeID(), n.be.Role(), addrs[i], server, n.gossipAddr(), pluginDirs[i], n.pluginSocket())
 	}
 	if sec != nil {
-		fmt.Printf("\nSecure: mutual TLS on every port, ACLs on (default deny). In another terminal:\n\n"+
+		fmt.Printf("\nSecure: mutual TLS on every port, gossip encrypted (keyring in each data dir), ACLs on (default deny). In another terminal:\n\n"+
 			"  export PLUGREG_ADDR=https://%s,https://%s,https://%s\n  export PLUGREG_CACERT=%s\n"+
 			"  export PLUGREG_CLIENT_CERT=%s\n  export PLUGREG_CLIENT_KEY=%s\n  export PLUGREG_TOKEN=%s   # the operator token\n"+
-			"  plugreg members\n  plugreg acl token create -policy write:csi-* -description csi-driver\n",
+			"  plugreg members\n  plugreg acl token create -policy write:csi-* -description csi-driver\n  plugreg keyring -list\n",
 			addrs[0], addrs[1], addrs[2], sec.caFile, sec.cliCert, sec.cliKey, sec.operatorToken)
 		fmt.Printf("\nCtrl-C stops the cluster and removes its data.\n")
 	} else {
@@ -174,6 +185,21 @@ func runDev(args []string) error {
 	<-sig
 	fmt.Println("\nstopping the dev cluster")
 	return stopAll()
+}
+
+// nodeSecurity gives a dev agent its own gossip keyring (in dataDir) when
+// sec is set, and the API options that serve it.
+func nodeSecurity(sec *devSecurity, dataDir string, ao apiOptions, enc *gossip.Encryption) (apiOptions, error) {
+	if sec == nil {
+		return ao, nil
+	}
+	e, err := sec.gossipEncryption(dataDir)
+	if err != nil {
+		return ao, err
+	}
+	*enc = e
+	ao.keyring = e.Keyring
+	return ao, nil
 }
 
 // waitLeader waits until the three servers know a leader.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
@@ -19,6 +20,17 @@ type devSecurity struct {
 	server, client          *tlsutil.Configurator
 	operatorToken           string
 	agentToken              string
+	gossipKey               string // every agent's -encrypt
+}
+
+// gossipEncryption opens (creating it from the dev gossip key) the
+// keyring in an agent's data dir.
+func (d *devSecurity) gossipEncryption(dataDir string) (gossip.Encryption, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return gossip.Encryption{}, err
+	}
+	kr, _, err := gossip.OpenKeyring(filepath.Join(dataDir, gossip.KeyringFileName), d.gossipKey)
+	return gossip.Encryption{Keyring: kr}, err
 }
 
 func newDevSecurity(dir string) (*devSecurity, error) {
@@ -30,6 +42,9 @@ func newDevSecurity(dir string) (*devSecurity, error) {
 		return nil, err
 	}
 	d := &devSecurity{caFile: filepath.Join(dir, caCertName)}
+	if d.gossipKey, err = gossip.GenerateKey(); err != nil {
+		return nil, err
+	}
 	if err := ca.WriteFiles(d.caFile, filepath.Join(dir, caKeyName)); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ var commands = map[string]command{
 	"leave":      {"make the node at -addr leave the cluster gracefully", runLeave},
 	"acl":        {"ACL tokens: acl bootstrap, acl token create|list|self|delete", runACL},
 	"tls":        {"make a dev PKI: tls ca create, tls cert create -server|-client", runTLS},
+	"keygen":     {"print a new gossip encryption key", runKeygen},
+	"keyring":    {"list or rotate every agent's gossip keys: -list, -install, -use, -remove", runKeyring},
 }
 
 func usage() {

@@ -17,6 +17,7 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -92,6 +93,9 @@ func listenHTTP(httpAddr string, tlsc *tlsutil.Configurator) (net.Listener, erro
 type apiOptions struct {
 	token string // the single write token of -acl-token ("" none)
 	acl   httpapi.ACLConfig
+	// keyring is the agent's gossip keyring, served to operators (nil:
+	// gossip in plaintext).
+	keyring *gossip.Keyring
 }
 
 func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
@@ -130,7 +134,11 @@ func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tls
 
 func (n *node) serve(be httpapi.Backend, logger hclog.Logger, ao apiOptions, onLeave func()) {
 	n.be = be
-	n.api = httpapi.New(httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave})
+	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave}
+	if ao.keyring != nil { // a nil *gossip.Keyring in the interface would not be nil
+		cfg.Keyring = ao.keyring
+	}
+	n.api = httpapi.New(cfg)
 	go func() { n.done <- n.api.Serve(n.ln) }()
 }
 
