@@ -51,9 +51,24 @@ type Config struct {
 	// Path of the unix socket. A stale socket file there is replaced; a
 	// live one (another agent) or a file that is not a socket is an error.
 	Path string
-	// Mode of the socket file (zero: 0660).
-	Mode   os.FileMode
-	NodeID string
+	// Mode of the socket file (zero: 0660). Connecting takes write
+	// permission on it.
+	Mode os.FileMode
+	// Owner and Group of the socket file: a user or group name, or a
+	// numeric id (empty: the agent's, as created). The file is chowned
+	// before it is served; an unknown name fails Listen. Changing the
+	// owner takes root (CAP_CHOWN); an agent that is not root may set a
+	// group it is in.
+	Owner, Group string
+	// AllowUIDs, when not empty, are the only uids whose processes may
+	// use the socket: a peer whose uid, as the kernel recorded it when
+	// the peer connected (SO_PEERCRED), is not listed is disconnected
+	// before anything is read from it, and a warning logged with its uid
+	// and pid. Root (uid 0) is not implicitly allowed: list it if it is.
+	// Empty: any process that may open the socket file (Mode, Owner,
+	// Group). Linux only.
+	AllowUIDs []int
+	NodeID    string
 
 	Registrar Registrar
 	Events    Subscriber
@@ -125,7 +140,7 @@ type Server struct {
 	closed  bool // Stop began: no new grace timers or removals
 	plugins map[ident]*plugin
 
-	stats struct{ sessions, reclaims, expired, stopped atomic.Int64 }
+	stats struct{ sessions, reclaims, expired, stopped, refused atomic.Int64 }
 }
 
 type ident struct{ typ, name, idx string }
@@ -155,11 +170,20 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Registrar == nil || cfg.Events == nil || cfg.NodeID == "" {
 		return nil, errors.New("plugin socket: needs a Registrar, Events and NodeID")
 	}
-	lis, err := listenUnix(cfg.Path, cfg.Mode)
+	// Who may use the socket is resolved before anything is created: a
+	// mistyped name leaves no socket behind (nor removes a stale one).
+	access, err := cfg.access()
+	if err != nil {
+		return nil, err
+	}
+	lis, err := listenUnix(cfg.Path, cfg.Mode, access)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, logger: cfg.Logger, down: make(chan struct{}), plugins: make(map[ident]*plugin)}
+	if access.allow != nil {
+		lis = &peerCredListener{Listener: lis, path: cfg.Path, allow: access.allow, logger: cfg.Logger, refused: &s.stats.refused}
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.grpc = grpc.NewServer(
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, MaxConnectionIdle: time.Minute}),
@@ -186,14 +210,14 @@ func Listen(cfg Config) (*Server, error) {
 		s.logger.Info("plugins had their time to come back after the start; anti-entropy removes the registrations of those that did not", "window", window)
 		close(s.settled)
 	})
-	s.logger.Info("plugin socket listening", "path", cfg.Path)
+	s.logger.Info("plugin socket listening", "path", cfg.Path, "mode", cfg.Mode, "owner", cfg.Owner, "group", cfg.Group, "allow_uids", cfg.AllowUIDs)
 	return s, nil
 }
 
 // maxSocketPath is the longest path a unix socket address holds on Linux.
 const maxSocketPath = 107
 
-func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+func listenUnix(path string, mode os.FileMode, access socketAccess) (net.Listener, error) {
 	if path == "" {
 		return nil, errors.New("plugin socket: no path")
 	}
@@ -222,8 +246,16 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	// Until this chmod the socket has the umask's mode; connecting needs
 	// write permission, which a usual umask (022) gives only the owner.
 	if err := os.Chmod(path, mode); err != nil {
-		lis.Close()
+		lis.Close() // removes the file
 		return nil, fmt.Errorf("plugin socket %s: %w", path, err)
+	}
+	// Chowned after the chmod: meanwhile only the agent's own user and
+	// group may connect, never a group the mode did not mean.
+	if access.uid >= 0 || access.gid >= 0 {
+		if err := os.Lchown(path, access.uid, access.gid); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("plugin socket %s: chown: %w", path, err)
+		}
 	}
 	return lis, nil
 }
@@ -282,15 +314,16 @@ func (s *Server) Stop() {
 	})
 }
 
-// Stats count sessions.
+// Stats count sessions. Refused counts the connections closed because
+// their peer's uid is not in AllowUIDs (they never became sessions).
 type Stats struct {
-	Live, InGrace                        int
-	Sessions, Reclaims, Expired, Stopped int64
+	Live, InGrace                                 int
+	Sessions, Reclaims, Expired, Stopped, Refused int64
 }
 
 // Stats returns the sessions' counters.
 func (s *Server) Stats() Stats {
-	st := Stats{Sessions: s.stats.sessions.Load(), Reclaims: s.stats.reclaims.Load(), Expired: s.stats.expired.Load(), Stopped: s.stats.stopped.Load()}
+	st := Stats{Sessions: s.stats.sessions.Load(), Reclaims: s.stats.reclaims.Load(), Expired: s.stats.expired.Load(), Stopped: s.stats.stopped.Load(), Refused: s.stats.refused.Load()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.plugins {
