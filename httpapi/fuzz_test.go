@@ -9,6 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/gossip"
 )
 
 // Whatever the body, decodePlugin either refuses it with a 4xx, or
@@ -85,6 +86,32 @@ func FuzzParseQuery(f *testing.F) {
 		}
 		if q.Wait < 0 || q.Wait > maxWait {
 			t.Fatalf("wait %v outside 0..%v", q.Wait, maxWait)
+		}
+	})
+}
+
+// Whatever the body, decodeKeyringRequest refuses with a 4xx or returns a
+// key that the keyring then accepts or refuses with a 400.
+func FuzzDecodeKeyringRequest(f *testing.F) {
+	f.Add([]byte(`{"Key":"pUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s="}`))
+	f.Add([]byte(`{"Key":"c2hvcnQ="}`))
+	f.Add([]byte(`{"Key":""}`))
+	f.Add([]byte(`{"Key":"x","Extra":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		key, err := decodeKeyringRequest(bytes.NewReader(body))
+		if err != nil {
+			if status, _ := classify(err); status < 400 || status >= 500 {
+				t.Fatalf("refusal %v answered %d, want a 4xx", err, status)
+			}
+			return
+		}
+		if key == "" {
+			t.Fatal("accepted an empty key")
+		}
+		if _, err := gossip.ParseKey(key); err != nil {
+			if status, _ := classify(err); status != http.StatusBadRequest {
+				t.Fatalf("key refusal %v answered %d, want 400", err, status)
+			}
 		}
 	})
 }

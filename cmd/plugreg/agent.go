@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
@@ -74,6 +75,9 @@ func runAgent(args []string) error {
 		plugDir   = fs.String("plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
 		plugSock  = fs.String("plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
 		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
+		plugOwner = fs.String("plugin-socket-owner", "", "owner of the plugin socket file: a user name or uid (changing it takes root)")
+		plugGroup = fs.String("plugin-socket-group", "", "group of the plugin socket file: a group name or gid; with the default mode 0660 its members may connect")
+		plugUIDs  = fs.String("plugin-socket-allow-uid", "", "comma-separated uids whose processes may use the plugin socket (SO_PEERCRED; others are disconnected and logged); empty: whoever may open the file")
 		plugConf  = fs.String("plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
 		encrypt   = fs.String("encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys)")
 		encIn     = fs.Bool("encrypt-verify-incoming", true, "refuse plaintext gossip when encryption is on (false only while turning encryption on in a running cluster)")
@@ -117,7 +121,15 @@ func runAgent(args []string) error {
 	if *plugGrace <= 0 {
 		return fmt.Errorf("-plugin-grace %v: want a positive duration", *plugGrace)
 	}
-	hs := hostServices{pluginsDir: *plugDir, pluginSocket: *plugSock, pluginGrace: *plugGrace, pluginConfigDir: *plugConf}
+	hs := hostServices{pluginsDir: *plugDir, pluginSocket: *plugSock, pluginGrace: *plugGrace, pluginConfigDir: *plugConf,
+		pluginSocketOwner: *plugOwner, pluginSocketGroup: *plugGroup}
+	if *plugUIDs != "" {
+		uids, err := pluginsock.ParseUIDs(*plugUIDs)
+		if err != nil {
+			return fmt.Errorf("-plugin-socket-allow-uid: %w", err)
+		}
+		hs.pluginSocketAllowUIDs = uids
+	}
 	switch hs.pluginSocket {
 	case "off":
 		hs.pluginSocket = ""
@@ -133,12 +145,6 @@ func runAgent(args []string) error {
 	default:
 		return fmt.Errorf("-acl-default-policy %q: want allow or deny", *aclPolicy)
 	}
-	enc, err := openGossipEncryption(*dataDir, *encrypt, logger)
-	if err != nil {
-		return err
-	}
-	enc.AcceptPlaintext, enc.SendPlaintext = !*encIn, !*encOut
-	ao.keyring = enc.Keyring
 	var tlsc *tlsutil.Configurator
 	if tlsCfg.Enabled() || tlsCfg.VerifyIncoming || tlsCfg.VerifyOutgoing || tlsCfg.VerifyServerHostname {
 		var err error
@@ -151,6 +157,12 @@ func runAgent(args []string) error {
 			return err
 		}
 	}
+	enc, err := openGossipEncryption(*dataDir, *encrypt, logger)
+	if err != nil {
+		return err
+	}
+	enc.AcceptPlaintext, enc.SendPlaintext = !*encIn, !*encOut
+	ao.keyring = enc.Keyring
 	// A large registry keeps its GC headroom at half its live data
 	// rather than all of it (internal/gctune); GOGC or GOMEMLIMIT in the
 	// environment turn this off.
@@ -222,6 +234,11 @@ func runAgent(args []string) error {
 // dataDir if there is one, else a new one from encrypt ("" and no file:
 // plaintext gossip).
 func openGossipEncryption(dataDir, encrypt string, logger hclog.Logger) (gossip.Encryption, error) {
+	if encrypt != "" { // a bad key is refused before the data dir is made
+		if _, err := gossip.ParseKey(encrypt); err != nil {
+			return gossip.Encryption{}, fmt.Errorf("-encrypt: %w", err)
+		}
+	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return gossip.Encryption{}, fmt.Errorf("data dir: %w", err)
 	}

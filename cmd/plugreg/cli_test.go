@@ -76,6 +76,9 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 	}{
 		{"plugins dir missing", []string{"-plugins-dir", "/nonexistent/plugins"}, "/nonexistent/plugins"},
 		{"plugins dir is a file", []string{"-plugins-dir", file}, "not a directory"},
+		{"gossip key not base64", []string{"-encrypt", "not a key!"}, "-encrypt: plugreg: invalid request: gossip key is not valid base64"},
+		{"gossip key too short", []string{"-encrypt", "c2hvcnQ="}, "gossip key has 5 bytes"},
+		{"plugin socket uid not a number", []string{"-plugin-socket-allow-uid", "0,nobody"}, `-plugin-socket-allow-uid: "nobody" is not a uid`},
 		{"client with server flags", []string{"-client", "-bootstrap-expect", "3"}, "-bootstrap-expect, -server-port: server flags"},
 	}
 	for _, tc := range cases {

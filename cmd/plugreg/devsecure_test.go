@@ -66,6 +66,13 @@ func TestDevSecure(t *testing.T) {
 	if out, err := cli("", "list", "csi-node"); err == nil || !strings.Contains(out, "permission_denied") {
 		t.Fatalf("no token: %v\n%s", err, out)
 	}
+	// Gossip is encrypted: one key, on the three servers and the client.
+	if out, err := cli(env["PLUGREG_TOKEN"], "keyring", "-list"); err != nil || !regexp.MustCompile(`(?m)^\S{44}\s+4/4\s+4$`).MatchString(out) {
+		t.Fatalf("keyring -list: %v\n%s", err, out)
+	}
+	if out, err := cli(secret[1], "keyring", "-list"); err == nil || !strings.Contains(out, "permission_denied") {
+		t.Fatalf("keyring -list with a write token: %v\n%s", err, out)
+	}
 
 	// Without a client certificate, or without TLS, nothing answers.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -148,6 +148,10 @@ type hostServices struct {
 	pluginSocket    string        // the SDK's socket; "" off
 	pluginGrace     time.Duration // zero: pluginsock's default
 	pluginConfigDir string
+	// who may use the plugin socket (pluginsock.Config's Owner, Group,
+	// AllowUIDs)
+	pluginSocketOwner, pluginSocketGroup string
+	pluginSocketAllowUIDs                []int
 }
 
 // startServices runs the host's plugin sources (the plugins dir, the
@@ -156,7 +160,8 @@ type hostServices struct {
 func (n *node) startServices(h hostServices, logger hclog.Logger) error {
 	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")}
 	if h.pluginSocket != "" {
-		cfg.PluginSocket = &pluginsock.Config{Path: h.pluginSocket, Grace: h.pluginGrace, ConfigDir: h.pluginConfigDir, Events: n.be}
+		cfg.PluginSocket = &pluginsock.Config{Path: h.pluginSocket, Grace: h.pluginGrace, ConfigDir: h.pluginConfigDir, Events: n.be,
+			Owner: h.pluginSocketOwner, Group: h.pluginSocketGroup, AllowUIDs: h.pluginSocketAllowUIDs}
 	}
 	svc, err := agent.StartServices(n.be, cfg)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testlog"
 )
@@ -80,6 +81,13 @@ func (c *Cluster) addServer() *Node {
 	cfg.GossipFast = true
 	cfg.Logger = c.log.Logger("plugreg", hclog.Warn)
 	cfg.ACLEnabled, cfg.ACLDefaultDeny = c.opts.ACL.Enabled, c.opts.ACL.DefaultDeny
+	if c.opts.GossipKey != "" {
+		kr, err := gossip.NewKeyring(c.opts.GossipKey) // each node its own, as each agent has
+		if err != nil {
+			c.t.Fatalf("gossip key: %v", err)
+		}
+		cfg.GossipEncryption = gossip.Encryption{Keyring: kr}
+	}
 	if c.opts.Modify != nil {
 		c.opts.Modify(i, cfg)
 	}
@@ -101,6 +109,9 @@ type Options struct {
 	ACL httpapi.ACLConfig
 	// StreamWriteTimeout of the HTTP event stream (zero: the API's default).
 	StreamWriteTimeout time.Duration
+	// GossipKey encrypts gossip with this key (base64; empty: plaintext);
+	// the HTTP API serves each node's keyring.
+	GossipKey string
 	// NoLeaderWait returns from New without waiting for a leader (for
 	// tests of bootstrap itself).
 	NoLeaderWait bool
@@ -166,7 +177,11 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	n.HTTP = httpapi.New(httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout})
+	hc := httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout}
+	if kr := srv.GossipKeyring(); kr != nil {
+		hc.Keyring = kr
+	}
+	n.HTTP = httpapi.New(hc)
 	n.opts = opts
 	n.ln = ln
 	n.running = true
