@@ -2,8 +2,10 @@ package gossip
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -316,4 +318,75 @@ func TestKeyRotationWithoutDowntime(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Turning encryption on in a running pool, as docs/security.md says:
+// every member restarted in turn with the key accepting and sending
+// plaintext, then sending encrypted, then refusing plaintext. Each
+// restarted member rejoins and the pool stays whole at every stage; at the
+// end a plaintext node cannot join.
+func TestEnablingEncryptionInARunningPool(t *testing.T) {
+	key := mustKey(t)
+	names := []string{"a", "b", "c"}
+	pools := make([]*Pool, len(names))
+	start := func(i int, port int, enc Encryption) {
+		t.Helper()
+		p, err := Start(Config{NodeID: names[i], BindAddr: "127.0.0.1", Port: port, Fast: true, Encryption: enc,
+			Meta: Meta{ID: names[i], Role: "server"}})
+		if err != nil {
+			t.Fatalf("start %s: %v", names[i], err)
+		}
+		t.Cleanup(func() { p.Shutdown() })
+		for j, o := range pools {
+			if j != i && o != nil {
+				if _, err := p.Join([]string{o.Addr()}); err != nil {
+					t.Fatalf("%s joining %s: %v", names[i], names[j], err)
+				}
+				break
+			}
+		}
+		pools[i] = p
+	}
+	whole := func(stage string) {
+		t.Helper()
+		waitUntil(t, "three members alive everywhere "+stage, func() bool {
+			for _, p := range pools {
+				if len(aliveNames(p)) != 3 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for i := range names {
+		start(i, 0, Encryption{})
+	}
+	whole("in plaintext")
+	for _, stage := range []struct {
+		name string
+		enc  func() Encryption
+	}{
+		{"accepting and sending plaintext", func() Encryption { return Encryption{AcceptPlaintext: true, SendPlaintext: true} }},
+		{"sending encrypted", func() Encryption { return Encryption{AcceptPlaintext: true} }},
+		{"refusing plaintext", func() Encryption { return Encryption{} }},
+	} {
+		for i, p := range pools {
+			_, port, _ := strings.Cut(p.Addr(), ":")
+			n, _ := strconv.Atoi(port)
+			p.Leave(time.Second)
+			p.Shutdown()
+			kr, err := NewKeyring(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc := stage.enc()
+			enc.Keyring = kr
+			start(i, n, enc)
+			whole(fmt.Sprintf("after %s restarted %s", names[i], stage.name))
+		}
+	}
+	plain := startEncrypted(t, "plain", nil)
+	if _, err := plain.Join([]string{pools[0].Addr()}); err == nil {
+		t.Fatal("a plaintext node joined the encrypted pool")
+	}
 }
