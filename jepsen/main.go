@@ -42,7 +42,7 @@ type runConfig struct {
 	timeouts          string // -timeouts: random, default or short
 	defaultTimeouts   bool   // this run leaves the agent's timeouts at their defaults
 	plugregBin        string // a prebuilt agent, or "" to build ./cmd/plugreg
-	secure            bool   // TLS and ACLs on (secure.go)
+	secure            bool   // TLS, gossip encryption and ACLs on (secure.go)
 	snapshotThreshold int
 	journalSize       int
 	checkTimeout      time.Duration
@@ -67,7 +67,7 @@ func main() {
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
-	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames) and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
+	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -273,7 +273,7 @@ func run(r *runConfig) (int, error) {
 		if err := secure.bootstrap(ctx, d, l); err != nil {
 			return 2, fmt.Errorf("ACL bootstrap: %w", err)
 		}
-		logf.printf("secure: mutual TLS on every port, ACLs on (default deny), bootstrapped")
+		logf.printf("secure: mutual TLS on every port, gossip encrypted, ACLs on (default deny), bootstrapped")
 	}
 	for j := range d.clients {
 		if err := d.start(d.clientIndex(j)); err != nil {

@@ -13,18 +13,20 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
 // security is the -secure run's setup: every agent on mutual TLS
-// (-verify-incoming, -verify-server-hostname) and ACLs on with default
-// deny; the harness speaks HTTPS with a client certificate and the
+// (-verify-incoming, -verify-server-hostname), gossip encrypted, and ACLs
+// on with default deny; the harness speaks HTTPS with a client certificate and the
 // operator token, the client agents carry an agent token.
 type security struct {
 	caFile             string
 	serverCert, srvKey string
 	clientCert, cliKey string
 	harnessTLS         *http.Transport // only its TLSClientConfig is used
+	gossipKey          string          // -encrypt of every agent
 
 	mu       sync.Mutex
 	operator string // set by bootstrap
@@ -44,6 +46,9 @@ func newSecurity(dir string, clientAgents int) (*security, error) {
 		return nil, err
 	}
 	s := &security{caFile: filepath.Join(dir, "ca.pem")}
+	if s.gossipKey, err = gossip.GenerateKey(); err != nil {
+		return nil, err
+	}
 	if err := ca.WriteFiles(s.caFile, filepath.Join(dir, "ca-key.pem")); err != nil {
 		return nil, err
 	}
@@ -86,7 +91,7 @@ func (s *security) agentArgs(client bool) []string {
 	}
 	args := []string{"-tls-ca-file", s.caFile, "-tls-cert-file", cert, "-tls-key-file", key,
 		"-verify-incoming", "-verify-outgoing", "-verify-server-hostname",
-		"-acl-enabled", "-acl-default-policy", "deny"}
+		"-acl-enabled", "-acl-default-policy", "deny", "-encrypt", s.gossipKey}
 	if client {
 		s.mu.Lock()
 		args = append(args, "-acl-agent-token", s.agent)
