@@ -380,13 +380,24 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		"json empty":     watch(wctx, true, []string{"none"}),
 		"protobuf empty": watch(wctx, false, []string{"none"}),
 	}
+	// Each stream's reset first: it is taken when the stream connects, so
+	// a write between two connects would give them different resets.
+	first := map[string]*client.Event{}
+	for name, ch := range streams {
+		select {
+		case ev := <-ch:
+			first[name] = ev
+		case <-ctx.Done():
+			t.Fatalf("%s: no reset", name)
+		}
+	}
 	// Live events after the reset.
 	var last uint64
 	for i := 40; i < 60; i++ {
 		last = write(i)
 	}
 	collect := func(ch <-chan *client.Event, until uint64) []*client.Event {
-		var evs []*client.Event
+		evs := []*client.Event{}
 		for ev := range ch {
 			evs = append(evs, ev)
 			if ev.Index >= until {
@@ -396,8 +407,8 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		t.Fatalf("stream ended before index %d", until)
 		return nil
 	}
-	got := collect(streams["json"], last)
-	want := collect(streams["protobuf"], last)
+	got := append([]*client.Event{first["json"]}, collect(streams["json"], last)...)
+	want := append([]*client.Event{first["protobuf"]}, collect(streams["protobuf"], last)...)
 	if got[0].EventType != api.EventReset || len(got[0].Plugins) == 0 {
 		t.Fatalf("first event %+v: want a reset with plugins", got[0])
 	}
@@ -410,7 +421,7 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		}
 	}
 	// An empty reset is a statement, "nothing exists", in both encodings.
-	ej, ep := <-streams["json empty"], <-streams["protobuf empty"]
+	ej, ep := first["json empty"], first["protobuf empty"]
 	if !reflect.DeepEqual(ej, ep) || ej.EventType != api.EventReset || ej.Plugins == nil || len(ej.Plugins) != 0 {
 		t.Fatalf("empty reset: json %+v, protobuf %+v", ej, ep)
 	}
