@@ -108,6 +108,15 @@ func NewState() *State {
 // every entry the FSM was handed, including no-ops and rejected commands.
 func (s *State) Index() uint64 { return s.index }
 
+// Rebased returns the same contents as of a later index. An operator's
+// restore of a backup carries the index of the Raft snapshot that
+// installs it, because FSM.Restore never goes back (see Restore).
+func (s *State) Rebased(index uint64) *State {
+	c := *s
+	c.index = max(index, s.index)
+	return &c
+}
+
 // Len is the number of plugin instances.
 func (s *State) Len() int { return s.instances }
 
