@@ -11,6 +11,8 @@ const (
 	ResultUnchanged    Result = "unchanged"
 	ResultDeregistered Result = "deregistered"
 	ResultAbsent       Result = "absent"
+	// ResultRestored: an operator's backup replaced the whole registry.
+	ResultRestored Result = "restored"
 )
 
 type requestIDKey struct{}

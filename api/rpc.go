@@ -20,7 +20,25 @@ const (
 	RPCACLTokenCreate = "ACL.TokenCreate" // ACLTokenCreateArgs -> ACLTokenSecret
 	RPCACLTokens      = "ACL.Tokens"      // ACLCallerArgs -> []ACLToken
 	RPCACLTokenDelete = "ACL.TokenDelete" // ACLTokenDeleteArgs -> WriteResult
+
+	// Operator calls client agents pass on for their HTTP caller.
+	RPCSnapshotSave    = "Operator.SnapshotSave"    // SnapshotSaveArgs -> []byte (the archive)
+	RPCSnapshotRestore = "Operator.SnapshotRestore" // SnapshotRestoreArgs -> WriteResult
+	RPCAutopilotHealth = "Operator.AutopilotHealth" // ACLCallerArgs -> AutopilotHealth
 )
+
+// SnapshotSaveArgs asks for a backup archive (package snapshot) on behalf
+// of Token's holder, an operator.
+type SnapshotSaveArgs struct {
+	Token string
+	Stale bool // the answering server's state, without a read barrier
+}
+
+// SnapshotRestoreArgs restores an archive on behalf of Token's holder.
+type SnapshotRestoreArgs struct {
+	Token   string
+	Archive []byte
+}
 
 // ACLResolveArgs asks for the token whose secret hashes to SecretHash (the
 // secret itself does not travel for a lookup).

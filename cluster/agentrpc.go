@@ -110,6 +110,26 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, toWire(err)
 		}
 		return res, true, nil
+	case api.RPCSnapshotSave:
+		var args api.SnapshotSaveArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "take snapshots (operator)"); err != nil {
+			return nil, true, toWire(err)
+		}
+		archive, err := b.SnapshotSave(ctx, args.Stale)
+		return archive, true, toWire(err)
+	case api.RPCSnapshotRestore:
+		var args api.SnapshotRestoreArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "restore snapshots (operator)"); err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := b.SnapshotRestore(ctx, args.Archive)
+		return res, true, toWire(err)
 	case api.RPCStatus:
 		var none struct{}
 		if err := decode(&none); err != nil {

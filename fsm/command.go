@@ -48,6 +48,10 @@ func (t CommandType) String() string {
 		return "acl-token-set"
 	case ACLTokenDeleteCommand:
 		return "acl-token-delete"
+	case RestoreCommand:
+		return "restore"
+	case PaddingCommand:
+		return "padding"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -189,6 +193,10 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(ACLTokenSetRequest)
 	case ACLTokenDeleteCommand:
 		req = new(ACLTokenDeleteRequest)
+	case RestoreCommand:
+		req = new(RestoreRequest)
+	case PaddingCommand:
+		req = new(PaddingRequest)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, uint8(t))
 	}

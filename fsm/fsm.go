@@ -19,6 +19,7 @@ const (
 	ResultUnchanged    = api.ResultUnchanged
 	ResultDeregistered = api.ResultDeregistered
 	ResultAbsent       = api.ResultAbsent
+	ResultRestored     = api.ResultRestored
 	// ResultIgnored answers a command type this binary does not know but
 	// that was flagged as safe to skip.
 	ResultIgnored Result = "ignored"
@@ -99,6 +100,34 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 // *ApplyResult; other entry types (configuration) answer nil but still
 // advance the index.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	// A restore replaces the state whole: what precedes it in the batch
+	// is applied and published first, the restored state is published
+	// alone (the sink's Restored: readers reset), and what follows
+	// applies to it.
+	for i, l := range logs {
+		if !isRestore(l) {
+			continue
+		}
+		out := make([]interface{}, 0, len(logs))
+		if i > 0 {
+			out = append(out, f.ApplyBatch(logs[:i])...)
+		}
+		s, res := restoredState(l)
+		if s != nil {
+			f.state.Store(s)
+			if f.sink != nil {
+				f.sink.Restored(s)
+			}
+		} else {
+			// Refused alike everywhere; the index still advances.
+			f.ApplyBatch([]*raft.Log{{Index: l.Index, Term: l.Term, Type: raft.LogNoop}})
+		}
+		out = append(out, res)
+		if i+1 < len(logs) {
+			out = append(out, f.ApplyBatch(logs[i+1:])...)
+		}
+		return out
+	}
 	cur := f.state.Load()
 	next := *cur // a private copy: its trees are replaced, never changed
 	if len(logs) > 1 {
@@ -165,6 +194,8 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		// The node index finds its instances (through the batch's
 		// transactions, like every other read here).
 		res, evs = s.deregisterNode(index, r.NodeID)
+	case *PaddingRequest:
+		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
 		var err error
 		if res, err = s.applyACL(index, r); err != nil {

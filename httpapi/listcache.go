@@ -20,8 +20,8 @@ import (
 // reports, so a stale body is never served; a write to another type
 // moves it too and costs one encoding more, never a wrong answer.
 // (A state restored from a snapshot carries the snapshot's index and the
-// content it had there; an operator restore of another cluster's
-// snapshot, not offered yet, would have to clear this cache.)
+// content it had there; an operator's restore is a log entry of its own,
+// whose index names the restored state, so it moves every type's index.)
 
 const (
 	// maxCachedList bounds one cached body; larger lists are encoded

@@ -159,6 +159,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
 	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
 	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	mux.HandleFunc("GET /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotSave)))
+	mux.HandleFunc("PUT /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotRestore)))
 	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
 		mux.HandleFunc(m+" /v1/agent/keyring", s.authorized(operatorOnly(s.keyring)))
 	}

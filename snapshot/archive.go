@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -142,7 +143,7 @@ func Read(r io.Reader) (*Meta, []byte, error) {
 	for _, want := range []string{metaName, stateName, sumsName} {
 		hdr, err := tr.Next()
 		if err != nil {
-			if len(files) == 0 {
+			if len(files) == 0 && !errors.Is(err, io.ErrUnexpectedEOF) {
 				return nil, nil, invalid("not a plugreg snapshot (no %s: %v)", want, err)
 			}
 			return nil, nil, invalid("truncated: %s missing (%v)", want, err)

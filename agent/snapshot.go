@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// snapshotTimeout bounds a snapshot call through a server: a large
+// registry's archive takes a while to encode, send and, for a restore,
+// replicate and apply.
+const snapshotTimeout = 5 * time.Minute
+
+// SnapshotSave gets a backup archive from a server, for the HTTP caller
+// (whose token the server checks: an operator's).
+func (c *Client) SnapshotSave(ctx context.Context, stale bool) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	var archive []byte
+	if err := c.call(ctx, api.RPCSnapshotSave, &api.SnapshotSaveArgs{Token: api.Token(ctx), Stale: stale}, &archive); err != nil {
+		return nil, fmt.Errorf("snapshot save: %w", err)
+	}
+	return archive, nil
+}
+
+// SnapshotRestore restores an archive through a server. It is not
+// retried on another server: its outcome may be unknown, and the caller
+// decides (a restore applied twice installs the same contents).
+func (c *Client) SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	var res api.WriteResult
+	if err := c.call(ctx, api.RPCSnapshotRestore, &api.SnapshotRestoreArgs{Token: api.Token(ctx), Archive: archive}, &res); err != nil {
+		return res, fmt.Errorf("snapshot restore: %w", err)
+	}
+	return res, nil
+}

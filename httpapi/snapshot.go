@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Snapshotter is a Backend that takes and restores backups (package
+// snapshot); servers and client agents both are.
+type Snapshotter interface {
+	SnapshotSave(ctx context.Context, stale bool) ([]byte, error)
+	SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error)
+}
+
+// maxSnapshotBody bounds a restore's upload (the archive is gzipped: a
+// registry of a million instances is far below it).
+const maxSnapshotBody = 512 << 20
+
+// snapshotSave answers GET /v1/operator/snapshot with an archive of the
+// registry (?stale: the answering server's state without a read barrier).
+func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
+	sn, ok := s.be.(Snapshotter)
+	if !ok {
+		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot take snapshots", Code: "unsupported"})
+		return
+	}
+	var q api.Query
+	if err := parseQuery(r, &q); err != nil {
+		writeError(w, err)
+		return
+	}
+	archive, err := sn.SnapshotSave(r.Context(), q.Consistency == api.Stale)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Header().Set("Content-Length", strconv.Itoa(len(archive)))
+	w.Header().Set("Content-Disposition", `attachment; filename="plugreg.snap"`)
+	w.WriteHeader(http.StatusOK)
+	w.Write(archive)
+}
+
+// snapshotRestore answers PUT /v1/operator/snapshot: the body is an
+// archive that replaces the registry (see cluster.Backend.SnapshotRestore).
+func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
+	sn, ok := s.be.(Snapshotter)
+	if !ok {
+		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot restore snapshots", Code: "unsupported"})
+		return
+	}
+	archive, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSnapshotBody))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := sn.SnapshotRestore(r.Context(), archive)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set(headerIndex, strconv.FormatUint(res.Index, 10))
+	writeJSON(w, http.StatusOK, res)
+}
