@@ -130,6 +130,16 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		res, err := b.SnapshotRestore(ctx, args.Archive)
 		return res, true, toWire(err)
+	case api.RPCAutopilotHealth:
+		var args api.ACLCallerArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		if err := s.rpcAllowed(args.Token, api.Authorizer.CanReadAny, "see the servers' health"); err != nil {
+			return nil, true, toWire(err)
+		}
+		h, err := b.AutopilotHealth(ctx)
+		return h, true, toWire(err)
 	case api.RPCStatus:
 		var none struct{}
 		if err := decode(&none); err != nil {

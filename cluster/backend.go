@@ -150,6 +150,13 @@ func (b *Backend) Members() []api.Member {
 	return out
 }
 
+// catchingUp is how many committed entries a server may still have to
+// apply and be ready.
+const catchingUp = 1000
+
+// Stats are hashicorp/raft's figures (for /v1/agent/self).
+func (b *Backend) Stats() map[string]string { return b.s.Stats() }
+
 // Health is the server's view of itself and the cluster.
 func (b *Backend) Health() api.Health {
 	s := b.s
@@ -159,8 +166,13 @@ func (b *Backend) Health() api.Health {
 	h.Term, _ = strconv.ParseUint(stats["term"], 10, 64)
 	h.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
 	h.LastSnapshotIndex, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
-	if h.Leader == "" {
+	switch {
+	case h.Leader == "":
 		h.Status = "no_leader"
+	case h.CommitIndex > h.AppliedIndex+catchingUp:
+		// Restarted or back from a partition, still applying what the
+		// leader has already committed: its reads would lag.
+		h.Status = "catching_up"
 	}
 	return h
 }

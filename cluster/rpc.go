@@ -114,6 +114,12 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, err
 		}
 		return struct{}{}, nil
+	case rpcRaftStats:
+		var none struct{}
+		if err := dec(&none); err != nil {
+			return nil, err
+		}
+		return s.raftStats(), nil
 	case rpcPeers:
 		var none struct{}
 		if err := dec(&none); err != nil {

@@ -159,6 +159,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
 	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
 	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	mux.HandleFunc("GET /v1/operator/autopilot/health", anyPolicy(http.HandlerFunc(s.autopilotHealth)))
+	mux.HandleFunc("GET /v1/agent/self", anyPolicy(http.HandlerFunc(s.agentSelf)))
 	mux.HandleFunc("GET /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotSave)))
 	mux.HandleFunc("PUT /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotRestore)))
 	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
@@ -539,8 +541,18 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.be.Members())
 }
 
+// health answers GET /v1/health: readiness (200 when the agent can serve
+// reads and writes now: a server that knows a leader and has applied what
+// it knows committed, a client agent that reaches a server; 503
+// otherwise; ?ready says so explicitly), or with ?live liveness (200
+// whenever the process serves HTTP), for supervisors that must not
+// restart an agent that merely waits for a leader.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.be.Health()
+	if r.URL.Query().Has("live") {
+		writeJSON(w, http.StatusOK, h)
+		return
+	}
 	status := http.StatusOK
 	if h.Status != "ok" {
 		status = http.StatusServiceUnavailable

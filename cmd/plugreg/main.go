@@ -31,6 +31,7 @@ var commands = map[string]command{
 	"tls":        {"make a dev PKI: tls ca create, tls cert create -server|-client", runTLS},
 	"keygen":     {"print a new gossip encryption key", runKeygen},
 	"keyring":    {"list or rotate every agent's gossip keys: -list, -install, -use, -remove", runKeyring},
+	"operator":   {"operator raft list-peers|remove-peer ID|transfer-leader", runOperator},
 	"snapshot":   {"back up and restore the registry: snapshot save|restore|inspect FILE", runSnapshot},
 }
 

@@ -1,0 +1,57 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// AutopilotHealth is the servers' health (GET
+// /v1/operator/autopilot/health).
+type AutopilotHealth = api.AutopilotHealth
+
+// AgentSelf is an agent's description of itself.
+type AgentSelf = api.AgentSelf
+
+// AutopilotHealth returns the servers' health as the answering agent
+// gathers it; an unhealthy cluster is an answer (the server says 429),
+// not an error.
+func (c *Client) AutopilotHealth(ctx context.Context) (AutopilotHealth, error) {
+	var h AutopilotHealth
+	resp, err := c.do(ctx, http.MethodGet, "/v1/operator/autopilot/health", nil, nil, nil)
+	if err != nil {
+		return h, err
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			return h, fmt.Errorf("decode autopilot health: %w", err)
+		}
+		return h, nil
+	}
+	return h, c.decode(resp, &h)
+}
+
+// AgentSelf describes the answering agent (GET /v1/agent/self).
+func (c *Client) AgentSelf(ctx context.Context) (AgentSelf, error) {
+	var s AgentSelf
+	_, err := c.query(ctx, "/v1/agent/self", nil, &s)
+	return s, err
+}
+
+// TransferLeadership asks the leader (through the answering server) to
+// hand leadership to another voter; it returns the new leader's address.
+func (c *Client) TransferLeadership(ctx context.Context) (string, error) {
+	var out struct{ Leader string }
+	return out.Leader, c.aclCall(ctx, http.MethodPost, "/v1/operator/leadership-transfer", nil, &out)
+}
+
+// RemovePeer removes a server from the Raft configuration by its ID.
+func (c *Client) RemovePeer(ctx context.Context, id string) error {
+	var out struct{ Removed string }
+	return c.aclCall(ctx, http.MethodDelete, "/v1/operator/peers/"+url.PathEscape(id), nil, &out)
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/plugreg/plugreg/client"
+)
+
+func runOperator(args []string) error {
+	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader"
+	if len(args) >= 2 && args[0] == "raft" {
+		switch args[1] {
+		case "list-peers":
+			return runListPeers(args[2:])
+		case "remove-peer":
+			return runRemovePeer(args[2:])
+		case "transfer-leader":
+			return runTransferLeader(args[2:])
+		}
+	}
+	return errors.New(use)
+}
+
+func runListPeers(args []string) error {
+	cf := newClientFlags("operator raft list-peers", "", "Lists the servers of the Raft configuration with their health, as autopilot judges it:\nin gossip, heard from the leader within the heartbeat timeout, in its term, at most\n250 entries behind its log. Exits 1 when a server is unhealthy.")
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		h, err := c.AutopilotHealth(ctx)
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			if err := printJSON(h); err != nil {
+				return err
+			}
+		} else {
+			var rows [][]string
+			for _, s := range h.Servers {
+				state := "follower"
+				if s.Leader {
+					state = "leader"
+				}
+				lc := s.LastContact
+				if lc == "" {
+					lc = "-"
+				}
+				rows = append(rows, []string{s.ID, s.Address, state, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Healthy), s.SerfStatus, lc,
+					strconv.FormatUint(s.LastIndex, 10), strconv.FormatUint(s.IndexLag, 10), s.Error})
+			}
+			table("NODE\tADDRESS\tSTATE\tVOTER\tHEALTHY\tGOSSIP\tLAST CONTACT\tLAST INDEX\tLAG\tERROR", rows)
+			fmt.Printf("\nhealthy: %v, failure tolerance: %d\n", h.Healthy, h.FailureTolerance)
+		}
+		if !h.Healthy {
+			return errors.New("a server is unhealthy")
+		}
+		return nil
+	})
+}
+
+// leaderClient returns a client of the leader's HTTP address, found in
+// the members the answering agent lists: peer removal and leadership
+// transfer are the leader's to do.
+func (cf *clientFlags) leaderClient(ctx context.Context, c *client.Client) (*client.Client, string, error) {
+	ms, err := c.Members(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, m := range ms {
+		if m.Leader && m.HTTPAddr != "" {
+			one := *cf
+			addr := m.HTTPAddr
+			one.addr = &addr
+			lc, err := one.client()
+			return lc, m.Name, err
+		}
+	}
+	return nil, "", errors.New("no leader known to the answering agent; try again, or ask another (-addr)")
+}
+
+func runRemovePeer(args []string) error {
+	cf := newClientFlags("operator raft remove-peer", "ID", "Removes the server ID from the Raft configuration (through the leader): for a server\nthat is gone for good. A running server should leave instead (plugreg leave).")
+	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
+		lc, _, err := cf.leaderClient(ctx, c)
+		if err != nil {
+			return err
+		}
+		if err := lc.RemovePeer(ctx, cf.args[0]); err != nil {
+			return err
+		}
+		fmt.Printf("removed %s from the Raft configuration\n", cf.args[0])
+		return nil
+	})
+}
+
+func runTransferLeader(args []string) error {
+	cf := newClientFlags("operator raft transfer-leader", "", "Makes the leader hand leadership to another voter (before restarting it, say).")
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		lc, from, err := cf.leaderClient(ctx, c)
+		if err != nil {
+			return err
+		}
+		to, err := lc.TransferLeadership(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("leadership moved from %s to %s\n", from, to)
+		return nil
+	})
+}

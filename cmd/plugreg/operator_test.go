@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/plugreg/plugreg/internal/proctest"
+)
+
+// plugreg operator raft list-peers, transfer-leader and remove-peer
+// against three server processes: leadership moves; a server killed -9
+// shows unhealthy (and list-peers exits 1); removed, it is gone from the
+// configuration and the rest is healthy with no failure tolerance.
+func TestOperatorRaftCommands(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: bin})
+	c.WaitReady(t)
+	cli := func(addr string, args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"PLUGREG_ADDR=" + addr}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	healthyRows := regexp.MustCompile(`(?m)^server-\d\s+\S+\s+(leader|follower)\s+true\s+true\s+alive\s`)
+	var out string
+	c.Poll(t, "three healthy servers", func() (bool, string) {
+		var err error
+		out, err = cli(c.Servers[0].HTTP, "operator", "raft", "list-peers")
+		return err == nil && len(healthyRows.FindAllString(out, -1)) == 3 && strings.Contains(out, "failure tolerance: 1"), out
+	})
+	leader := regexp.MustCompile(`(?m)^(server-\d)\s+\S+\s+leader`).FindStringSubmatch(out)[1]
+
+	out, err := cli(c.Servers[1].HTTP, "operator", "raft", "transfer-leader")
+	if err != nil || !strings.Contains(out, "leadership moved from "+leader) {
+		t.Fatalf("transfer-leader: %v\n%s", err, out)
+	}
+	c.Poll(t, "another leader", func() (bool, string) {
+		out, _ := cli(c.Servers[0].HTTP, "operator", "raft", "list-peers")
+		m := regexp.MustCompile(`(?m)^(server-\d)\s+\S+\s+leader`).FindStringSubmatch(out)
+		return m != nil && m[1] != leader, out
+	})
+
+	// A follower killed -9: unhealthy, and list-peers says so with exit 1.
+	var victim *proctest.Agent
+	out, _ = cli(c.Servers[0].HTTP, "operator", "raft", "list-peers")
+	for _, s := range c.Servers {
+		if regexp.MustCompile(`(?m)^` + s.Name + `\s+\S+\s+follower`).MatchString(out) {
+			victim = s
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no follower found")
+	}
+	victim.Kill9(t)
+	other := c.Servers[0]
+	if other == victim {
+		other = c.Servers[1]
+	}
+	c.Poll(t, victim.Name+" unhealthy", func() (bool, string) {
+		out, err := cli(other.HTTP, "operator", "raft", "list-peers")
+		return err != nil && regexp.MustCompile(`(?m)^`+victim.Name+`\s+\S+\s+follower\s+true\s+false`).MatchString(out) &&
+			strings.Contains(out, "failure tolerance: 0"), out
+	})
+	if out, err := cli(other.HTTP, "operator", "raft", "remove-peer", victim.Name); err != nil || !strings.Contains(out, "removed "+victim.Name) {
+		t.Fatalf("remove-peer: %v\n%s", err, out)
+	}
+	c.Poll(t, "two healthy servers", func() (bool, string) {
+		out, err := cli(other.HTTP, "operator", "raft", "list-peers")
+		return err == nil && len(healthyRows.FindAllString(out, -1)) == 2 && !strings.Contains(out, victim.Name), out
+	})
+}

@@ -1,0 +1,83 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Autopiloter is a Backend that reports the servers' health (both kinds
+// of agent: a client agent asks a server).
+type Autopiloter interface {
+	AutopilotHealth(ctx context.Context) (api.AutopilotHealth, error)
+}
+
+// RaftStatser is a Backend with Raft figures of its own (a server).
+type RaftStatser interface {
+	Stats() map[string]string
+}
+
+// autopilotHealth answers GET /v1/operator/autopilot/health: 200 when
+// every server is healthy, 429 otherwise (Consul's codes: a load
+// balancer or a script reads the status alone).
+func (s *Server) autopilotHealth(w http.ResponseWriter, r *http.Request) {
+	ap, ok := s.be.(Autopiloter)
+	if !ok {
+		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot report autopilot health", Code: "unsupported"})
+		return
+	}
+	h, err := ap.AutopilotHealth(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if !h.Healthy {
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, h)
+}
+
+// agentSelf answers GET /v1/agent/self.
+func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
+	self := api.AgentSelf{
+		Config: api.AgentConfig{NodeID: s.be.NodeID(), Role: s.be.Role(), ACLEnabled: s.cfg.ACL.Enabled, ACLDefaultDeny: s.cfg.ACL.DefaultDeny,
+			GossipEncrypted: s.cfg.Keyring != nil, TLS: r.TLS != nil},
+		Health: s.be.Health(),
+		Stats:  map[string]map[string]string{},
+	}
+	self.Config.Version, self.Config.Revision = buildVersion()
+	for _, m := range s.be.Members() {
+		if m.Name == s.be.NodeID() {
+			m := m
+			self.Member = &m
+		}
+	}
+	if rs, ok := s.be.(RaftStatser); ok {
+		self.Stats["raft"] = rs.Stats()
+	}
+	self.Stats["runtime"] = map[string]string{
+		"goroutines": strconv.Itoa(runtime.NumGoroutine()), "version": runtime.Version(),
+		"arch": runtime.GOARCH, "os": runtime.GOOS, "cpu_count": strconv.Itoa(runtime.NumCPU()),
+	}
+	writeJSON(w, http.StatusOK, self)
+}
+
+// buildVersion is the binary's module version ("(devel)" from a work
+// tree) and VCS revision, as the Go toolchain stamped them.
+func buildVersion() (version, revision string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown", ""
+	}
+	for _, st := range bi.Settings {
+		if st.Key == "vcs.revision" {
+			revision = st.Value
+		}
+	}
+	return bi.Main.Version, revision
+}

@@ -1,0 +1,94 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/testcluster"
+)
+
+// Autopilot health: 200 and a failure tolerance of one with three
+// healthy servers; a server gone is unhealthy (with the reason) and the
+// answer 429; /v1/health tells readiness from liveness; /v1/agent/self
+// describes the agent.
+func TestAutopilotHealthAndSelf(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{Heartbeat: 100 * time.Millisecond})
+	f := c.Followers()[0]
+	health := func() (int, api.AutopilotHealth) {
+		t.Helper()
+		r := call(t, "GET", f.HTTPURL+"/v1/operator/autopilot/health", "")
+		var h api.AutopilotHealth
+		if err := json.Unmarshal([]byte(r.body), &h); err != nil {
+			t.Fatalf("%d %s: %v", r.status, r.body, err)
+		}
+		return r.status, h
+	}
+	c.Eventually(10*time.Second, "three healthy servers", func() bool {
+		st, h := health()
+		return st == 200 && h.Healthy && h.FailureTolerance == 1 && len(h.Servers) == 3
+	})
+	_, h := health()
+	leaders := 0
+	for _, s := range h.Servers {
+		if s.Leader {
+			leaders++
+			if s.LastContact != "0s" || s.ID != h.Leader {
+				t.Fatalf("leader %+v; health says leader %q", s, h.Leader)
+			}
+		}
+		if !s.Voter || s.SerfStatus != "alive" || s.LastIndex == 0 || s.IndexLag > api.MaxTrailingLogs {
+			t.Fatalf("server %+v", s)
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d leaders in %+v", leaders, h)
+	}
+
+	r := call(t, "GET", f.HTTPURL+"/v1/agent/self", "")
+	var self api.AgentSelf
+	if err := json.Unmarshal([]byte(r.body), &self); r.status != 200 || err != nil {
+		t.Fatalf("self: %d %s", r.status, r.body)
+	}
+	if self.Config.NodeID != f.Config.NodeID || self.Config.Role != api.RoleServer || self.Member == nil || self.Member.Name != f.Config.NodeID ||
+		self.Stats["raft"]["state"] != "Follower" || self.Stats["runtime"]["goroutines"] == "" || self.Config.Version == "" {
+		t.Fatalf("self: %s", r.body)
+	}
+
+	// One follower gone: unhealthy, no tolerance left, 429.
+	gone := c.Followers()[1]
+	for i, n := range c.Nodes {
+		if n == gone {
+			c.Kill(i)
+		}
+	}
+	c.Eventually(30*time.Second, "the stopped server unhealthy", func() bool {
+		st, h := health()
+		for _, s := range h.Servers {
+			if s.ID == gone.Config.NodeID {
+				return st == 429 && !h.Healthy && !s.Healthy && s.Error != "" && h.FailureTolerance == 0
+			}
+		}
+		return false
+	})
+
+	// Readiness and liveness: with two of three servers gone there is no
+	// leader; the last one is alive but not ready.
+	for i, n := range c.Nodes {
+		if n != f && n != gone {
+			c.Kill(i)
+		}
+	}
+	c.Eventually(30*time.Second, "no leader on the last server", func() bool {
+		r := call(t, "GET", f.HTTPURL+"/v1/health", "")
+		return r.status == 503 && strings.Contains(r.body, `"no_leader"`)
+	})
+	if r := call(t, "GET", f.HTTPURL+"/v1/health?ready", ""); r.status != 503 {
+		t.Fatalf("ready without a leader: %d %s", r.status, r.body)
+	}
+	if r := call(t, "GET", f.HTTPURL+"/v1/health?live", ""); r.status != 200 || !strings.Contains(r.body, `"no_leader"`) {
+		t.Fatalf("live without a leader: %d %s", r.status, r.body)
+	}
+}
