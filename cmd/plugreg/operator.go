@@ -82,14 +82,25 @@ func (cf *clientFlags) leaderClient(ctx context.Context, c *client.Client) (*cli
 func runRemovePeer(args []string) error {
 	cf := newClientFlags("operator raft remove-peer", "ID", "Removes the server ID from the Raft configuration (through the leader): for a server\nthat is gone for good. A running server should leave instead (plugreg leave).")
 	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
+		id := cf.args[0]
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.Name == id && m.Status == "alive" {
+				// The leader's reconciliation adds alive servers back.
+				return fmt.Errorf("%s is alive in gossip: the leader would add it back; stop it first (or run plugreg leave against it), then wait until plugreg members shows it failed", id)
+			}
+		}
 		lc, _, err := cf.leaderClient(ctx, c)
 		if err != nil {
 			return err
 		}
-		if err := lc.RemovePeer(ctx, cf.args[0]); err != nil {
+		if err := lc.RemovePeer(ctx, id); err != nil {
 			return err
 		}
-		fmt.Printf("removed %s from the Raft configuration\n", cf.args[0])
+		fmt.Printf("removed %s from the Raft configuration\n", id)
 		return nil
 	})
 }

@@ -64,6 +64,17 @@ func TestOperatorRaftCommands(t *testing.T) {
 		return err != nil && regexp.MustCompile(`(?m)^`+victim.Name+`\s+\S+\s+follower\s+true\s+false`).MatchString(out) &&
 			strings.Contains(out, "failure tolerance: 0"), out
 	})
+	// Until gossip has it failed, removing it is refused: the leader
+	// would add it back.
+	c.Poll(t, victim.Name+" failed in gossip", func() (bool, string) {
+		out, err := cli(other.HTTP, "operator", "raft", "list-peers")
+		if regexp.MustCompile(`(?m)^`+victim.Name+`\s+\S+\s+follower\s+true\s+false\s+alive`).MatchString(out) {
+			if rout, rerr := cli(other.HTTP, "operator", "raft", "remove-peer", victim.Name); rerr == nil || !strings.Contains(rout, "alive in gossip") {
+				t.Fatalf("remove-peer of a server alive in gossip: %v\n%s", rerr, rout)
+			}
+		}
+		return err != nil && regexp.MustCompile(`(?m)^`+victim.Name+`\s+\S+\s+follower\s+true\s+false\s+failed`).MatchString(out), out
+	})
 	if out, err := cli(other.HTTP, "operator", "raft", "remove-peer", victim.Name); err != nil || !strings.Contains(out, "removed "+victim.Name) {
 		t.Fatalf("remove-peer: %v\n%s", err, out)
 	}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/proctest"
+)
+
+// The rolling restart of docs/operations.md, under continuous writes from
+// the Go client: every server in turn, leadership transferred away first
+// when it leads, SIGTERM, start again, wait until autopilot says every
+// server is healthy. No write fails or ends unknown, and a watcher on each
+// server sees every acknowledged write, in order, without a reset.
+func TestRollingRestartLosesNoWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts three servers")
+	}
+	// PLUGREG_OLD_BIN: the cluster starts on that build (the previous
+	// release's) and each server is restarted onto this tree's: the
+	// upgrade, with both versions replicating together meanwhile.
+	newBin := proctest.Build(t, "./cmd/plugreg")
+	oldBin := cmp.Or(os.Getenv("PLUGREG_OLD_BIN"), newBin)
+	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: oldBin})
+	c.WaitReady(t)
+	var addrs []string
+	for _, s := range c.Servers {
+		addrs = append(addrs, s.HTTP)
+	}
+	rotated := func(i int) []string { return append(append([]string{}, addrs[i:]...), addrs[:i]...) }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// A watcher per server (it fails over, as clients do, when its
+	// server restarts, and must resume without a reset).
+	first, err := c.Servers[0].API.Register(ctx, &client.PluginInfo{Type: "roll", Name: "first", AllocID: "0", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/roll.sock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := first.Index
+	type seen struct {
+		mu      sync.Mutex
+		indexes []uint64
+		resets  int
+	}
+	watchers := make([]*seen, len(addrs))
+	wctx, stopWatch := context.WithCancel(ctx)
+	var wwg sync.WaitGroup
+	for i := range addrs {
+		wc, err := client.New(client.Config{Addrs: rotated(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &seen{}
+		watchers[i] = w
+		ch := wc.Watch(wctx, from, client.WatchOptions{Types: []string{"roll"}})
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			for ev := range ch {
+				w.mu.Lock()
+				if ev.EventType == api.EventReset {
+					w.resets++
+				} else {
+					w.indexes = append(w.indexes, ev.Index)
+				}
+				w.mu.Unlock()
+			}
+		}()
+	}
+
+	// Writers, each with every server in its own order.
+	var (
+		mu       sync.Mutex
+		acked    []uint64
+		failures []string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for k := 0; k < 4; k++ {
+		cl, err := client.New(client.Config{Addrs: rotated(k % len(addrs))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+				p := &client.PluginInfo{Type: "roll", Name: fmt.Sprintf("w%d", k), AllocID: fmt.Sprintf("a%d", i%20), Version: fmt.Sprint(i),
+					ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/roll.sock"}}
+				res, err := cl.Register(wctx, p)
+				wcancel()
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, fmt.Sprintf("writer %d, write %d: %v", k, i, err))
+				} else {
+					acked = append(acked, res.Index)
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	written := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	time.Sleep(time.Second)
+
+	healthy := func(via *proctest.Agent) (bool, string) {
+		hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer hcancel()
+		h, err := via.API.AutopilotHealth(hctx)
+		if err != nil && strings.Contains(err.Error(), "no route") {
+			// A release before autopilot health: every server
+			// answers a linearizable read.
+			for _, s := range c.Servers {
+				if _, _, err := s.API.List(hctx, "roll", nil); err != nil {
+					return false, s.Name + ": " + err.Error()
+				}
+			}
+			return true, ""
+		}
+		return err == nil && h.Healthy && len(h.Servers) == 3, fmt.Sprintf("%+v %v", h, err)
+	}
+	leaderOf := func(via *proctest.Agent) (string, error) {
+		h, err := via.API.AutopilotHealth(ctx)
+		if err == nil {
+			return h.Leader, nil
+		}
+		ms, merr := via.API.Members(ctx)
+		if merr != nil {
+			return "", err
+		}
+		for _, m := range ms {
+			if m.Leader {
+				return m.Name, nil
+			}
+		}
+		return "", nil
+	}
+	// Two rounds: the second restarts servers that were restarted once.
+	for n := 0; n < 2*len(c.Servers); n++ {
+		i := n % len(c.Servers)
+		s := c.Servers[i]
+		other := c.Servers[(i+1)%len(c.Servers)]
+		leader, err := leaderOf(other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leader == s.Name && os.Getenv("ROLLING_NO_TRANSFER") == "" {
+			if _, err := s.API.TransferLeadership(ctx); err != nil {
+				t.Fatalf("transfer leadership away from %s: %v", s.Name, err)
+			}
+			c.Poll(t, "leadership away from "+s.Name, func() (bool, string) {
+				l, err := leaderOf(other)
+				return err == nil && l != "" && l != s.Name, fmt.Sprint(l, err)
+			})
+		}
+		before, began := written(), time.Now()
+		if d, ok := s.Terminate(proctest.StopBound); !ok {
+			t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
+		}
+		s.Bin = newBin
+		s.Start(t)
+		c.Poll(t, "every server healthy after restarting "+s.Name, func() (bool, string) { return healthy(other) })
+		t.Logf("restarted %s in %v; %d writes meanwhile", s.Name, time.Since(began).Round(time.Millisecond), written()-before)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d writes failed, first: %s", len(failures), len(failures)+len(acked), failures[0])
+	}
+	if len(acked) == 0 {
+		t.Fatal("no write")
+	}
+	sort.Slice(acked, func(i, j int) bool { return acked[i] < acked[j] })
+	last := acked[len(acked)-1]
+	// Every watcher, gapless: each acknowledged write's index, in order.
+	for i, w := range watchers {
+		c.Poll(t, fmt.Sprintf("watcher %d at index %d", i, last), func() (bool, string) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			n := len(w.indexes)
+			return n > 0 && w.indexes[n-1] >= last, fmt.Sprint(n)
+		})
+	}
+	stopWatch()
+	wwg.Wait()
+	for i, w := range watchers {
+		if w.resets != 0 {
+			t.Errorf("watcher %d: %d resets", i, w.resets)
+		}
+		got := map[uint64]bool{}
+		for j, idx := range w.indexes {
+			if j > 0 && idx <= w.indexes[j-1] {
+				t.Errorf("watcher %d: index %d after %d", i, idx, w.indexes[j-1])
+			}
+			got[idx] = true
+		}
+		missing := 0
+		for _, idx := range acked {
+			if !got[idx] {
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("watcher %d misses %d of %d acknowledged writes", i, missing, len(acked))
+		}
+	}
+	t.Logf("%d writes through three restarts, none failed; %d watchers gapless", len(acked), len(watchers))
+}
