@@ -68,7 +68,7 @@ func TestOperatorRaftCommands(t *testing.T) {
 	// would add it back.
 	c.Poll(t, victim.Name+" failed in gossip", func() (bool, string) {
 		out, err := cli(other.HTTP, "operator", "raft", "list-peers")
-		if regexp.MustCompile(`(?m)^`+victim.Name+`\s+\S+\s+follower\s+true\s+false\s+alive`).MatchString(out) {
+		if regexp.MustCompile(`(?m)^` + victim.Name + `\s+\S+\s+follower\s+true\s+false\s+alive`).MatchString(out) {
 			if rout, rerr := cli(other.HTTP, "operator", "raft", "remove-peer", victim.Name); rerr == nil || !strings.Contains(rout, "alive in gossip") {
 				t.Fatalf("remove-peer of a server alive in gossip: %v\n%s", rerr, rout)
 			}
