@@ -31,6 +31,7 @@ var commands = map[string]command{
 	"tls":        {"make a dev PKI: tls ca create, tls cert create -server|-client", runTLS},
 	"keygen":     {"print a new gossip encryption key", runKeygen},
 	"keyring":    {"list or rotate every agent's gossip keys: -list, -install, -use, -remove", runKeyring},
+	"version":    {"print the version", runVersion},
 	"operator":   {"operator raft list-peers|remove-peer ID|transfer-leader", runOperator},
 	"snapshot":   {"back up and restore the registry: snapshot save|restore|inspect FILE", runSnapshot},
 }
@@ -50,6 +51,10 @@ func usage() {
 }
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "-v" || os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(readBuildInfo())
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		if len(os.Args) < 2 {
