@@ -2,11 +2,13 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testcluster"
 )
 
@@ -90,5 +92,32 @@ func TestAutopilotHealthAndSelf(t *testing.T) {
 	}
 	if r := call(t, "GET", f.HTTPURL+"/v1/health?live", ""); r.status != 200 || !strings.Contains(r.body, `"no_leader"`) {
 		t.Fatalf("live without a leader: %d %s", r.status, r.body)
+	}
+}
+
+// Every agent serves the UI, without a token even under default deny (the
+// files hold no data), and sends browsers from / to it.
+func TestUIServed(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
+	u := c.Leader().HTTPURL
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{"/": "/ui/", "/ui": "/ui/"} {
+		resp, err := noRedirect.Get(u + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 3 || resp.Header.Get("Location") != want {
+			t.Fatalf("GET %s: %d to %q", path, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	if r := call(t, "GET", u+"/ui/", ""); r.status != 200 || !strings.Contains(r.body, "<title>plugreg</title>") {
+		t.Fatalf("GET /ui/: %d %s", r.status, r.body)
+	}
+	if r := call(t, "GET", u+"/v1/plugins/x", ""); r.status != 403 {
+		t.Fatalf("data without a token: %d", r.status)
+	}
+	if r := call(t, "GET", u+"/nothing", ""); r.status != 404 {
+		t.Fatalf("GET /nothing: %d %s", r.status, r.body)
 	}
 }

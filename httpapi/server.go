@@ -84,6 +84,9 @@ type Config struct {
 	// Keyring, when set, is the agent's gossip keyring, served (to
 	// operators) at /v1/agent/keyring.
 	Keyring Keyring
+	// UI, when set, serves the web UI under /ui/ (package ui); / sends
+	// browsers there.
+	UI http.Handler
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
@@ -159,6 +162,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
 	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
 	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	if s.cfg.UI != nil {
+		// The UI's files hold no data (its requests carry the token), so
+		// they need none.
+		mux.Handle("GET /ui/", s.cfg.UI)
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	}
 	mux.HandleFunc("GET /v1/operator/autopilot/health", anyPolicy(http.HandlerFunc(s.autopilotHealth)))
 	mux.HandleFunc("GET /v1/agent/self", anyPolicy(http.HandlerFunc(s.agentSelf)))
 	mux.HandleFunc("GET /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotSave)))

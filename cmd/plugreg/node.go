@@ -20,6 +20,7 @@ import (
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/ui"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -134,7 +135,7 @@ func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tls
 
 func (n *node) serve(be httpapi.Backend, logger hclog.Logger, ao apiOptions, onLeave func()) {
 	n.be = be
-	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave}
+	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave, UI: ui.Handler()}
 	if ao.keyring != nil { // a nil *gossip.Keyring in the interface would not be nil
 		cfg.Keyring = ao.keyring
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/ui"
 )
 
 // ClientNode is an in-process client agent with its HTTP API.
@@ -73,7 +74,7 @@ func (cn *ClientNode) start() {
 	_, gp, _ := net.SplitHostPort(cl.GossipAddr())
 	cn.Config.GossipPort, _ = strconv.Atoi(gp)
 	cn.Client = cl
-	cn.HTTP = httpapi.New(httpapi.Config{Backend: cl, Heartbeat: 200 * time.Millisecond, ACL: cn.c.opts.ACL})
+	cn.HTTP = httpapi.New(httpapi.Config{Backend: cl, Heartbeat: 200 * time.Millisecond, ACL: cn.c.opts.ACL, UI: ui.Handler()})
 	cn.ln = ln
 	cn.running = true
 	cn.serveWG.Add(1)

@@ -23,6 +23,7 @@ import (
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testlog"
+	"github.com/plugreg/plugreg/ui"
 )
 
 // Node is one server with its HTTP API.
@@ -177,7 +178,7 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	hc := httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout}
+	hc := httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout, UI: ui.Handler()}
 	if kr := srv.GossipKeyring(); kr != nil {
 		hc.Keyring = kr
 	}

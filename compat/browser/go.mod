@@ -1,0 +1,21 @@
+module github.com/plugreg/plugreg/compat/browser
+
+go 1.26.8
+
+require (
+	github.com/chromedp/chromedp v0.23.0
+	github.com/plugreg/plugreg v0.0.0
+)
+
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/grpc v1.82.1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace github.com/plugreg/plugreg => ../..
