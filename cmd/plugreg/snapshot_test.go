@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/snapshot"
 )
 
 // plugreg snapshot save, inspect and restore against three server
@@ -91,3 +97,139 @@ func TestSnapshotCommands(t *testing.T) {
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// A restore of 100k instances through a follower while the leader is
+// killed -9 (at a few moments): whichever way it went, once the leader is
+// back every server holds the same registry, either the backup's or the
+// one before, and takes writes.
+func TestSnapshotRestoreLeaderKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100k instances, processes")
+	}
+	bin := proctest.Build(t, "./cmd/plugreg")
+	archive := filepath.Join(t.TempDir(), "100k.snap")
+	writeBackup(t, archive, 100_000)
+	for _, delay := range []time.Duration{200 * time.Millisecond, time.Second} {
+		t.Run(delay.String(), func(t *testing.T) {
+			c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: bin})
+			c.WaitReady(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if _, err := c.Servers[0].API.Register(ctx, &client.PluginInfo{Type: "before", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+				t.Fatal(err)
+			}
+			leader, follower := leaderAndFollower(t, c)
+			restore := exec.Command(bin, "snapshot", "restore", archive)
+			restore.Env = []string{"PLUGREG_ADDR=" + follower.HTTP}
+			var out strings.Builder
+			restore.Stdout, restore.Stderr = &out, &out
+			if err := restore.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(delay)
+			leader.Kill9(t)
+			err := restore.Wait()
+			t.Logf("restore with the leader killed -9 after %v: %v %s", delay, err, strings.TrimSpace(out.String()))
+			leader.Start(t)
+			var w client.WriteResult
+			c.Poll(t, "a write after", func() (bool, string) {
+				var err error
+				w, err = follower.API.Register(ctx, &client.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+				return err == nil, fmt.Sprint(err)
+			})
+			counts := map[string]string{}
+			c.Poll(t, "every server at the same registry", func() (bool, string) {
+				for _, s := range c.Servers {
+					var n, before int
+					for _, typ := range []string{"type0", "type1", "type2", "type3", "before", "after"} {
+						l, m, err := s.API.List(ctx, typ, &client.QueryOptions{Stale: true})
+						if err != nil && !strings.Contains(err.Error(), "not_found") {
+							return false, s.Name + ": " + err.Error()
+						}
+						if m != nil && m.Index < w.Index {
+							return false, fmt.Sprintf("%s at %d", s.Name, m.Index)
+						}
+						n += len(l)
+						if typ == "before" {
+							before = len(l)
+						}
+					}
+					counts[s.Name] = fmt.Sprintf("%d names, before %d", n, before)
+				}
+				return counts["server-1"] == counts["server-2"] && counts["server-2"] == counts["server-3"], fmt.Sprint(counts)
+			})
+			switch counts["server-1"] {
+			case "1001 names, before 0": // the backup's 1000 names, and "after"
+				t.Log("the restore committed")
+			case "2 names, before 1":
+				if err == nil {
+					t.Fatal("the restore was acknowledged but is not there")
+				}
+				t.Log("the restore did not commit")
+			default:
+				t.Fatalf("neither outcome: %v", counts)
+			}
+		})
+	}
+}
+
+// writeBackup writes a backup of n instances (4 types, 1000 names) made
+// by an FSM of the test's own: another cluster's.
+func writeBackup(t *testing.T, path string, n int) {
+	t.Helper()
+	f := fsm.New(nil)
+	logs := make([]*raft.Log, 0, 1024)
+	flush := func() {
+		for _, r := range f.ApplyBatch(logs) {
+			if err := r.(*fsm.ApplyResult).Err; err != nil {
+				t.Fatal(err)
+			}
+		}
+		logs = logs[:0]
+	}
+	for i := 0; i < n; i++ {
+		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: fmt.Sprintf("type%d", i%4), Name: fmt.Sprintf("p%d", i%1000),
+			AllocID: fmt.Sprintf("a%d", i), NodeID: fmt.Sprintf("n%d", i%100), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/p.sock"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: cmd})
+		if len(logs) == cap(logs) {
+			flush()
+		}
+	}
+	flush()
+	var buf bytes.Buffer
+	if err := snapshot.Encode(&buf, snapshot.Meta{NodeID: "elsewhere", Created: time.Now().UTC()}, f.State()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func leaderAndFollower(t *testing.T, c *proctest.Cluster) (leader, follower *proctest.Agent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ms, err := c.Servers[0].API.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		for _, s := range c.Servers {
+			if s.Name != m.Name {
+				continue
+			}
+			if m.Leader {
+				leader = s
+			} else if follower == nil {
+				follower = s
+			}
+		}
+	}
+	if leader == nil || follower == nil {
+		t.Fatalf("members %+v: no leader or follower", ms)
+	}
+	return leader, follower
+}
