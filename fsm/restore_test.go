@@ -3,9 +3,12 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // A restore entry replaces the state with the backup's contents as of the
@@ -91,5 +94,82 @@ func TestRestoreRefusals(t *testing.T) {
 	}
 	if a.fsm.State().Instance("csi", "ebs", "a1") == nil {
 		t.Fatal("the state changed")
+	}
+}
+
+// A backup from further along than the log (its index above the restore
+// entry's) is restamped: each list keeps its order at indexes just below
+// the entry's, ACL tokens and the bootstrap move to it, the request window
+// starts empty, and the result is a state the FSM itself would accept
+// from a snapshot (ReadState of its stream).
+func TestRestoreFromFurtherAlong(t *testing.T) {
+	far := newApplier(t)
+	far.index = 5000
+	far.apply(&ACLBootstrapRequest{Token: token("boot", "s1", api.ACLPolicy{Kind: api.ACLOperator})})
+	far.apply(&ACLTokenSetRequest{Token: token("w", "s2", api.ACLPolicy{Kind: api.ACLWrite})})
+	for _, a := range []string{"a1", "a2", "a3"} {
+		r := reg(plugin("csi", "ebs", a))
+		r.RequestID = "req-" + a
+		far.apply(r)
+	}
+	far.apply(reg(plugin("device", "gpu", "g1")))
+	req, _, err := NewRestoreRequest(far.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newApplier(t)
+	a.apply(reg(plugin("dra", "x", "1")))
+	a.index = 9 // the restore lands at 10
+	res := a.apply(req)
+	s := a.fsm.State()
+	if res.Index != 10 || s.Index() != 10 || s.Len() != 4 {
+		t.Fatalf("restore at %d: state at %d with %d instances", res.Index, s.Index(), s.Len())
+	}
+	var got []string
+	for _, p := range s.Instances("csi", "ebs") {
+		got = append(got, fmt.Sprintf("%s@%d/%d", p.AllocID, p.CreateIndex, p.ModifyIndex))
+	}
+	if strings.Join(got, " ") != "a3@10/10 a2@9/9 a1@8/8" {
+		t.Fatalf("ebs restamped: %v", got)
+	}
+	if p := s.Newest("device", "gpu"); p.ModifyIndex != 10 {
+		t.Fatalf("gpu at %d", p.ModifyIndex)
+	}
+	if s.ACLBootstrapped() != 10 || len(s.ACLTokens()) != 2 || s.ACLTokens()[0].CreateIndex != 10 {
+		t.Fatalf("ACL: bootstrap %d, tokens %+v", s.ACLBootstrapped(), s.ACLTokens())
+	}
+	if _, ok := s.Request("req-a1"); ok {
+		t.Fatal("a request ID of the other history survived")
+	}
+	var buf bytes.Buffer
+	if err := WriteState(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadState(&buf); err != nil {
+		t.Fatalf("the restamped state does not read back: %v", err)
+	}
+	// Later writes continue above it.
+	if r := a.apply(reg(plugin("csi", "ebs", "a4"))); r.Index != 11 || a.fsm.State().Newest("csi", "ebs").AllocID != "a4" {
+		t.Fatalf("a write after: %+v", r)
+	}
+
+	// A recency list too long for the restore's index is refused alike
+	// everywhere, and nothing changes (the edge pads the log first).
+	b := newApplier(t)
+	b.apply(reg(plugin("dra", "x", "1")))
+	before := b.fsm.State()
+	long := newApplier(t)
+	long.index = 100
+	for i := 0; i < 5; i++ {
+		long.apply(reg(plugin("csi", "ebs", fmt.Sprint(i))))
+	}
+	lreq, _, err := NewRestoreRequest(long.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := EncodeCommand(lreq)
+	r := b.fsm.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: data}).(*ApplyResult)
+	if r.Err == nil || b.fsm.State().Instance("dra", "x", "1") == nil || b.fsm.State().Len() != before.Len() {
+		t.Fatalf("a list of 5 restored at index 2: %+v", r)
 	}
 }
