@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
@@ -14,15 +15,19 @@ import (
 const snapshotTimeout = 5 * time.Minute
 
 // SnapshotSave gets a backup archive from a server, for the HTTP caller
-// (whose token the server checks: an operator's).
-func (c *Client) SnapshotSave(ctx context.Context, stale bool) ([]byte, error) {
+// (whose token the server checks: an operator's). It comes whole, in one
+// RPC reply.
+func (c *Client) SnapshotSave(ctx context.Context, stale bool) (func(io.Writer) error, error) {
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 	var archive []byte
 	if err := c.call(ctx, api.RPCSnapshotSave, &api.SnapshotSaveArgs{Token: api.Token(ctx), Stale: stale}, &archive); err != nil {
 		return nil, fmt.Errorf("snapshot save: %w", err)
 	}
-	return archive, nil
+	return func(w io.Writer) error {
+		_, err := w.Write(archive)
+		return err
+	}, nil
 }
 
 // SnapshotRestore restores an archive through a server. It is not

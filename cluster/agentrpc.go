@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,8 +119,16 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "take snapshots (operator)"); err != nil {
 			return nil, true, toWire(err)
 		}
-		archive, err := b.SnapshotSave(ctx, args.Stale)
-		return archive, true, toWire(err)
+		write, err := b.SnapshotSave(ctx, args.Stale)
+		if err != nil {
+			return nil, true, toWire(err)
+		}
+		// The reply is one message: the client agent streams it on.
+		var buf bytes.Buffer
+		if err := write(&buf); err != nil {
+			return nil, true, toWire(err)
+		}
+		return buf.Bytes(), true, nil
 	case api.RPCSnapshotRestore:
 		var args api.SnapshotRestoreArgs
 		if err := decode(&args); err != nil {

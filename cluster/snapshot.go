@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -14,12 +15,13 @@ import (
 	"github.com/plugreg/plugreg/snapshot"
 )
 
-// SnapshotSave returns a backup archive of the registry (package
-// snapshot): this server's state after a linearizable read barrier, so it
-// holds every write acknowledged before the call, or without the barrier
-// when stale. The state is an immutable version: taking it blocks no
-// write.
-func (b *Backend) SnapshotSave(ctx context.Context, stale bool) ([]byte, error) {
+// SnapshotSave takes a backup of the registry (package snapshot): this
+// server's state after a linearizable read barrier, so it holds every
+// write acknowledged before the call, or without the barrier when stale.
+// The state is an immutable version: taking it blocks no write, and write
+// streams its archive without holding it in memory. A refusal (no
+// leader, a timeout) comes back as the error, before anything is written.
+func (b *Backend) SnapshotSave(ctx context.Context, stale bool) (write func(io.Writer) error, err error) {
 	c := Linearizable
 	if stale {
 		c = Stale
@@ -34,11 +36,12 @@ func (b *Backend) SnapshotSave(ctx context.Context, stale bool) ([]byte, error) 
 			meta.Servers = append(meta.Servers, snapshot.Server{ID: string(srv.ID), Address: string(srv.Address), Voter: srv.Suffrage == raft.Voter})
 		}
 	}
-	var buf bytes.Buffer
-	if err := snapshot.Encode(&buf, meta, st); err != nil {
-		return nil, fmt.Errorf("snapshot save: %w", err)
-	}
-	return buf.Bytes(), nil
+	return func(w io.Writer) error {
+		if err := snapshot.Encode(w, meta, st); err != nil {
+			return fmt.Errorf("snapshot save: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // SnapshotRestore replaces the registry with an archive's contents through

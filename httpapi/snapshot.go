@@ -12,7 +12,9 @@ import (
 // Snapshotter is a Backend that takes and restores backups (package
 // snapshot); servers and client agents both are.
 type Snapshotter interface {
-	SnapshotSave(ctx context.Context, stale bool) ([]byte, error)
+	// SnapshotSave takes a snapshot (a refusal is the error); write
+	// writes its archive.
+	SnapshotSave(ctx context.Context, stale bool) (write func(io.Writer) error, err error)
 	SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error)
 }
 
@@ -33,16 +35,20 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	archive, err := sn.SnapshotSave(r.Context(), q.Consistency == api.Stale)
+	write, err := sn.SnapshotSave(r.Context(), q.Consistency == api.Stale)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/gzip")
-	w.Header().Set("Content-Length", strconv.Itoa(len(archive)))
 	w.Header().Set("Content-Disposition", `attachment; filename="plugreg.snap"`)
 	w.WriteHeader(http.StatusOK)
-	w.Write(archive)
+	if err := write(w); err != nil {
+		// Too late for a status: the archive breaks off, and its reader
+		// refuses it as truncated.
+		s.logger.Warn("snapshot save: the archive broke off", "error", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // snapshotRestore answers PUT /v1/operator/snapshot: the body is an

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
 	"time"
@@ -80,9 +81,42 @@ type Meta struct {
 // Write writes an archive of state (an fsm.WriteState stream) to w,
 // filling meta's Format, Version, StateSize and StateSHA256.
 func Write(w io.Writer, meta Meta, state []byte) error {
-	sum := sha256.Sum256(state)
+	return write(w, meta, func(w io.Writer) error {
+		_, err := w.Write(state)
+		return err
+	})
+}
+
+// Encode writes the archive of state to w without holding its stream in
+// memory: meta.json comes first and carries the stream's size and
+// SHA-256, so the stream is written twice, to a hash and then into the
+// archive. The state is immutable, so both passes write the same bytes
+// (WriteState's output is a function of the state); a difference would
+// fail the archive's own checks.
+func Encode(w io.Writer, meta Meta, state *fsm.State) error {
+	meta.Index = state.Index()
+	return write(w, meta, func(w io.Writer) error { return fsm.WriteState(w, state) })
+}
+
+// countingHash is a SHA-256 that counts what it is given.
+type countingHash struct {
+	h hash.Hash
+	n int64
+}
+
+func (c *countingHash) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.h.Write(p)
+}
+
+func write(w io.Writer, meta Meta, stream func(io.Writer) error) error {
+	ch := &countingHash{h: sha256.New()}
+	if err := stream(ch); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	sum := ch.h.Sum(nil)
 	meta.Format, meta.Version = Format, Version
-	meta.StateSize, meta.StateSHA256 = int64(len(state)), hex.EncodeToString(sum[:])
+	meta.StateSize, meta.StateSHA256 = ch.n, hex.EncodeToString(sum)
 	mj, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return fmt.Errorf("snapshot meta: %w", err)
@@ -93,17 +127,29 @@ func Write(w io.Writer, meta Meta, state []byte) error {
 
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{metaName, mj}, {stateName, state}, {sumsName, []byte(sums)}} {
-		hdr := &tar.Header{Name: f.name, Mode: 0o600, Size: int64(len(f.data)), ModTime: meta.Created, Typeflag: tar.TypeReg}
+	member := func(name string, size int64, body func(io.Writer) error) error {
+		hdr := &tar.Header{Name: name, Mode: 0o600, Size: size, ModTime: meta.Created, Typeflag: tar.TypeReg}
 		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("snapshot archive %s: %w", f.name, err)
+			return fmt.Errorf("snapshot archive %s: %w", name, err)
 		}
-		if _, err := tw.Write(f.data); err != nil {
-			return fmt.Errorf("snapshot archive %s: %w", f.name, err)
+		if err := body(tw); err != nil {
+			return fmt.Errorf("snapshot archive %s: %w", name, err)
 		}
+		return nil
+	}
+	bytesOf := func(b []byte) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := w.Write(b); return err }
+	}
+	if err := member(metaName, int64(len(mj)), bytesOf(mj)); err != nil {
+		return err
+	}
+	// tar refuses a member longer than its header said (ErrWriteTooLong)
+	// and Close a shorter one: a second pass that differed fails here.
+	if err := member(stateName, ch.n, stream); err != nil {
+		return err
+	}
+	if err := member(sumsName, int64(len(sums)), bytesOf([]byte(sums))); err != nil {
+		return err
 	}
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("snapshot archive: %w", err)
@@ -112,16 +158,6 @@ func Write(w io.Writer, meta Meta, state []byte) error {
 		return fmt.Errorf("snapshot archive: %w", err)
 	}
 	return nil
-}
-
-// Encode takes state's snapshot and writes its archive to w.
-func Encode(w io.Writer, meta Meta, state *fsm.State) error {
-	var buf bytes.Buffer
-	if err := fsm.WriteState(&buf, state); err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	meta.Index = state.Index()
-	return Write(w, meta, buf.Bytes())
 }
 
 // invalid wraps api.ErrInvalid: every refusal of Read.

@@ -62,6 +62,14 @@ func TestRoundTrip(t *testing.T) {
 	if !bytes.Equal(a.Bytes(), c.Bytes()) {
 		t.Fatal("the decoded state does not snapshot to the same bytes")
 	}
+	// Encode streams (two passes over the state); Write takes the bytes:
+	// the same archive.
+	var written bytes.Buffer
+	m := snapshot.Meta{Term: 3, NodeID: "n1", Created: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC),
+		Servers: []snapshot.Server{{ID: "n1", Address: "127.0.0.1:8300", Voter: true}}, Index: st.Index()}
+	if err := snapshot.Write(&written, m, a.Bytes()); err != nil || !bytes.Equal(written.Bytes(), b) {
+		t.Fatalf("Write and Encode differ (%v)", err)
+	}
 	sum := snapshot.Summarize(meta, got)
 	if sum.Instances != 600 || sum.Types["csi"].Instances != 200 || sum.Types["device"].Names != 50 {
 		t.Fatalf("summary %+v", sum)
