@@ -176,7 +176,7 @@ func runDev(args []string) error {
 			addrs[0], addrs[1], addrs[2], sec.caFile, sec.cliCert, sec.cliKey, sec.operatorToken)
 		fmt.Printf("\nCtrl-C stops the cluster and removes its data.\n")
 	} else {
-		fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2], nodes[0].pluginSocket())
+		fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n  plugreg operator raft list-peers\n\nThe web UI: http://%s/ui/\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", addrs[0], addrs[1], addrs[2], addrs[0], nodes[0].pluginSocket())
 	}
 
 	sig := make(chan os.Signal, 1)
