@@ -13,47 +13,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/internal/testbackup"
 	"github.com/plugreg/plugreg/internal/testcluster"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/snapshot"
 )
 
-// backupOf builds, through an FSM of its own, the archive of a registry
-// of n instances: another cluster's backup.
+// backupOf is another cluster's registry of n instances and its backup.
 func backupOf(t testing.TB, n int) (*fsm.State, []byte) {
 	t.Helper()
-	f := fsm.New(nil)
-	logs := make([]*raft.Log, 0, 1024)
-	flush := func() {
-		for _, r := range f.ApplyBatch(logs) {
-			if err := r.(*fsm.ApplyResult).Err; err != nil {
-				t.Fatal(err)
-			}
-		}
-		logs = logs[:0]
-	}
-	for i := 0; i < n; i++ {
-		p := &api.PluginInfo{Type: fmt.Sprintf("type%d", i%4), Name: fmt.Sprintf("p%d", i%1000), AllocID: fmt.Sprintf("a%d", i),
-			NodeID: fmt.Sprintf("n%d", i%100), Version: "1.2.3", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/plugin.sock"}}
-		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logs = append(logs, &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: cmd})
-		if len(logs) == cap(logs) {
-			flush()
-		}
-	}
-	flush()
-	var buf bytes.Buffer
-	if err := snapshot.Encode(&buf, snapshot.Meta{NodeID: "elsewhere", Term: 9, Created: time.Now().UTC()}, f.State()); err != nil {
-		t.Fatal(err)
-	}
-	return f.State(), buf.Bytes()
+	st := testbackup.Registry(t, n)
+	return st, testbackup.Archive(t, st)
 }
 
 // sameContents compares two states but for their indexes.
@@ -216,6 +189,17 @@ func TestSnapshotRestoreRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	newer := rewriteVersion(t, good)
+	// Every node at the register's index first: a follower still
+	// applying it would look like a refusal that changed something.
+	c.Eventually(30*time.Second, "every node at the same index", func() bool {
+		idx := c.Nodes[0].Server.AppliedIndex()
+		for _, n := range c.Nodes {
+			if n.Server.AppliedIndex() != idx || nodeState(n).Instance("t", "x", "1") == nil {
+				return false
+			}
+		}
+		return true
+	})
 	flipped := append([]byte(nil), good...)
 	flipped[len(flipped)/2] ^= 0x10
 	cases := []struct {

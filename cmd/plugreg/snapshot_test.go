@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/proctest"
-	"github.com/plugreg/plugreg/snapshot"
+	"github.com/plugreg/plugreg/internal/testbackup"
 )
 
 // plugreg snapshot save, inspect and restore against three server
@@ -173,37 +169,11 @@ func TestSnapshotRestoreLeaderKill9(t *testing.T) {
 	}
 }
 
-// writeBackup writes a backup of n instances (4 types, 1000 names) made
-// by an FSM of the test's own: another cluster's.
+// writeBackup writes another cluster's backup of n instances (4 types,
+// 1000 names) to path.
 func writeBackup(t *testing.T, path string, n int) {
 	t.Helper()
-	f := fsm.New(nil)
-	logs := make([]*raft.Log, 0, 1024)
-	flush := func() {
-		for _, r := range f.ApplyBatch(logs) {
-			if err := r.(*fsm.ApplyResult).Err; err != nil {
-				t.Fatal(err)
-			}
-		}
-		logs = logs[:0]
-	}
-	for i := 0; i < n; i++ {
-		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: fmt.Sprintf("type%d", i%4), Name: fmt.Sprintf("p%d", i%1000),
-			AllocID: fmt.Sprintf("a%d", i), NodeID: fmt.Sprintf("n%d", i%100), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/p.sock"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logs = append(logs, &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: cmd})
-		if len(logs) == cap(logs) {
-			flush()
-		}
-	}
-	flush()
-	var buf bytes.Buffer
-	if err := snapshot.Encode(&buf, snapshot.Meta{NodeID: "elsewhere", Created: time.Now().UTC()}, f.State()); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(path, testbackup.Archive(t, testbackup.Registry(t, n)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
