@@ -19,15 +19,18 @@ func TestKeyringRoute(t *testing.T) {
 	oldKey, _ := gossip.GenerateKey()
 	newKey, _ := gossip.GenerateKey()
 	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}, GossipKey: oldKey})
-	u := c.Followers()[0].HTTPURL + "/v1/agent/keyring"
-	r := call(t, "PUT", c.Leader().HTTPURL+"/v1/acl/bootstrap", "")
+	// Tokens are made through the node the test asks: a write through a
+	// follower is applied there before it is acknowledged.
+	f := c.Followers()[0].HTTPURL
+	u := f + "/v1/agent/keyring"
+	r := call(t, "PUT", f+"/v1/acl/bootstrap", "")
 	var boot struct{ SecretID string }
 	if err := json.Unmarshal([]byte(r.body), &boot); r.status != 200 || err != nil {
 		t.Fatalf("bootstrap: %d %s", r.status, r.body)
 	}
 	root := []string{"X-Plugreg-Token", boot.SecretID}
-	read, _ := secretOf(t, c.Leader().HTTPURL, boot.SecretID, `[{"Kind":"read"}]`)
-	write, _ := secretOf(t, c.Leader().HTTPURL, boot.SecretID, `[{"Kind":"write"}]`)
+	read, _ := secretOf(t, f, boot.SecretID, `[{"Kind":"read"}]`)
+	write, _ := secretOf(t, f, boot.SecretID, `[{"Kind":"write"}]`)
 	status := func() api.KeyringStatus {
 		t.Helper()
 		r := call(t, "GET", u, "", root...)
@@ -88,7 +91,12 @@ func TestKeyringRoute(t *testing.T) {
 		if n.HTTPURL == strings.TrimSuffix(u, "/v1/agent/keyring") {
 			continue
 		}
-		r := call(t, "GET", n.HTTPURL+"/v1/agent/keyring", "", root...)
+		// The bootstrap may still be on its way to this node.
+		var r reply
+		c.Eventually(10*time.Second, "the operator token on "+n.Config.NodeID, func() bool {
+			r = call(t, "GET", n.HTTPURL+"/v1/agent/keyring", "", root...)
+			return r.status != 403
+		})
 		if r.status != 200 || !strings.Contains(r.body, `"PrimaryKey":"`+oldKey+`"`) || strings.Contains(r.body, newKey) {
 			t.Fatalf("another agent's keyring changed: %d %s", r.status, r.body)
 		}

@@ -208,7 +208,9 @@ func TestUIWithACLToken(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+c.Servers[1].HTTP+"/ui/")); err != nil {
+	// The page on the node the tokens were made through: a token is
+	// there as soon as its creation is acknowledged.
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+c.Servers[0].HTTP+"/ui/")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the permission message", `!document.querySelector('#banner').hidden && document.querySelector('#banner').textContent.includes('Permission denied')`)
