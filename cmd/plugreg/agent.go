@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -157,6 +158,14 @@ func runAgent(args []string) error {
 			return err
 		}
 	}
+	// Signals are caught before anything starts: a SIGTERM while the
+	// agent starts (systemd stopping a unit that just started, a test
+	// that is done) waits for the start and then stops it gracefully,
+	// instead of killing the process half started.
+	sigs := notifySignals()
+	defer sigs.stop()
+	startDone := sigs.guardStart(logger)
+	defer startDone()
 	enc, err := openGossipEncryption(*dataDir, *encrypt, logger)
 	if err != nil {
 		return err
@@ -187,7 +196,8 @@ func runAgent(args []string) error {
 			return err
 		}
 		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-		return runUntilStopped(logger, n, leaveCh, tlsc)
+		startDone()
+		return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
 	}
 	cfg := cluster.DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.BindAddr = *nodeID, *dataDir, *bind
@@ -227,7 +237,8 @@ func runAgent(args []string) error {
 		return err
 	}
 	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-	return runUntilStopped(logger, n, leaveCh, tlsc)
+	startDone()
+	return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
 }
 
 // openGossipEncryption opens the agent's gossip keyring: the one in
@@ -257,13 +268,8 @@ func openGossipEncryption(dataDir, encrypt string, logger hclog.Logger) (gossip.
 // runUntilStopped waits for a signal, a leave request or the HTTP server's
 // end, and stops the node within its grace. SIGHUP reloads the TLS
 // certificates and keys (tlsc may be nil).
-func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc *tlsutil.Configurator) error {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc *tlsutil.Configurator, sigs *signals) error {
+	sig, hup := sigs.term, sigs.hup
 	for {
 		select {
 		case <-hup:
@@ -282,6 +288,49 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc
 			return fmt.Errorf("http server: %w", err)
 		}
 	}
+}
+
+// signals are the agent's stop (SIGINT, SIGTERM) and reload (SIGHUP)
+// signals, caught from the start of runAgent.
+type signals struct {
+	term, hup chan os.Signal
+}
+
+func notifySignals() *signals {
+	s := &signals{term: make(chan os.Signal, 2), hup: make(chan os.Signal, 1)}
+	signal.Notify(s.term, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	return s
+}
+
+// guardStart bounds a stop requested while the agent starts (a large
+// snapshot to restore can take a while): the signal is kept for
+// runUntilStopped, which stops the agent gracefully once started, unless
+// starting takes longer than the stop grace, when the process exits at
+// once. done ends the guard; call it when started (or failed to).
+func (s *signals) guardStart(logger hclog.Logger) (done func()) {
+	started := make(chan struct{})
+	var once sync.Once
+	go func() {
+		select {
+		case <-started:
+		case sg := <-s.term:
+			logger.Info("signal while starting: stopping once started", "signal", sg, "within", signalStopGrace)
+			s.term <- sg // runUntilStopped's (the channel holds two)
+			select {
+			case <-started:
+			case <-time.After(signalStopGrace):
+				logger.Error("still starting after the stop grace; exiting without a graceful stop", "grace", signalStopGrace)
+				os.Exit(1)
+			}
+		}
+	}()
+	return func() { once.Do(func() { close(started) }) }
+}
+
+func (s *signals) stop() {
+	signal.Stop(s.term)
+	signal.Stop(s.hup)
 }
 
 // reloadTLS re-reads the certificate, key and CA files; a failure keeps
