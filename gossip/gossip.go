@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // Meta is what each agent gossips about itself.
@@ -388,9 +389,9 @@ func (p *Pool) savePeers() {
 		return
 	}
 	b, _ := json.Marshal(addrs)
-	tmp := p.cfg.PeersFile + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		os.Rename(tmp, p.cfg.PeersFile)
+	// Best effort, as the file is: a restart without it needs -join.
+	if err := atomicfile.WriteFile(p.cfg.PeersFile, b, 0o600); err != nil {
+		p.logger.Debug("peers file not written", "error", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -8,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // KeyringFileName is the keyring's file in an agent's data dir.
@@ -176,12 +179,7 @@ func (k *Keyring) Remove(key string) error {
 }
 
 func (k *Keyring) has(b []byte) bool {
-	for _, have := range k.ml.GetKeys() {
-		if string(have) == string(b) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(k.ml.GetKeys(), func(have []byte) bool { return bytes.Equal(have, b) })
 }
 
 func (k *Keyring) change(op, key string, apply func([]byte) error) error {
@@ -207,15 +205,11 @@ func (k *Keyring) save() error {
 		return nil
 	}
 	b, _ := json.Marshal(k.Status().Keys)
-	tmp := k.path + ".tmp"
 	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return fmt.Errorf("write gossip keyring: %w", err)
 	}
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write gossip keyring: %w", err)
-	}
-	if err := os.Rename(tmp, k.path); err != nil {
-		return fmt.Errorf("write gossip keyring: %w", err)
+	if err := atomicfile.WriteFile(k.path, b, 0o600); err != nil {
+		return fmt.Errorf("gossip keyring: %w", err)
 	}
 	return nil
 }

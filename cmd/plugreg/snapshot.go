@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/atomicfile"
 	"github.com/plugreg/plugreg/snapshot"
 )
 
@@ -46,37 +46,13 @@ func runSnapshotSave(args []string) error {
 		if err != nil {
 			return fmt.Errorf("the agent sent an archive that does not check: %w", err)
 		}
-		if err := writeFileAtomic(path, buf.Bytes()); err != nil {
-			return err
+		// Whole or not at all: an interrupted save leaves no half file.
+		if err := atomicfile.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+			return fmt.Errorf("save snapshot: %w", err)
 		}
 		fmt.Printf("saved snapshot of index %d (%d instances, %d bytes) to %s\n", meta.Index, state.Len(), buf.Len(), path)
 		return nil
 	})
-}
-
-// writeFileAtomic writes data to path through a temporary file in the
-// same directory: an interrupted save leaves no half file under path.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("save snapshot: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save snapshot: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save snapshot: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save snapshot: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save snapshot: %w", err)
-	}
-	return nil
 }
 
 func runSnapshotRestore(args []string) error {
