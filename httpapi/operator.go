@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/buildinfo"
 )
 
 // Autopiloter is a Backend that reports the servers' health (both kinds
@@ -50,7 +50,8 @@ func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 		Health: s.be.Health(),
 		Stats:  map[string]map[string]string{},
 	}
-	self.Config.Version, self.Config.Revision = buildVersion()
+	bi := buildinfo.Read()
+	self.Config.Version, self.Config.Revision = bi.Version, bi.Revision
 	for _, m := range s.be.Members() {
 		if m.Name == s.be.NodeID() {
 			m := m
@@ -65,19 +66,4 @@ func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 		"arch": runtime.GOARCH, "os": runtime.GOOS, "cpu_count": strconv.Itoa(runtime.NumCPU()),
 	}
 	writeJSON(w, http.StatusOK, self)
-}
-
-// buildVersion is the binary's module version ("(devel)" from a work
-// tree) and VCS revision, as the Go toolchain stamped them.
-func buildVersion() (version, revision string) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown", ""
-	}
-	for _, st := range bi.Settings {
-		if st.Key == "vcs.revision" {
-			revision = st.Value
-		}
-	}
-	return bi.Main.Version, revision
 }

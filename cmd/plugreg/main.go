@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/plugreg/plugreg/internal/buildinfo"
 )
 
 type command struct {
@@ -52,7 +54,7 @@ func usage() {
 
 func main() {
 	if len(os.Args) == 2 && (os.Args[1] == "-v" || os.Args[1] == "--version" || os.Args[1] == "-version") {
-		fmt.Println(readBuildInfo())
+		fmt.Println(buildinfo.Read())
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
