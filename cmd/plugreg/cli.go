@@ -106,9 +106,14 @@ func (cf *clientFlags) withClient(args []string, nargs []int, fn func(ctx contex
 	return fn(ctx, c)
 }
 
-func (cf *clientFlags) client() (*client.Client, error) {
-	cfg := client.Config{Addrs: strings.Split(*cf.addr, ","), Token: *cf.token}
-	if cf.tls != (tlsutil.ClientOptions{}) || strings.Contains(*cf.addr, "https://") {
+func (cf *clientFlags) client() (*client.Client, error) { return cf.clientAt(*cf.addr) }
+
+// clientAt is a client of addrs (comma-separated) with the command's TLS
+// settings and token: for commands that must talk to one particular agent
+// (each member in turn, the leader).
+func (cf *clientFlags) clientAt(addrs string) (*client.Client, error) {
+	cfg := client.Config{Addrs: strings.Split(addrs, ","), Token: *cf.token}
+	if cf.tls != (tlsutil.ClientOptions{}) || strings.Contains(addrs, "https://") {
 		tc, err := tlsutil.ClientConfig(cf.tls)
 		if err != nil {
 			return nil, err

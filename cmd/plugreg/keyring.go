@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,10 +131,7 @@ func (cf *clientFlags) memberClients(ctx context.Context, c *client.Client) ([]m
 			down = append(down, m.Name+" ("+m.Status+")")
 			continue
 		}
-		one := *cf
-		addr := m.HTTPAddr
-		one.addr = &addr
-		mc, err := one.client()
+		mc, err := cf.clientAt(m.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("member %s: %w", m.Name, err)
 		}
@@ -171,7 +169,7 @@ func checkKeyringStep(op, key string, statuses []api.KeyringStatus) error {
 	for _, st := range statuses {
 		switch op {
 		case "use":
-			if !contains(st.Keys, key) {
+			if !slices.Contains(st.Keys, key) {
 				return fmt.Errorf("use: %s does not have the key; install it everywhere first (plugreg keyring -install); nothing changed", st.Node)
 			}
 		case "remove":
@@ -181,15 +179,6 @@ func checkKeyringStep(op, key string, statuses []api.KeyringStatus) error {
 		}
 	}
 	return nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func printKeyring(statuses []api.KeyringStatus, agents int) {

@@ -60,19 +60,12 @@ func runListPeers(args []string) error {
 }
 
 // leaderClient returns a client of the leader's HTTP address, found in
-// the members the answering agent lists: peer removal and leadership
-// transfer are the leader's to do.
-func (cf *clientFlags) leaderClient(ctx context.Context, c *client.Client) (*client.Client, string, error) {
-	ms, err := c.Members(ctx)
-	if err != nil {
-		return nil, "", err
-	}
+// the members ms (as the answering agent lists them): peer removal and
+// leadership transfer are the leader's to do.
+func (cf *clientFlags) leaderClient(ms []client.Member) (*client.Client, string, error) {
 	for _, m := range ms {
 		if m.Leader && m.HTTPAddr != "" {
-			one := *cf
-			addr := m.HTTPAddr
-			one.addr = &addr
-			lc, err := one.client()
+			lc, err := cf.clientAt(m.HTTPAddr)
 			return lc, m.Name, err
 		}
 	}
@@ -93,7 +86,7 @@ func runRemovePeer(args []string) error {
 				return fmt.Errorf("%s is alive in gossip: the leader would add it back; stop it first (or run plugreg leave against it), then wait until plugreg members shows it failed", id)
 			}
 		}
-		lc, _, err := cf.leaderClient(ctx, c)
+		lc, _, err := cf.leaderClient(ms)
 		if err != nil {
 			return err
 		}
@@ -108,7 +101,11 @@ func runRemovePeer(args []string) error {
 func runTransferLeader(args []string) error {
 	cf := newClientFlags("operator raft transfer-leader", "", "Makes the leader hand leadership to another voter (before restarting it, say).")
 	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
-		lc, from, err := cf.leaderClient(ctx, c)
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return err
+		}
+		lc, from, err := cf.leaderClient(ms)
 		if err != nil {
 			return err
 		}
