@@ -77,9 +77,14 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		// take 64 MiB of every data dir from the start (of a tmpfs in
 		// the fault suite). 16 MiB holds ~50,000 registrations, more
 		// than the trailing logs kept after a snapshot.
-		// The meta store is ours to close: raft-wal v0.4.0's Close leaves
+		// The meta store is ours to close: raft-wal v0.4.0's Close left
 		// its bolt file open (and locked), so the same process could never
 		// open the data dir again (a server restarted in-process hung).
+		// v0.4.1 closes it too; BoltMetaDB.Close is idempotent, and
+		// closing it here keeps that true whatever version is pinned.
+		// raft-wal must be v0.4.1 or newer: v0.4.0 sealed a segment whose
+		// tail was truncated without its index block, and the next open
+		// failed (raft-wal issue 31; TestLogStoreReopensAfterTailTruncation).
 		meta := &metadb.BoltMetaDB{}
 		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
 		if err != nil {
