@@ -65,7 +65,7 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 	case LogStoreBolt:
 		b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("open raft.db: %w", err)
+			return nil, nil, nil, &StoreError{Path: filepath.Join(cfg.DataDir, "raft.db"), NodeID: cfg.NodeID, Err: err}
 		}
 		return b, b, b, nil
 	case LogStoreWAL:
@@ -89,7 +89,7 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
 		if err != nil {
 			meta.Close()
-			return nil, nil, nil, fmt.Errorf("open wal: %w", err)
+			return nil, nil, nil, &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}
 		}
 		return w, w, walCloser{w, meta}, nil
 	}

@@ -167,6 +167,9 @@ func (s *Server) setupRaft() error {
 	if s.logs, err = raft.NewLogCache(512, store); err != nil {
 		return err
 	}
+	if err := removeSnapshotTemps(cfg.DataDir, s.logger); err != nil {
+		return err
+	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
@@ -206,8 +209,13 @@ func (s *Server) setupRaft() error {
 		machine = notifyingFSM{BatchingFSM: machine, n: s.commits}
 		trans = notifyingTransport{NetworkTransport: s.trans, n: s.commits}
 	}
-	if s.raft, err = raft.NewRaft(rc, machine, s.logs, s.stable, snaps, trans); err != nil {
-		return fmt.Errorf("start raft: %w", err)
+	if err := checkLogReadable(cfg, store, snaps); err != nil {
+		return err
+	}
+	if s.raft, err = newRaftNoPanic(cfg, func() (*raft.Raft, error) {
+		return raft.NewRaft(rc, machine, s.logs, s.stable, snaps, trans)
+	}); err != nil {
+		return err
 	}
 	if !existing && cfg.BootstrapExpect == 1 {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{

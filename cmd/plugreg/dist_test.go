@@ -102,7 +102,8 @@ func TestDistUnit(t *testing.T) {
 	}
 	unit := string(b)
 	for _, want := range []string{"Restart=on-failure", "KillSignal=SIGTERM", "ExecStart=/usr/local/bin/plugreg agent -config /etc/plugreg/plugreg.json",
-		"ExecReload=/bin/kill -HUP $MAINPID", "StateDirectory=plugreg", "User=plugreg"} {
+		"ExecReload=/bin/kill -HUP $MAINPID", "StateDirectory=plugreg", "User=plugreg",
+		"RestartPreventExitStatus=" + strconv.Itoa(exitDataErr)} {
 		if !strings.Contains(unit, "\n"+want+"\n") {
 			t.Errorf("the unit lacks %q", want)
 		}

@@ -3,11 +3,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 
+	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/buildinfo"
 )
 
@@ -52,6 +54,10 @@ func usage() {
 		"Client commands reach the nodes in $PLUGREG_ADDR (comma-separated; default 127.0.0.1:8500).\n")
 }
 
+// exitDataErr is the agent's exit status when its data dir holds a store
+// it cannot read (sysexits.h EX_DATAERR).
+const exitDataErr = 65
+
 func main() {
 	if len(os.Args) == 2 && (os.Args[1] == "-v" || os.Args[1] == "--version" || os.Args[1] == "-version") {
 		fmt.Println(buildinfo.Read())
@@ -75,6 +81,12 @@ func main() {
 			os.Exit(2)
 		}
 		fmt.Fprintf(os.Stderr, "plugreg %s: %s\n", os.Args[1], strings.TrimSpace(err.Error()))
+		var damaged *cluster.StoreError
+		if errors.As(err, &damaged) {
+			// Its own status, so a supervisor can tell "restarting will
+			// not help" (dist/plugreg.service: RestartPreventExitStatus).
+			os.Exit(exitDataErr)
+		}
 		os.Exit(1)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // Claim records id in dir, or checks it against the one recorded.
@@ -15,13 +17,16 @@ func Claim(dir, id string) error {
 	path := filepath.Join(dir, "node-id")
 	b, err := os.ReadFile(path)
 	switch {
-	case err == nil:
+	case err == nil && strings.TrimSpace(string(b)) != "":
 		if got := strings.TrimSpace(string(b)); got != id {
 			return fmt.Errorf("data dir %s belongs to node %q, not %q", dir, got, id)
 		}
 		return nil
-	case errors.Is(err, os.ErrNotExist):
-		return os.WriteFile(path, []byte(id+"\n"), 0o640)
+	case err == nil, errors.Is(err, os.ErrNotExist):
+		// An empty file names no node: releases before atomicfile wrote it
+		// with a plain write, which a power cut could leave empty, and the
+		// agent then refused to start. Whole or absent from now on.
+		return atomicfile.WriteFile(path, []byte(id+"\n"), 0o640)
 	default:
 		return fmt.Errorf("read node id: %w", err)
 	}

@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+)
+
+// StoreError says a server cannot start from its data dir because a store
+// in it cannot be read: the log store, the stable store or the snapshots.
+// Restarting the same binary on the same files fails the same way, so the
+// message says what to do instead; the agent prints it as its one line on
+// exit (no panic, no stack), and a supervisor's restart loop is not the
+// recovery path (docs/operations.md "A server that cannot open its data
+// dir").
+type StoreError struct {
+	Path   string // the file or dir that cannot be read
+	NodeID string
+	Err    error
+}
+
+func (e *StoreError) Error() string {
+	if errors.Is(e.Err, fs.ErrPermission) {
+		return fmt.Sprintf("cannot open %s: %v: the agent's user must own the data dir and everything in it", e.Path, e.Err)
+	}
+	return fmt.Sprintf("cannot start from %s: %v. Restarting will not help. "+
+		"If the other servers have a leader: move the data dir aside (keep it for a bug report), "+
+		"run 'plugreg operator raft remove-peer %s' against them once 'plugreg members' shows this node failed, "+
+		"and start this server on an empty data dir: it rejoins and receives a snapshot. "+
+		"If no server has a leader, see docs/operations.md, outage recovery",
+		e.Path, e.Err, e.NodeID)
+}
+
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// storePath names the log store's file or dir in cfg's data dir.
+func storePath(cfg *Config) string {
+	if storeInDir(cfg.DataDir) == LogStoreBolt {
+		return filepath.Join(cfg.DataDir, "raft.db")
+	}
+	return filepath.Join(cfg.DataDir, "wal")
+}
+
+// checkLogReadable reads every entry raft.NewRaft will read at start (those
+// after the newest snapshot) and returns a StoreError for the first that
+// cannot be read. NewRaft panics on such an entry (raft v1.7: "failed to
+// get log"); finding it first turns a crash with a stack into an error
+// that says what to do.
+func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("first index: %w", err)}
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("last index: %w", err)}
+	}
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 && metas[0].Index+1 > first {
+		first = metas[0].Index + 1
+	}
+	var entry raft.Log
+	for i := first; i != 0 && i <= last; i++ {
+		if err := logs.GetLog(i, &entry); err != nil {
+			return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("entry %d of %d-%d: %w", i, first, last, err)}
+		}
+	}
+	return nil
+}
+
+// newRaftNoPanic is raft.NewRaft with a panic in it (it panics on a log
+// entry it cannot read, among others) returned as a StoreError. The panic
+// happens on the caller's goroutine, before NewRaft starts any of its own.
+func newRaftNoPanic(cfg *Config, start func() (*raft.Raft, error)) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			perr, ok := p.(error)
+			if !ok {
+				perr = fmt.Errorf("%v", p)
+			}
+			r, err = nil, &StoreError{Path: cfg.DataDir, NodeID: cfg.NodeID, Err: fmt.Errorf("raft start: %w", perr)}
+		}
+	}()
+	r, err = start()
+	if err != nil {
+		err = &StoreError{Path: cfg.DataDir, NodeID: cfg.NodeID, Err: fmt.Errorf("raft start: %w", err)}
+	}
+	return r, err
+}
+
+// removeSnapshotTemps removes the snapshots/*.tmp dirs a snapshot left
+// behind when the agent died while writing it, or when an install from
+// the leader failed: raft's FileSnapshotStore ignores them but never
+// removes them, so each can hold a whole registry's worth of disk for
+// good. Called after the log store is open (it locks the data dir), so no
+// other agent is writing a snapshot there.
+func removeSnapshotTemps(dataDir string, logger interface {
+	Warn(msg string, args ...interface{})
+}) error {
+	tmps, err := filepath.Glob(filepath.Join(dataDir, "snapshots", "*.tmp"))
+	if err != nil {
+		return err
+	}
+	for _, tmp := range tmps {
+		if err := os.RemoveAll(tmp); err != nil {
+			return fmt.Errorf("remove an unfinished snapshot: %w", err)
+		}
+		logger.Warn("removed an unfinished snapshot", "path", tmp)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+
+	"github.com/plugreg/plugreg/internal/proctest"
+)
+
+// A server whose data dir holds a store it cannot read exits with status
+// 65 (the systemd unit does not restart it) at once with one line that names the file, what is wrong and what to do:
+// never a panic with a stack, which a supervisor would restart forever.
+// The unreadable-entry case is what raft-wal issue 31 left behind (a
+// sealed segment that cannot be read); raft.NewRaft panics on it, and the
+// agent did too before it checked the log first.
+func TestDamagedStoreExitsWithOneLine(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	cases := []struct {
+		name     string
+		logStore string
+		damage   func(t *testing.T, dataDir string) // makes a damaged data dir
+		want     string                             // in the line, besides the path
+		path     string                             // the file or dir the line names, under the data dir
+	}{
+		{"wal entry unreadable", "", func(t *testing.T, d string) {
+			segs := writeWAL(t, d)
+			truncateHalf(t, segs[0])
+		}, "entry 1 of", "wal"},
+		{"wal segment header zeroed", "", func(t *testing.T, d string) {
+			segs := writeWAL(t, d)
+			overwrite(t, segs[0], 0, 64)
+		}, "WAL is corrupt", "wal"},
+		{"wal meta db garbage", "", func(t *testing.T, d string) {
+			writeWAL(t, d)
+			if err := os.WriteFile(filepath.Join(d, "wal", "wal-meta.db"), bytes.Repeat([]byte("garbage "), 512), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "wal-meta.db", "wal"},
+		{"boltdb garbage", "boltdb", func(t *testing.T, d string) {
+			if err := os.WriteFile(filepath.Join(d, "raft.db"), bytes.Repeat([]byte("garbage "), 8192), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "invalid database", "raft.db"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			dataDir := filepath.Join(dir, "data")
+			if err := os.MkdirAll(dataDir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t, dataDir)
+			p := proctest.FreePorts(t, "127.0.0.1", 3)
+			args := []string{"agent", "-node", "n1", "-data-dir", dataDir, "-bind", "127.0.0.1",
+				"-http-port", strconv.Itoa(p[0]), "-server-port", strconv.Itoa(p[1]), "-gossip-port", strconv.Itoa(p[2]), "-bootstrap-expect", "1"}
+			if tc.logStore != "" {
+				args = append(args, "-log-store", tc.logStore)
+			}
+			cmd := exec.Command(bin, args...)
+			var stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stderr, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("the agent did not exit on a damaged store:\n%s", stderr.String())
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitDataErr {
+				t.Fatalf("exit %v, want status %d:\n%s", err, exitDataErr, stderr.String())
+			}
+			out := stderr.String()
+			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
+				t.Fatalf("a panic or a stack on stderr:\n%s", out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			for _, want := range []string{filepath.Join(dataDir, tc.path), tc.want, "remove-peer n1", "empty data dir"} {
+				if !strings.Contains(last, want) {
+					t.Errorf("the last line does not say %q:\n%s", want, last)
+				}
+			}
+			for _, l := range lines[:len(lines)-1] {
+				if strings.Contains(l, "[ERROR]") {
+					t.Errorf("more than one error line:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
+// writeWAL writes a raft-wal log of 100 entries in small segments under
+// dataDir/wal, as a server's would be after a busy while, and returns the
+// segment files in order.
+func writeWAL(t *testing.T, dataDir string) []string {
+	t.Helper()
+	dir := filepath.Join(dataDir, "wal")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	w, err := wal.Open(dir, wal.WithSegmentSize(64<<10), wal.WithLogger(hclog.NewNullLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 100; i++ {
+		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, 4096)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil || len(segs) < 2 {
+		t.Fatalf("want several segments, have %v (%v)", segs, err)
+	}
+	return segs
+}
+
+func truncateHalf(t *testing.T, path string) {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err == nil {
+		err = os.Truncate(path, st.Size()/2)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func overwrite(t *testing.T, path string, off, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, n), off)
+		f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
