@@ -45,7 +45,15 @@ type NameList struct {
 	Instances []*PluginInfo
 }
 
-// WriteState streams s to w in the snapshot format.
+// WriteState streams s to w in the snapshot format. It checks every record
+// as ReadState will (checkRecord, checkRequestRecord, readACL) and fails
+// with ErrBadSnapshot before writing one the reader would refuse: a
+// snapshot is read back by this node after a restart and by every
+// follower it is sent to, so one that cannot be read must fail when it is
+// taken (raft then keeps the log and tries again later), not when it is
+// needed. Once the reader refused a result the FSM records (an ACL token
+// deletion's), and every snapshot taken in the next 65,536 requests was
+// unreadable.
 func WriteState(w io.Writer, s *State) error {
 	bw := bufio.NewWriterSize(w, 64*1024)
 	enc := codec.NewEncoder(bw, msgpackHandle)
@@ -55,6 +63,9 @@ func WriteState(w io.Writer, s *State) error {
 		return false
 	})
 	tokens := s.aclRecords()
+	if _, err := readACL(s.ACLBootstrapped(), tokens, s.index); err != nil {
+		return fmt.Errorf("%w: would not read back: %v", ErrBadSnapshot, err)
+	}
 	hdr := RegistryState{Version: SnapshotVersion, Index: s.index, Names: names, Instances: s.instances, Requests: s.requests.len(),
 		ACLBootstrapIndex: s.ACLBootstrapped(), ACLTokens: len(tokens)}
 	if err := enc.Encode(&hdr); err != nil {
@@ -62,13 +73,24 @@ func WriteState(w io.Writer, s *State) error {
 	}
 	var err error
 	s.Walk(func(t, n string, list []*PluginInfo) bool {
-		err = enc.Encode(&NameList{Type: t, Name: n, Instances: list})
+		rec := NameList{Type: t, Name: n, Instances: list}
+		if cerr := checkRecord(&rec, s.index); cerr != nil {
+			err = fmt.Errorf("%w: would not read back: %s/%s: %v", ErrBadSnapshot, t, n, cerr)
+			return false
+		}
+		err = enc.Encode(&rec)
 		return err == nil
 	})
 	if err != nil {
 		return fmt.Errorf("write snapshot record: %w", err)
 	}
+	var prevReq uint64
 	s.requests.walk(func(rec RequestRecord) bool {
+		if cerr := checkRequestRecord(&rec, prevReq, s.index); cerr != nil {
+			err = fmt.Errorf("%w: would not read back: %v", ErrBadSnapshot, cerr)
+			return false
+		}
+		prevReq = rec.Index
 		err = enc.Encode(&rec)
 		return err == nil
 	})
