@@ -307,7 +307,7 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	if r.plugregBin != "" {
 		bin = r.plugregBin
 	}
-	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
+	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events; %s\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize, r.logStoreText())
 	counts := map[string]map[string]int{}
 	for _, op := range rec.ops {
 		if counts[op.F] == nil {
