@@ -69,12 +69,13 @@ type db struct {
 	logf        func(format string, args ...interface{})
 	mounts      []string // data dirs on a tmpfs of their own (the disk family)
 	logStore    string   // every server's Raft log store: wal or boltdb
+	walSegment  int      // -wal-segment-size for wal servers (0: the agent's default)
 }
 
 func newDB(root, bin string, r *runConfig) *db {
 	d := &db{bin: bin, root: root, httpPort: r.portBase, serverPort: r.portBase + 1, gossipPort: r.portBase + 2,
 		clientHTTP: r.portBase + 3, clientGosp: r.portBase + 4,
-		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize, logStore: r.logStore,
+		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize, logStore: r.logStore, walSegment: r.walSegment,
 		clock: func() int64 { return 0 }, logf: func(string, ...interface{}) {}}
 	if r.defaultTimeouts {
 		d.hbTimeout = agentDefaultTimeout // what the nemesis waits on
@@ -118,6 +119,21 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 // without -heartbeat-timeout (-raft-multiplier 1).
 const agentDefaultTimeout = time.Second
 
+// compactionLag is how many entries past the trailing logs a leader may
+// still send from its log after a snapshot: none with boltdb; with wal,
+// what its unsealed tail segment holds (raft-wal serves the tail whole;
+// entries are about 150 bytes in the suite), or every entry since the
+// start with the agent's 16 MiB segments.
+func (d *db) compactionLag() uint64 {
+	if d.logStore != "wal" {
+		return 0
+	}
+	if d.walSegment == 0 {
+		return 1 << 40
+	}
+	return uint64(d.walSegment / 150)
+}
+
 // args is node n's agent command line.
 func (d *db) args(n *node) []string {
 	if n.Client {
@@ -138,6 +154,9 @@ func (d *db) args(n *node) []string {
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
 	args = append(args, "-log-store", d.logStore)
+	if d.logStore == "wal" && d.walSegment > 0 {
+		args = append(args, "-wal-segment-size", strconv.Itoa(d.walSegment))
+	}
 	if secure != nil {
 		args = append(args, secure.agentArgs(false)...)
 	}

@@ -50,6 +50,7 @@ type runConfig struct {
 	clientAgents      int    // client agent processes on 127.0.0.4, .5, ...
 	logStoreFlag      string // -log-store: wal, boltdb or random
 	logStore          string // this run's Raft log store, on every server: wal or boltdb
+	walSegment        int    // -wal-segment-size
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.logStoreFlag, "log-store", "random", "every server's Raft log store: wal (the agent's default), boltdb, or random (boltdb one run in four, from the seed)")
+	flag.IntVar(&r.walSegment, "wal-segment-size", 32<<10, "the wal servers' -wal-segment-size, bytes (0: the agent's 16 MiB, with which a leader never compacts within a run, so never sends a snapshot)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -181,7 +183,11 @@ func (r *runConfig) logStoreText() string {
 	if r.logStoreFlag != "random" {
 		how = "-log-store " + r.logStoreFlag
 	}
-	return fmt.Sprintf("log store %s on every server (%s)", r.logStore, how)
+	seg := ""
+	if r.logStore == "wal" && r.walSegment > 0 {
+		seg = fmt.Sprintf(", %d KiB segments", r.walSegment>>10)
+	}
+	return fmt.Sprintf("log store %s on every server (%s%s)", r.logStore, how, seg)
 }
 
 // plugregBinary is -plugreg-bin, or ./cmd/plugreg built into dir.
