@@ -65,6 +65,13 @@ func (nm *nemesis) deposedLeader(ctx context.Context) fault {
 		return truncations > 0
 	})
 
+	// What the restart will read: raft reads back the entries after its
+	// last snapshot, so a store that lost the truncated segment's index
+	// fails there only if that snapshot is below the truncation.
+	snap := "?"
+	if h, err := nm.db.health(ctx, l); err == nil {
+		snap = fmt.Sprint(h.LastSnapshotIndex)
+	}
 	old := nm.db.pid(l)
 	err := nm.db.kill(l)
 	gone := err == nil && old != 0 && !nm.db.running(l)
@@ -79,8 +86,8 @@ func (nm *nemesis) deposedLeader(ctx context.Context) fault {
 		return up || !nm.db.running(l)
 	})
 	f.Effect = elected && truncations > 0 && gone && back
-	f.Detail = fmt.Sprintf("%s (leader in term %d) cut off under %d burst writes through it; another elected: %v; healed; its log truncated %d times (%s); killed (pid %d gone: %v), restarted after %v (new process: %v); answering: %v",
-		n.Name, term, writes, elected, truncations, strings.TrimSpace(afterTime(last)), old, gone, delay.Round(time.Millisecond), back, up)
+	f.Detail = fmt.Sprintf("%s (leader in term %d) cut off under %d burst writes through it; another elected: %v; healed; its log truncated %d times (%s), its last snapshot at %s; killed (pid %d gone: %v), restarted after %v (new process: %v); answering: %v",
+		n.Name, term, writes, elected, truncations, strings.TrimSpace(afterTime(last)), snap, old, gone, delay.Round(time.Millisecond), back, up)
 	nm.recoverAll(ctx)
 	return f
 }
