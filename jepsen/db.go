@@ -117,7 +117,7 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 
 // agentDefaultTimeout is the agent's heartbeat and election timeout
 // without -heartbeat-timeout (-raft-multiplier 1).
-const agentDefaultTimeout = time.Second
+const agentDefaultTimeout = 500 * time.Millisecond
 
 // compactionLag is how many entries past the trailing logs a leader may
 // still send from its log after a snapshot: none with boltdb; with wal,
