@@ -1,7 +1,7 @@
 package cluster
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,12 +29,16 @@ type JournalRecord struct {
 // journalFSM records every entry the FSM applies to a file, then lets the
 // real FSM answer. It is a test instrument: raft's FSM goroutine is its only
 // writer, and it writes (to the OS, not fsync'ed) before raft hands the
-// response back, so a kill -9 loses nothing that was acknowledged.
+// response back, so a kill -9 loses nothing that was acknowledged. Each
+// batch is one write: a kill -9 leaves all of it in the file or none,
+// never a torn line that the next process would append to (a bufio.Writer
+// wrote out a full buffer in the middle of a record: the fault suite's
+// deposed-leader family killed a server applying a batch, and its journal
+// no longer parsed).
 type journalFSM struct {
 	*fsm.FSM
-	mu sync.Mutex // guards w, f (Close may race with the FSM goroutine)
-	f  *os.File
-	w  *bufio.Writer
+	mu sync.Mutex     // guards f (Close may race with the FSM goroutine)
+	f  io.WriteCloser // the file; nil once closed
 }
 
 var _ raft.BatchingFSM = (*journalFSM)(nil)
@@ -44,7 +48,7 @@ func openJournalFSM(inner *fsm.FSM, path string) (*journalFSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open apply journal: %w", err)
 	}
-	return &journalFSM{FSM: inner, f: f, w: bufio.NewWriter(f)}, nil
+	return &journalFSM{FSM: inner, f: f}, nil
 }
 
 func (j *journalFSM) Apply(l *raft.Log) interface{} {
@@ -53,12 +57,8 @@ func (j *journalFSM) Apply(l *raft.Log) interface{} {
 
 func (j *journalFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := j.FSM.ApplyBatch(logs)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.w == nil {
-		return out
-	}
-	enc := json.NewEncoder(j.w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	for i, l := range logs {
 		rec := JournalRecord{Index: l.Index, Term: l.Term, Kind: "configuration"}
 		if l.Type == raft.LogCommand {
@@ -75,33 +75,35 @@ func (j *journalFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		enc.Encode(&rec)
 	}
-	j.w.Flush()
+	j.write(buf.Bytes())
 	return out
+}
+
+// write appends b to the journal in one write, unless it is closed.
+func (j *journalFSM) write(b []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f != nil {
+		j.f.Write(b)
+	}
 }
 
 func (j *journalFSM) Restore(rc io.ReadCloser) error {
 	if err := j.FSM.Restore(rc); err != nil {
 		return err
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.w != nil {
-		json.NewEncoder(j.w).Encode(&JournalRecord{Index: j.FSM.State().Index(), Kind: "restore"})
-		j.w.Flush()
-	}
+	b, _ := json.Marshal(&JournalRecord{Index: j.FSM.State().Index(), Kind: "restore"})
+	j.write(append(b, '\n'))
 	return nil
 }
 
 func (j *journalFSM) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.w == nil {
+	if j.f == nil {
 		return nil
 	}
-	err := j.w.Flush()
-	j.w = nil
-	if cerr := j.f.Close(); err == nil {
-		err = cerr
-	}
+	err := j.f.Close()
+	j.f = nil
 	return err
 }

@@ -59,6 +59,14 @@ type Config struct {
 	// "wal" (hashicorp/raft-wal; "" means wal) or "boltdb". A data dir
 	// keeps the store it was created with ("" opens whichever it holds).
 	LogStore string
+	// WALSegmentSize is the size of each raft-wal segment file, in bytes
+	// (zero: 16 MiB). raft-wal drops old entries a whole segment at a
+	// time and serves the unsealed tail segment whole, so with large
+	// segments a leader keeps every entry since the segment began and
+	// sends followers that entry rather than a snapshot. Smaller segments
+	// compact sooner; the fault suite uses them to keep snapshot installs
+	// under fault.
+	WALSegmentSize int
 	// SnapshotThreshold: log entries between snapshots (zero: 8192).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration // zero: 120s (raft's default)
@@ -157,6 +165,9 @@ func (c *Config) Validate() error {
 	case "", LogStoreBolt, LogStoreWAL:
 	default:
 		errs = append(errs, fmt.Errorf("log store %q: use %q or %q", c.LogStore, LogStoreBolt, LogStoreWAL))
+	}
+	if c.WALSegmentSize != 0 && (c.WALSegmentSize < minWALSegmentSize || c.WALSegmentSize > maxWALSegmentSize) {
+		errs = append(errs, fmt.Errorf("wal segment size %d: use %d to %d bytes (or 0)", c.WALSegmentSize, minWALSegmentSize, maxWALSegmentSize))
 	}
 	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
 		errs = append(errs, fmt.Errorf("server and gossip ports are both %d", c.ServerPort))

@@ -25,7 +25,14 @@ const (
 	LogStoreWAL = "wal"
 )
 
-const walSegmentSize = 16 << 20
+// walSegmentSize is raft-wal's segment size unless Config.WALSegmentSize
+// says otherwise; the bounds keep a segment above a few entries and within
+// raft-wal's 32-bit offsets.
+const (
+	walSegmentSize    = 16 << 20
+	minWALSegmentSize = 16 << 10
+	maxWALSegmentSize = 1 << 30
+)
 
 // walCloser closes the WAL, then its meta store.
 type walCloser struct {
@@ -86,7 +93,11 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		// tail was truncated without its index block, and the next open
 		// failed (raft-wal issue 31; TestLogStoreReopensAfterTailTruncation).
 		meta := &metadb.BoltMetaDB{}
-		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
+		size := walSegmentSize
+		if cfg.WALSegmentSize != 0 {
+			size = cfg.WALSegmentSize
+		}
+		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(size), wal.WithMetaStore(meta))
 		if err != nil {
 			meta.Close()
 			return nil, nil, nil, &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -70,94 +72,114 @@ func TestLogStoreOfADataDir(t *testing.T) {
 	}
 }
 
-// A log whose tail was truncated (what a deposed leader's log goes through
-// when the new leader clears its uncommitted suffix) must open again, take
-// new entries, seal full segments and open again, on both stores.
-// raft-wal v0.4.0 marked the truncated segment sealed without writing its
-// index block, and the next open failed with "sealed segment has no index
-// block" (hashicorp/raft-wal issue 31, fixed in v0.4.1 by PR 33): every
-// restart of such a server then panicked in raft.NewRaft.
-func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
-	// Entries big enough that a few dozen fill a segment, so the steps
-	// below cross segment boundaries as a busy server's log does.
-	const entrySize = 256 << 10
-	perSegment := walSegmentSize / entrySize
-	steps := []struct {
-		name      string
-		append    int    // entries appended after the last index
-		truncFrom uint64 // DeleteRange(truncFrom, last) when > 0
-		wantFirst uint64
-		wantLast  uint64
-	}{
-		{name: "append in the first segment", append: 10, wantFirst: 1, wantLast: 10},
-		{name: "truncate the tail in the active segment", truncFrom: 8, wantFirst: 1, wantLast: 7},
-		{name: "append after the truncation", append: 5, wantFirst: 1, wantLast: 12},
-		{name: "append past a segment boundary", append: perSegment + 3, wantFirst: 1, wantLast: uint64(12 + perSegment + 3)},
-		{name: "truncate back across the boundary", truncFrom: uint64(perSegment - 2), wantFirst: 1, wantLast: uint64(perSegment - 3)},
-		{name: "append and seal again", append: 2*perSegment + 1, wantFirst: 1, wantLast: uint64(3*perSegment - 2)},
-		{name: "truncate one entry", truncFrom: uint64(3*perSegment - 2), wantFirst: 1, wantLast: uint64(3*perSegment - 3)},
+// storeEntries appends entries from..to of term to ls, batch at a time
+// (raft-wal seals a segment only at the end of an append), each about the
+// size of a registration in the log (150 bytes).
+func storeEntries(t *testing.T, ls raft.LogStore, from, to, term uint64, batch uint64) {
+	t.Helper()
+	for i := from; i <= to; i += batch {
+		var b []*raft.Log
+		for j := i; j <= min(i+batch-1, to); j++ {
+			b = append(b, &raft.Log{Index: j, Term: term, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("%0150d", j))})
+		}
+		if err := ls.StoreLogs(b); err != nil {
+			t.Fatalf("store entries %d-%d: %v", i, min(i+batch-1, to), err)
+		}
 	}
-	for _, kind := range []string{LogStoreWAL, LogStoreBolt} {
-		t.Run(kind, func(t *testing.T) {
-			dir := t.TempDir()
+}
+
+// A follower truncates a conflicting tail (raft's "clearing log suffix")
+// and appends the new leader's entries; the store must open again after,
+// with every entry. raft-wal v0.4.0 marked the truncated tail segment
+// sealed without writing its index block, and could not (raft-wal issue
+// 31; issue 24 here: a deposed leader restarted into a crash loop). With
+// small segments (the fault suite's) the truncation may also reach back
+// into a sealed segment, or come just after a segment was sealed.
+func TestLogStoreReopensAfterTailTruncation(t *testing.T) {
+	cases := []struct {
+		name  string
+		store string
+		size  int    // Config.WALSegmentSize
+		batch uint64 // entries per append
+		from  uint64 // the first entry truncated (of 1-300)
+	}{
+		{"default segments, the unsealed tail", LogStoreWAL, 0, 10, 296},
+		{"small segments, the unsealed tail", LogStoreWAL, minWALSegmentSize, 10, 296},
+		{"small segments, into a sealed segment", LogStoreWAL, minWALSegmentSize, 10, 251},
+		{"small segments, just after a seal", LogStoreWAL, minWALSegmentSize, 300, 251},
+		{"boltdb", LogStoreBolt, 0, 10, 251},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &Config{DataDir: t.TempDir(), LogStore: tc.store, WALSegmentSize: tc.size, Logger: hclog.NewNullLogger()}
 			open := func() (raft.LogStore, io.Closer) {
-				t.Helper()
-				logs, _, c, err := openStores(&Config{DataDir: dir, LogStore: kind, Logger: hclog.NewNullLogger()})
+				ls, _, c, err := openStores(cfg)
 				if err != nil {
-					t.Fatalf("open %s: %v", kind, err)
+					t.Fatalf("open: %v", err)
 				}
-				return logs, c
+				return ls, c
 			}
-			check := func(logs raft.LogStore, first, last uint64) {
+			ls, c := open()
+			storeEntries(t, ls, 1, 300, 1, tc.batch)
+			if err := ls.DeleteRange(tc.from, 300); err != nil {
+				t.Fatal(err)
+			}
+			storeEntries(t, ls, tc.from, 310, 2, 10)
+			check := func(ls raft.LogStore) {
 				t.Helper()
-				if got, err := logs.FirstIndex(); err != nil || got != first {
-					t.Fatalf("first index %d (%v), want %d", got, err, first)
+				if last, err := ls.LastIndex(); err != nil || last != 310 {
+					t.Fatalf("last index %d, %v; want 310", last, err)
 				}
-				if got, err := logs.LastIndex(); err != nil || got != last {
-					t.Fatalf("last index %d (%v), want %d", got, err, last)
-				}
-				for _, i := range []uint64{first, (first + last) / 2, last} {
+				for i := uint64(1); i <= 310; i++ {
 					var l raft.Log
-					if err := logs.GetLog(i, &l); err != nil {
-						t.Fatalf("get %d: %v", i, err)
+					want := uint64(1)
+					if i >= tc.from {
+						want = 2
 					}
-					if l.Index != i || len(l.Data) != entrySize || l.Data[0] != byte(i) {
-						t.Fatalf("entry %d reads back as index %d, %d bytes", i, l.Index, len(l.Data))
+					if err := ls.GetLog(i, &l); err != nil || l.Term != want {
+						t.Fatalf("entry %d: term %d, %v; want term %d", i, l.Term, err, want)
 					}
 				}
 			}
-			var last uint64
-			for _, st := range steps {
-				logs, c := open()
-				if st.append > 0 {
-					batch := make([]*raft.Log, 0, 8)
-					for i := 0; i < st.append; i++ {
-						last++
-						data := make([]byte, entrySize)
-						data[0] = byte(last)
-						batch = append(batch, &raft.Log{Index: last, Term: 1, Type: raft.LogCommand, Data: data})
-						if len(batch) == cap(batch) || i == st.append-1 {
-							if err := logs.StoreLogs(batch); err != nil {
-								t.Fatalf("%s: store: %v", st.name, err)
-							}
-							batch = batch[:0]
-						}
-					}
-				}
-				if st.truncFrom > 0 {
-					if err := logs.DeleteRange(st.truncFrom, last); err != nil {
-						t.Fatalf("%s: delete %d-%d: %v", st.name, st.truncFrom, last, err)
-					}
-					last = st.truncFrom - 1
-				}
-				check(logs, st.wantFirst, st.wantLast)
-				if err := c.Close(); err != nil {
-					t.Fatalf("%s: close: %v", st.name, err)
-				}
-				// The reopen is what failed: every step ends with one.
-				logs, c = open()
-				check(logs, st.wantFirst, st.wantLast)
-				c.Close()
+			check(ls)
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			ls, c = open()
+			defer c.Close()
+			check(ls)
+		})
+	}
+}
+
+// raft-wal compacts a whole segment at a time and serves the unsealed
+// tail segment whole: with the default segments a leader still has every
+// entry of a run after a snapshot and never sends one; with small ones
+// (Config.WALSegmentSize, as the fault suite runs) the compacted entries
+// are gone, and a follower that needs them gets a snapshot.
+func TestWALSegmentSizeCompacts(t *testing.T) {
+	cases := []struct {
+		size int
+		gone bool // entry 10 is gone after compacting up to 900
+	}{
+		{0, false},
+		{minWALSegmentSize, true},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("segment size %d", tc.size), func(t *testing.T) {
+			ls, _, c, err := openStores(&Config{DataDir: t.TempDir(), LogStore: LogStoreWAL, WALSegmentSize: tc.size, Logger: hclog.NewNullLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			storeEntries(t, ls, 1, 1000, 1, 10)
+			if err := ls.DeleteRange(1, 900); err != nil {
+				t.Fatal(err)
+			}
+			var l raft.Log
+			err = ls.GetLog(10, &l)
+			if gone := errors.Is(err, raft.ErrLogNotFound); gone != tc.gone {
+				t.Fatalf("entry 10 after compacting to 900: %v; want gone: %v", err, tc.gone)
 			}
 		})
 	}

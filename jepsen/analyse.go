@@ -59,6 +59,7 @@ type endOfRun struct {
 	watchTarget  uint64            // the index the slow watcher had to reach
 	watchReached uint64
 	plugins      []check.Violation // the stub plugins' registrations (stubPlugins)
+	logMarks     string            // what the servers' logs say happened to their Raft logs (raftLogMarks)
 }
 
 // converge waits up to bound until every node reports the same applied
@@ -251,6 +252,7 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	case tput < r.minThroughput:
 		res.invalid = fmt.Sprintf("throughput before the first fault was %.1f ok ops/s, under the floor of %.1f", tput, r.minThroughput)
 	}
+	end.logMarks = raftLogMarks(d)
 	res.summary = summarize(r, rec, faults, res, truth, tput, end)
 	return res
 }
@@ -307,7 +309,7 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	if r.plugregBin != "" {
 		bin = r.plugregBin
 	}
-	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize)
+	fmt.Fprintf(&b, "agent: %s; %s, snapshot threshold %d, journal %d events; %s\n\n", bin, r.timeoutsText(), r.snapshotThreshold, r.journalSize, r.logStoreText())
 	counts := map[string]map[string]int{}
 	for _, op := range rec.ops {
 		if counts[op.F] == nil {
@@ -363,7 +365,7 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	for _, n := range names {
 		fmt.Fprintf(&b, " %s %d/%d;", n, byName[n][1], byName[n][0])
 	}
-	fmt.Fprintf(&b, "\n\n")
+	fmt.Fprintf(&b, "\n\n%s\n", end.logMarks)
 	fmt.Fprintf(&b, "slow watcher: reached index %d of %d\n", end.watchReached, end.watchTarget)
 	fmt.Fprintf(&b, "SIGTERM at the end:\n")
 	for _, s := range end.stops {

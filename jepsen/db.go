@@ -68,12 +68,14 @@ type db struct {
 	clock       func() int64 // the run's clock, for the process records
 	logf        func(format string, args ...interface{})
 	mounts      []string // data dirs on a tmpfs of their own (the disk family)
+	logStore    string   // every server's Raft log store: wal or boltdb
+	walSegment  int      // -wal-segment-size for wal servers (0: the agent's default)
 }
 
 func newDB(root, bin string, r *runConfig) *db {
 	d := &db{bin: bin, root: root, httpPort: r.portBase, serverPort: r.portBase + 1, gossipPort: r.portBase + 2,
 		clientHTTP: r.portBase + 3, clientGosp: r.portBase + 4,
-		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize,
+		hbTimeout: r.heartbeatTimeout, hbFlag: !r.defaultTimeouts, snapshotThr: r.snapshotThreshold, journalSize: r.journalSize, logStore: r.logStore, walSegment: r.walSegment,
 		clock: func() int64 { return 0 }, logf: func(string, ...interface{}) {}}
 	if r.defaultTimeouts {
 		d.hbTimeout = agentDefaultTimeout // what the nemesis waits on
@@ -115,19 +117,21 @@ func clientFrom(ip string, timeout time.Duration) *http.Client {
 
 // agentDefaultTimeout is the agent's heartbeat and election timeout
 // without -heartbeat-timeout (-raft-multiplier 1).
-const agentDefaultTimeout = time.Second
+const agentDefaultTimeout = 500 * time.Millisecond
 
-// logStore is server n's Raft log store: raft-wal (the default) on the
-// second server, boltdb on the others. raft-wal removes old entries only a
-// whole 16 MiB segment at a time, so a wal leader never compacts its log
-// within a run and never sends a snapshot; boltdb leaders do (20 trailing
-// entries), which keeps the snapshot-install paths under fault, and the
-// mix checks that the two stores replicate together.
-func (d *db) logStore(n *node) string {
-	if len(d.nodes) > 1 && n == d.nodes[1] {
-		return "wal"
+// compactionLag is how many entries past the trailing logs a leader may
+// still send from its log after a snapshot: none with boltdb; with wal,
+// what its unsealed tail segment holds (raft-wal serves the tail whole;
+// entries are about 150 bytes in the suite), or every entry since the
+// start with the agent's 16 MiB segments.
+func (d *db) compactionLag() uint64 {
+	if d.logStore != "wal" {
+		return 0
 	}
-	return "boltdb"
+	if d.walSegment == 0 {
+		return 1 << 40
+	}
+	return uint64(d.walSegment / 150)
 }
 
 // args is node n's agent command line.
@@ -149,7 +153,10 @@ func (d *db) args(n *node) []string {
 		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
-	args = append(args, "-log-store", d.logStore(n))
+	args = append(args, "-log-store", d.logStore)
+	if d.logStore == "wal" && d.walSegment > 0 {
+		args = append(args, "-wal-segment-size", strconv.Itoa(d.walSegment))
+	}
 	if secure != nil {
 		args = append(args, secure.agentArgs(false)...)
 	}

@@ -47,7 +47,10 @@ type runConfig struct {
 	journalSize       int
 	checkTimeout      time.Duration
 	minThroughput     float64
-	clientAgents      int // client agent processes on 127.0.0.4, .5, ...
+	clientAgents      int    // client agent processes on 127.0.0.4, .5, ...
+	logStoreFlag      string // -log-store: wal, boltdb or random
+	logStore          string // this run's Raft log store, on every server: wal or boltdb
+	walSegment        int    // -wal-segment-size
 }
 
 func main() {
@@ -68,6 +71,8 @@ func main() {
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
+	flag.StringVar(&r.logStoreFlag, "log-store", "random", "every server's Raft log store: wal (the agent's default), boltdb, or random (boltdb one run in four, from the seed)")
+	flag.IntVar(&r.walSegment, "wal-segment-size", 32<<10, "the wal servers' -wal-segment-size, bytes (0: the agent's 16 MiB, with which a leader never compacts within a run, so never sends a snapshot)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -99,14 +104,34 @@ func main() {
 	// Some runs as users run the agent, with its default timeouts: the
 	// short ones hide what only a slower election lets happen (a node
 	// restarted before anyone noticed it was gone).
+	// Drawn whatever -timeouts says, so that the draws after it (the log
+	// store) do not depend on the flag.
+	defaultDraw := rng.Intn(3) == 0
 	switch r.timeouts {
 	case "random":
-		r.defaultTimeouts = rng.Intn(3) == 0
+		r.defaultTimeouts = defaultDraw
 	case "default":
 		r.defaultTimeouts = true
 	case "short":
 	default:
 		fmt.Fprintf(os.Stderr, "jepsen: -timeouts %q: want random, default or short\n", r.timeouts)
+		os.Exit(2)
+	}
+	// Every server on one store, as users run them: the default (wal) in
+	// most runs, boltdb in a minority so that it stays tested too. A mix
+	// per node hid that a wal server could not survive a deposed leader's
+	// restart (issue 24): the others kept the cluster up.
+	boltDraw := rng.Intn(4) == 0
+	switch r.logStoreFlag {
+	case "random":
+		r.logStore = "wal"
+		if boltDraw {
+			r.logStore = "boltdb"
+		}
+	case "wal", "boltdb":
+		r.logStore = r.logStoreFlag
+	default:
+		fmt.Fprintf(os.Stderr, "jepsen: -log-store %q: want wal, boltdb or random\n", r.logStoreFlag)
 		os.Exit(2)
 	}
 
@@ -150,6 +175,19 @@ func (r *runConfig) timeoutsText() string {
 		return fmt.Sprintf("raft timeouts: the agent's defaults (no -heartbeat-timeout: %v heartbeat and election)", agentDefaultTimeout)
 	}
 	return fmt.Sprintf("raft heartbeat/election timeout %v (-heartbeat-timeout)", r.heartbeatTimeout)
+}
+
+// logStoreText says which Raft log store the servers run, and why.
+func (r *runConfig) logStoreText() string {
+	how := "drawn from the seed"
+	if r.logStoreFlag != "random" {
+		how = "-log-store " + r.logStoreFlag
+	}
+	seg := ""
+	if r.logStore == "wal" && r.walSegment > 0 {
+		seg = fmt.Sprintf(", %d KiB segments", r.walSegment>>10)
+	}
+	return fmt.Sprintf("log store %s on every server (%s%s)", r.logStore, how, seg)
 }
 
 // plugregBinary is -plugreg-bin, or ./cmd/plugreg built into dir.
@@ -200,8 +238,8 @@ func run(r *runConfig) (int, error) {
 	dir, _ = filepath.Abs(dir)
 	logf := newLog(filepath.Join(dir, "run.log"))
 	defer logf.close()
-	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d, %d client agents",
-		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize, r.clientAgents)
+	logf.printf("run %s: seed %d, nemesis %v, %v, %s, snapshot threshold %d, journal %d, %d client agents, %s",
+		dir, r.seed, r.nemesis, r.timeLimit, r.timeoutsText(), r.snapshotThreshold, r.journalSize, r.clientAgents, r.logStoreText())
 
 	bin, err := plugregBinary(r, dir)
 	if err != nil {

@@ -32,7 +32,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader"}
 
 type nemesis struct {
 	db     *db
@@ -123,6 +123,8 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		}
 	case "disk":
 		actions = []func(context.Context) fault{nm.diskFull}
+	case "deposed-leader": // deposed.go
+		actions = []func(context.Context) fault{nm.deposedLeader}
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
@@ -491,30 +493,36 @@ func (nm *nemesis) loss(ctx context.Context) fault {
 
 // snapshotInstall cuts a follower off until the leader has snapshotted
 // (and compacted) past it, then heals: the follower must install the
-// snapshot.
+// snapshot, which its log says ("Installed remote snapshot": catching up
+// from the leader's log instead would move its snapshot index just as
+// well, once it took one of its own).
 func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
 	f, l, _, ok := nm.withLeader(ctx, "snapshot-install")
 	if !ok {
 		return f
 	}
 	i := nm.otherThan(l)
+	n := nm.db.nodes[i]
 	before, err := nm.db.health(ctx, i)
 	if err != nil {
 		f.Detail = err.Error()
 		nm.recoverAll(ctx)
 		return f
 	}
-	nm.net.isolate(nm.db.nodes[i].IP)
+	mark := logSize(n.Log)
+	nm.net.isolate(n.IP)
 	past := nm.waitFor(ctx, 30*time.Second, 100*time.Millisecond, func() bool {
 		h, err := nm.db.health(ctx, l)
-		return err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr)
+		return err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr)+nm.db.compactionLag()
 	})
 	nm.net.heal()
-	f.Effect = past && nm.waitFor(ctx, 20*time.Second, 100*time.Millisecond, func() bool {
-		h, err := nm.db.health(ctx, i)
-		return err == nil && h.LastSnapshotIndex > before.LastSnapshotIndex && h.LastSnapshotIndex > before.AppliedIndex
+	installs := 0
+	nm.waitFor(ctx, 20*time.Second, 100*time.Millisecond, func() bool {
+		installs, _, _ = countLog(n.Log, mark, markSnapshot)
+		return installs > 0
 	})
-	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; follower installed a snapshot: %v", nm.db.nodes[i].Name, before.AppliedIndex, past, f.Effect)
+	f.Effect = past && installs > 0
+	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; follower installed a snapshot: %v", n.Name, before.AppliedIndex, past, f.Effect)
 	nm.recoverAll(ctx)
 	return f
 }

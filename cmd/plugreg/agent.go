@@ -70,6 +70,7 @@ func runAgent(args []string) error {
 		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
 		logStore  = fs.String("log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
+		walSeg    = fs.Int("wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
 		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
 		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
 		cmNotify  = fs.Bool("commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
@@ -222,6 +223,7 @@ func runAgent(args []string) error {
 	}
 	cfg.NoCommitNotify = !*cmNotify
 	cfg.LogStore = *logStore
+	cfg.WALSegmentSize = *walSeg
 	cfg.TLS = tlsc
 	cfg.GossipEncryption = enc
 	cfg.ACLEnabled, cfg.ACLDefaultDeny = ao.acl.Enabled, ao.acl.DefaultDeny
@@ -351,7 +353,7 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 // one with -client is a mistake worth saying.
 var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
 	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-journal",
-	"heartbeat-timeout", "log-store", "commit-timeout", "commit-notify"}
+	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
 
 func clientOnlyFlags(fs *flag.FlagSet) error {
 	var bad []string
