@@ -48,6 +48,8 @@ var (
 	// ErrPeersJSON: the data dir's peers.json was refused, or applying it
 	// failed; the message says which and what to do.
 	ErrPeersJSON = errors.New("cluster: peers.json")
+	// ErrDataDirInUse: a running agent holds the data dir's log store.
+	ErrDataDirInUse = errors.New("cluster: data dir in use by a running agent; stop it first")
 )
 
 // rejectionCode names the sentinel of an FSM refusal for the wire ("" when
