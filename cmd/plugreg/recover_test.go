@@ -156,9 +156,24 @@ func TestOutageRecoveryFromLaggingSurvivorLosesLaterWrites(t *testing.T) {
 	}
 	later, laterLast := writeRecoveryPlugins(ctx, t, rest[0].API, "later", 50)
 	waitAllApplied(ctx, t, c, rest, laterLast)
-	for _, s := range rest {
-		s.Kill9(t)
-	}
+	// Quorum lost with one server still running: list-peers through it
+	// shows its last index, with no leader (docs/operations.md).
+	rest[1].Kill9(t)
+	c.Poll(t, "list-peers through the last running server", func() (bool, string) {
+		cmd := exec.Command(bin, "operator", "raft", "list-peers", "-json", "-addr", rest[0].HTTP)
+		out, err := cmd.Output()
+		var h client.AutopilotHealth
+		if jerr := json.Unmarshal(out, &h); err == nil || jerr != nil {
+			return false, fmt.Sprintf("exit %v (want 1: unhealthy), %v: %s", err, jerr, out)
+		}
+		for _, sh := range h.Servers {
+			if sh.ID == rest[0].Name {
+				return sh.LastIndex >= laterLast && !h.Healthy && h.Leader == "", fmt.Sprintf("%+v", h)
+			}
+		}
+		return false, string(out)
+	})
+	rest[0].Kill9(t)
 	lag := inspectDir(t, bin, follower.DataDir)
 	for _, s := range rest {
 		st := inspectDir(t, bin, s.DataDir)
