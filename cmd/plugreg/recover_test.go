@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,6 +270,188 @@ func TestOutageRecoveryAllServersKept(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The hazard of recovering with every server kept when their logs differ
+// (docs/operations.md): a leader cut off from its followers (here: they
+// are stopped with SIGSTOP) appends writes it can never commit, and is
+// killed; the followers elect a new leader and commit fewer entries than
+// that tail before everything is killed. With a peers.json naming all
+// three, each server applies its own tail: the old leader's state ends
+// beyond the new leader's snapshot, which its FSM refuses as older than
+// its state, again at every retry. list-peers shows its last index above
+// the leader's; autopilot counts it healthy, yet it acknowledges nothing
+// (with the third server down, no write commits). The documented remedy
+// (stop it, empty its data dir, start it) brings it back with every
+// acknowledged write, and every server then holds the same.
+func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes, kills every server")
+	}
+	bin := proctest.Build(t, "./cmd/plugreg")
+	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: bin})
+	c.WaitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	acked, last := writeRecoveryPlugins(ctx, t, c.Servers[0].API, "before", 20)
+	waitAllApplied(ctx, t, c, c.Servers, last)
+	addrs := raftAddrs(ctx, t, c.Servers[0].API)
+	old, _ := leaderAndFollower(t, c)
+	var followers []*proctest.Agent
+	for _, s := range c.Servers {
+		if s != old {
+			followers = append(followers, s)
+		}
+	}
+	cont := func() {
+		for _, f := range followers {
+			syscall.Kill(f.Pid(), syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont) // before the cluster's: a stopped process ignores SIGTERM
+	for _, f := range followers {
+		if err := syscall.Kill(f.Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Writes the cut-off leader appends and cannot commit: none may be
+	// acknowledged.
+	var wg sync.WaitGroup
+	var ackedTail atomic.Int32
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+			defer wcancel()
+			name := fmt.Sprintf("t%02d", i)
+			if _, err := old.API.Register(wctx, &client.PluginInfo{Type: "tail", Name: name, AllocID: "a", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err == nil {
+				ackedTail.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ackedTail.Load(); n > 0 {
+		t.Fatalf("%d writes acknowledged by a leader cut off from both followers", n)
+	}
+	old.Kill9(t)
+	cont()
+	var leader *proctest.Agent
+	c.Poll(t, "a new leader among the followers", func() (bool, string) {
+		l, err := followers[0].API.Leader(ctx)
+		for _, f := range followers {
+			if l == addrs[f.Name] {
+				leader = f
+			}
+		}
+		return leader != nil, fmt.Sprintf("leader %q, %v", l, err)
+	})
+	more, last := writeRecoveryPlugins(ctx, t, leader.API, "more", 3)
+	waitAllApplied(ctx, t, c, followers, last)
+	for _, f := range followers {
+		f.Kill9(t)
+	}
+	oldSt, newSt := inspectDir(t, bin, old.DataDir), inspectDir(t, bin, leader.DataDir)
+	t.Logf("old leader %s: last index %d term %d; new leader %s: last index %d term %d", old.Name, oldSt.LastIndex, oldSt.LastTerm, leader.Name, newSt.LastIndex, newSt.LastTerm)
+	if oldSt.LastTerm >= newSt.LastTerm || oldSt.LastIndex <= newSt.LastIndex {
+		t.Fatalf("want the old leader's log longer and of an older term than the new leader's")
+	}
+
+	var entries []string
+	for _, s := range c.Servers {
+		entries = append(entries, fmt.Sprintf(`{"id": %q, "address": %q}`, s.Name, addrs[s.Name]))
+	}
+	for _, s := range c.Servers {
+		if err := os.WriteFile(filepath.Join(s.DataDir, cluster.PeersFileName), []byte("["+strings.Join(entries, ",")+"]"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.Start(t)
+	}
+	c.Poll(t, "a leader", func() (bool, string) {
+		l, err := leader.API.Leader(ctx)
+		return err == nil && l != "" && l != addrs[old.Name], fmt.Sprintf("leader %q, %v", l, err)
+	})
+	// The old leader stays behind: it refuses the leader's snapshot, again
+	// at every retry. What an operator sees in list-peers: its last index
+	// above the leader's, which a follower's never stays. (Autopilot still
+	// calls it healthy: it hears heartbeats, in the leader's term.)
+	refusal := "snapshot is older than the applied state; refused"
+	c.Poll(t, old.Name+" refusing the leader's snapshot twice", func() (bool, string) {
+		return strings.Count(old.Log(), refusal) >= 2, ""
+	})
+	h, err := leader.API.AutopilotHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oldIdx, leaderIdx uint64
+	for _, sh := range h.Servers {
+		switch sh.ID {
+		case old.Name:
+			oldIdx = sh.LastIndex
+		case h.Leader:
+			leaderIdx = sh.LastIndex
+		}
+	}
+	if oldIdx != oldSt.LastIndex || oldIdx <= leaderIdx {
+		t.Fatalf("list-peers: %s at %d, the leader at %d; want %s still at its recovered %d, above the leader", old.Name, oldIdx, leaderIdx, old.Name, oldSt.LastIndex)
+	}
+	t.Logf("%s stuck at %d (the leader at %d): %+v", old.Name, oldIdx, leaderIdx, h)
+	// And it acknowledges nothing: with the other follower down, no write
+	// commits, whatever autopilot's failure tolerance of 1 says.
+	var now, other *proctest.Agent
+	for _, s := range c.Servers {
+		switch {
+		case s.Name == h.Leader:
+			now = s
+		case s != old:
+			other = s
+		}
+	}
+	other.Kill9(t)
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = now.API.Register(pctx, &client.PluginInfo{Type: "probe", Name: "p", AllocID: "a", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+	pcancel()
+	if err == nil {
+		t.Fatalf("a write committed with %s down: %s acknowledges entries after all", other.Name, old.Name)
+	}
+	t.Logf("with %s down, a write through the leader: %v", other.Name, err)
+	other.Start(t)
+
+	// The remedy: stop it, empty its data dir, start it.
+	if took, ok := old.Terminate(proctest.StopBound); !ok {
+		t.Fatalf("%s did not stop within %v", old.Name, took)
+	}
+	if err := os.RemoveAll(old.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	old.Start(t)
+	c.Poll(t, "three healthy voters", func() (bool, string) {
+		h, err := leader.API.AutopilotHealth(ctx)
+		return err == nil && h.Healthy && len(h.Servers) == 3, fmt.Sprintf("%+v %v", h, err)
+	})
+	after, last := writeRecoveryPlugins(ctx, t, old.API, "after", 5)
+	waitAllApplied(ctx, t, c, c.Servers, last)
+	// The tail the followers had received before they were stopped was
+	// committed by the new leader (never acknowledged, it is there now:
+	// plain Raft); the rest of it, only in the old leader's wiped state,
+	// is gone. Every server holds the same.
+	tails := map[string][]string{}
+	for _, s := range c.Servers {
+		checkPlugins(ctx, t, s, "before", acked, last)
+		checkPlugins(ctx, t, s, "more", more, last)
+		checkPlugins(ctx, t, s, "after", after, last)
+		l, _, err := s.API.List(ctx, "tail", &client.QueryOptions{Stale: true})
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			t.Fatal(err)
+		}
+		for _, p := range l {
+			tails[s.Name] = append(tails[s.Name], p.Name)
+		}
+	}
+	if !slices.Equal(tails[c.Servers[0].Name], tails[c.Servers[1].Name]) || !slices.Equal(tails[c.Servers[1].Name], tails[c.Servers[2].Name]) {
+		t.Fatalf("the servers differ on the cut-off leader's writes: %v", tails)
+	}
+	t.Logf("of the 40 unacknowledged writes, %d are in the cluster (the followers had received them)", len(tails[old.Name]))
 }
 
 // Every bad peers.json stops the start with one line that names the file
