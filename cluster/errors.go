@@ -45,6 +45,11 @@ var (
 	ErrStarting = errors.New("cluster: node is starting; retry shortly")
 	// ErrShutdownAbandoned: Shutdown gave up waiting for Raft to stop.
 	ErrShutdownAbandoned = errors.New("cluster: raft did not stop in time; its goroutines were abandoned")
+	// ErrPeersJSON: the data dir's peers.json was refused, or applying it
+	// failed; the message says which and what to do.
+	ErrPeersJSON = errors.New("cluster: peers.json")
+	// ErrDataDirInUse: a running agent holds the data dir's log store.
+	ErrDataDirInUse = errors.New("cluster: data dir in use by a running agent; stop it first")
 )
 
 // rejectionCode names the sentinel of an FSM refusal for the wire ("" when

@@ -158,7 +158,12 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	var err error
+	// A peers.json is checked before the stores are opened: a refused
+	// file leaves the data dir as it was (recover.go).
+	rec, recovering, err := s.loadPeersFile()
+	if err != nil {
+		return err
+	}
 	var store raft.LogStore
 	store, s.stable, s.storeCloser, err = openStores(cfg)
 	if err != nil {
@@ -190,6 +195,11 @@ func (s *Server) setupRaft() error {
 		// replicates with plain request/response AppendEntries.
 		MaxRPCsInFlight: 1,
 	})
+	if recovering {
+		if err := s.recoverCluster(rc, s.logs, snaps, rec); err != nil {
+			return err
+		}
+	}
 	existing, err := raft.HasExistingState(s.logs, s.stable, snaps)
 	if err != nil {
 		return fmt.Errorf("inspect raft state: %w", err)

@@ -22,7 +22,7 @@ var subcommands = map[string][]string{
 	"tls cert":      {"create"},
 	"snapshot":      {"save", "restore", "inspect"},
 	"operator":      {"raft"},
-	"operator raft": {"list-peers", "remove-peer", "transfer-leader"},
+	"operator raft": {"list-peers", "remove-peer", "transfer-leader", "inspect"},
 	"completion":    {"bash", "zsh"},
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 func runOperator(args []string) error {
-	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader"
+	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader | operator raft inspect -data-dir DIR"
 	if len(args) >= 2 && args[0] == "raft" {
 		switch args[1] {
 		case "list-peers":
@@ -19,6 +19,8 @@ func runOperator(args []string) error {
 			return runRemovePeer(args[2:])
 		case "transfer-leader":
 			return runTransferLeader(args[2:])
+		case "inspect":
+			return runRaftInspect(args[2:])
 		}
 	}
 	return errors.New(use)
