@@ -161,16 +161,27 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("port %d out of range", p))
 		}
 	}
-	switch c.LogStore {
-	case "", LogStoreBolt, LogStoreWAL:
-	default:
-		errs = append(errs, fmt.Errorf("log store %q: use %q or %q", c.LogStore, LogStoreBolt, LogStoreWAL))
-	}
-	if c.WALSegmentSize != 0 && (c.WALSegmentSize < minWALSegmentSize || c.WALSegmentSize > maxWALSegmentSize) {
-		errs = append(errs, fmt.Errorf("wal segment size %d: use %d to %d bytes (or 0)", c.WALSegmentSize, minWALSegmentSize, maxWALSegmentSize))
+	if err := ValidateLogStore(c.LogStore, c.WALSegmentSize); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
 		errs = append(errs, fmt.Errorf("server and gossip ports are both %d", c.ServerPort))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateLogStore checks Config.LogStore and Config.WALSegmentSize, as
+// Validate does: for a caller that refuses them before it touches the
+// data dir.
+func ValidateLogStore(kind string, walSegmentSize int) error {
+	var errs []error
+	switch kind {
+	case "", LogStoreBolt, LogStoreWAL:
+	default:
+		errs = append(errs, fmt.Errorf("log store %q: use %q or %q", kind, LogStoreBolt, LogStoreWAL))
+	}
+	if walSegmentSize != 0 && (walSegmentSize < minWALSegmentSize || walSegmentSize > maxWALSegmentSize) {
+		errs = append(errs, fmt.Errorf("wal segment size %d: use %d to %d bytes (or 0)", walSegmentSize, minWALSegmentSize, maxWALSegmentSize))
 	}
 	return errors.Join(errs...)
 }

@@ -113,6 +113,9 @@ func runAgent(args []string) error {
 	if *raftMul < 1 || *raftMul > 10 {
 		return fmt.Errorf("-raft-multiplier %d: want 1 to 10", *raftMul)
 	}
+	if err := cluster.ValidateLogStore(*logStore, *walSeg); err != nil {
+		return err // before the data dir is created
+	}
 	if *plugDir != "" {
 		// Say it before anything starts: a mistyped path is the
 		// operator's to fix, not a half-started agent's.

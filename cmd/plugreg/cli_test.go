@@ -80,6 +80,8 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"gossip key too short", []string{"-encrypt", "c2hvcnQ="}, "gossip key has 5 bytes"},
 		{"plugin socket uid not a number", []string{"-plugin-socket-allow-uid", "0,nobody"}, `-plugin-socket-allow-uid: "nobody" is not a uid`},
 		{"client with server flags", []string{"-client", "-bootstrap-expect", "3"}, "-bootstrap-expect, -server-port: server flags"},
+		{"wal segment too small", []string{"-wal-segment-size", "4096"}, "wal segment size 4096: use 16384 to 1073741824 bytes"},
+		{"unknown log store", []string{"-log-store", "rocks"}, `log store "rocks": use "boltdb" or "wal"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
