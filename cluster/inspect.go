@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -161,13 +160,11 @@ func openStoresForInspect(dir, kind string) (raft.LogStore, raft.StableStore, io
 		}
 		return b, b, b, nil
 	default:
-		meta := &metadb.BoltMetaDB{}
-		w, err := wal.Open(filepath.Join(dir, "wal"), wal.WithLogger(hclog.NewNullLogger()), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
+		w, err := openWALStore(filepath.Join(dir, "wal"), walSegmentSize, hclog.NewNullLogger())
 		if err != nil {
-			meta.Close()
 			return nil, nil, nil, fmt.Errorf("open wal: %w", err)
 		}
-		return w, w, walCloser{w, meta}, nil
+		return w, w, w, nil
 	}
 }
 

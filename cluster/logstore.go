@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // Log store kinds for Config.LogStore.
@@ -33,14 +30,6 @@ const (
 	minWALSegmentSize = 16 << 10
 	maxWALSegmentSize = 1 << 30
 )
-
-// walCloser closes the WAL, then its meta store.
-type walCloser struct {
-	w    *wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (c walCloser) Close() error { return errors.Join(c.w.Close(), c.meta.Close()) }
 
 // storeInDir names the log store a data dir already holds ("" for none).
 func storeInDir(dataDir string) string {
@@ -84,25 +73,18 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		// take 64 MiB of every data dir from the start (of a tmpfs in
 		// the fault suite). 16 MiB holds ~50,000 registrations, more
 		// than the trailing logs kept after a snapshot.
-		// The meta store is ours to close: raft-wal v0.4.0's Close left
-		// its bolt file open (and locked), so the same process could never
-		// open the data dir again (a server restarted in-process hung).
-		// v0.4.1 closes it too; BoltMetaDB.Close is idempotent, and
-		// closing it here keeps that true whatever version is pinned.
 		// raft-wal must be v0.4.1 or newer: v0.4.0 sealed a segment whose
 		// tail was truncated without its index block, and the next open
 		// failed (raft-wal issue 31; TestLogStoreReopensAfterTailTruncation).
-		meta := &metadb.BoltMetaDB{}
 		size := walSegmentSize
 		if cfg.WALSegmentSize != 0 {
 			size = cfg.WALSegmentSize
 		}
-		w, err := wal.Open(dir, wal.WithLogger(cfg.Logger.Named("wal")), wal.WithSegmentSize(size), wal.WithMetaStore(meta))
+		w, err := openWALStore(dir, size, cfg.Logger.Named("wal"))
 		if err != nil {
-			meta.Close()
 			return nil, nil, nil, &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}
 		}
-		return w, w, walCloser{w, meta}, nil
+		return w, w, w, nil
 	}
 	return nil, nil, nil, fmt.Errorf("unknown log store %q", kind)
 }

@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+)
+
+// walStore is raft-wal as the log and stable store, reopened from disk
+// after any failed write. raft-wal v0.4.2 cannot recover in process from a
+// write that failed for want of room: a segment rotation that fails leaves
+// its tail sealed and every later append answers "segment is sealed", and
+// a segment file whose preallocation failed is left behind while its state
+// names that segment next, so every later rotation or truncation answers
+// "file exists" (TestWALTakesEntriesAfterItsDiskFilled). A follower in that
+// state never appended again (fault suite, disk family, seed 101 on
+// 2026-11-25) until its process restarted, and with another server down
+// the cluster had no quorum. Opening the WAL again is what a restart does:
+// it reads what was synced, deletes unused segment files and starts a new
+// tail. Entries raft was told were stored were synced, so nothing
+// acknowledged is lost; raft retries what failed. etcd exits on a failed
+// WAL write for the same reason (a store whose write failed is not to be
+// trusted in memory); reopening keeps the agent serving.
+type walStore struct {
+	dir    string
+	size   int // segment size
+	logger hclog.Logger
+
+	mu   sync.RWMutex // held for reading by every call, for writing by reopen
+	w    *wal.WAL     // nil while a reopen failed: calls try again
+	meta *metadb.BoltMetaDB
+	gen  uint64 // counts opens, so one failure reopens once
+}
+
+var (
+	_ raft.LogStore          = (*walStore)(nil)
+	_ raft.StableStore       = (*walStore)(nil)
+	_ raft.MonotonicLogStore = (*walStore)(nil)
+)
+
+var errWALClosed = errors.New("wal is closed")
+
+func openWALStore(dir string, size int, logger hclog.Logger) (*walStore, error) {
+	s := &walStore{dir: dir, size: size, logger: logger}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open opens the WAL; s.mu is held for writing (or s is not shared yet).
+// The meta store is ours to close: raft-wal v0.4.0's Close left its bolt
+// file open (and locked), so the same process could never open the data
+// dir again; v0.4.1 closes it too, and BoltMetaDB.Close is idempotent.
+func (s *walStore) open() error {
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(s.dir, wal.WithLogger(s.logger), wal.WithSegmentSize(s.size), wal.WithMetaStore(meta))
+	if err != nil {
+		meta.Close()
+		return err
+	}
+	s.w, s.meta = w, meta
+	s.gen++
+	return nil
+}
+
+func (s *walStore) closeLocked() error {
+	if s.w == nil {
+		return nil
+	}
+	err := errors.Join(s.w.Close(), s.meta.Close())
+	s.w, s.meta = nil, nil
+	return err
+}
+
+// reopen closes and opens the WAL again, unless another call already did
+// since gen.
+func (s *walStore) reopen(gen uint64, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen || s.dir == "" {
+		return
+	}
+	if err := s.closeLocked(); err != nil {
+		s.logger.Warn("closing the wal after a failed write", "error", err)
+	}
+	if err := s.open(); err != nil {
+		s.logger.Error("reopening the wal after a failed write failed; the next call tries again", "cause", cause, "error", err)
+		s.gen++ // the next call's failure reopens
+		return
+	}
+	s.logger.Warn("reopened the wal after a failed write", "cause", cause)
+}
+
+// do runs fn on the open WAL; a failed write (or no WAL) reopens it.
+func (s *walStore) do(write bool, fn func(*wal.WAL) error) error {
+	s.mu.RLock()
+	w, gen := s.w, s.gen
+	var err error
+	if w == nil {
+		err = fmt.Errorf("%w: %s", errWALClosed, s.dir)
+	} else {
+		err = fn(w)
+	}
+	s.mu.RUnlock()
+	if err != nil && (write || w == nil) {
+		s.reopen(gen, err)
+	}
+	return err
+}
+
+func (s *walStore) FirstIndex() (i uint64, err error) {
+	err = s.do(false, func(w *wal.WAL) (err error) { i, err = w.FirstIndex(); return })
+	return
+}
+
+func (s *walStore) LastIndex() (i uint64, err error) {
+	err = s.do(false, func(w *wal.WAL) (err error) { i, err = w.LastIndex(); return })
+	return
+}
+
+func (s *walStore) GetLog(index uint64, l *raft.Log) error {
+	return s.do(false, func(w *wal.WAL) error { return w.GetLog(index, l) })
+}
+
+func (s *walStore) StoreLog(l *raft.Log) error {
+	return s.do(true, func(w *wal.WAL) error { return w.StoreLog(l) })
+}
+
+func (s *walStore) StoreLogs(ls []*raft.Log) error {
+	return s.do(true, func(w *wal.WAL) error { return w.StoreLogs(ls) })
+}
+
+func (s *walStore) DeleteRange(min, max uint64) error {
+	return s.do(true, func(w *wal.WAL) error { return w.DeleteRange(min, max) })
+}
+
+func (s *walStore) Set(k, v []byte) error {
+	return s.do(true, func(w *wal.WAL) error { return w.Set(k, v) })
+}
+
+func (s *walStore) Get(k []byte) (v []byte, err error) {
+	err = s.do(false, func(w *wal.WAL) (err error) { v, err = w.Get(k); return })
+	return
+}
+
+func (s *walStore) SetUint64(k []byte, v uint64) error {
+	return s.do(true, func(w *wal.WAL) error { return w.SetUint64(k, v) })
+}
+
+func (s *walStore) GetUint64(k []byte) (v uint64, err error) {
+	err = s.do(false, func(w *wal.WAL) (err error) { v, err = w.GetUint64(k); return })
+	return
+}
+
+// IsMonotonic: raft then removes the whole log after installing a
+// snapshot instead of keeping entries a WAL cannot hold with a gap.
+func (s *walStore) IsMonotonic() bool { return true }
+
+// Close closes the WAL for good.
+func (s *walStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dir = "" // no reopen after Close
+	return s.closeLocked()
+}
