@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/internal/atomicfile"
 	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/transport"
@@ -175,9 +177,15 @@ func (s *Server) setupRaft() error {
 	if err := removeSnapshotTemps(cfg.DataDir, s.logger); err != nil {
 		return err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	snaps := syncedSnapshotStore{fileSnaps, filepath.Join(cfg.DataDir, "snapshots")}
+	// The stores just created raft.db or wal/ and snapshots/ in the data
+	// dir (and node-id may be new): their names are durable once it is.
+	if err := atomicfile.SyncDir(cfg.DataDir); err != nil {
+		return err
 	}
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  streamLayer{s.mux.RaftLayer()},
