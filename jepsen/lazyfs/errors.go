@@ -1,0 +1,8 @@
+package lazyfs
+
+import "errors"
+
+// ErrServing is returned by Unmount when the filesystem still served
+// requests 10 s after it was unmounted, detached and its connection
+// aborted: a process stuck in it, which the caller must kill.
+var ErrServing = errors.New("lazyfs: still serving after unmount; kill the processes using the mount")
