@@ -74,8 +74,10 @@
 // # What is not modelled
 //
 // Torn pages (a page is durable whole or not at all), reordering within
-// an fsync, lost fsyncs (fsync never fails), disk full (statfs reports
-// 4 GiB free, and writes never fail for space), hard links, symlinks,
-// xattrs, special files. flock and POSIX locks are kept by the kernel, as
+// an fsync, lost fsyncs (fsync never fails), hard links, symlinks,
+// xattrs, special files. Space is counted simply: a file takes whole
+// pages up to its size, holes included, for as long as it is named or
+// open in the current view; a write or fallocate that grows a file past
+// Config.Capacity fails with ENOSPC. flock and POSIX locks are kept by the kernel, as
 // on a local filesystem; they die with the process, so a cut frees them.
 package lazyfs

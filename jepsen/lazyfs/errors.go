@@ -6,3 +6,6 @@ import "errors"
 // requests 10 s after it was unmounted, detached and its connection
 // aborted: a process stuck in it, which the caller must kill.
 var ErrServing = errors.New("lazyfs: still serving after unmount; kill the processes using the mount")
+
+// ErrCapacity is returned by New for a capacity under one page.
+var ErrCapacity = errors.New("lazyfs: capacity under 4 KiB")

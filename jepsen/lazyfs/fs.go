@@ -22,8 +22,9 @@ type fileSystem struct {
 	// are current again: every request in between fails with EIO, the
 	// dying process's included (its closes send FLUSH, which must be
 	// answered for it to exit).
-	frozen bool
-	cuts   int // completed cuts: a handle opened before one is stale
+	frozen   bool
+	cuts     int   // completed cuts: a handle opened before one is stale
+	capacity int64 // bytes the files may take (Config.Capacity)
 }
 
 // handle is an open file or directory.
@@ -34,7 +35,7 @@ type handle struct {
 	modes []uint32
 }
 
-func newFileSystem() *fileSystem {
+func newFileSystem(capacity int64) *fileSystem {
 	now := time.Now()
 	root := newInode(fuse.FUSE_ROOT_ID, attrs{mode: syscall.S_IFDIR | 0o755, atime: now, mtime: now, ctime: now})
 	root.parent = root
@@ -44,6 +45,7 @@ func newFileSystem() *fileSystem {
 		handles:       map[uint64]*handle{},
 		nextIno:       fuse.FUSE_ROOT_ID + 1,
 		nextFh:        1,
+		capacity:      capacity,
 	}
 }
 
@@ -353,6 +355,9 @@ func (fs *fileSystem) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (u
 	if !st.Ok() {
 		return 0, st
 	}
+	if st := fs.reserve(h.n, int64(in.Offset)+int64(len(data))); !st.Ok() {
+		return 0, st
+	}
 	h.n.write(int64(in.Offset), data)
 	h.n.cur.mtime = time.Now()
 	h.n.cur.ctime = h.n.cur.mtime
@@ -442,6 +447,11 @@ func (fs *fileSystem) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.St
 	}
 	n := h.n
 	off, end := int64(in.Offset), int64(in.Offset+in.Length)
+	if in.Mode&fallocKeepSize == 0 {
+		if st := fs.reserve(n, end); !st.Ok() {
+			return st
+		}
+	}
 	switch in.Mode &^ fallocKeepSize {
 	case 0:
 		// Allocation is all in memory: only the size changes, and the
@@ -612,9 +622,31 @@ func (fs *fileSystem) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	return fuse.OK
 }
 
-// capacity is what statfs reports: the data lives in memory, and a data
-// dir needs far less.
-const capacity = 4 << 30
+// blocks is the space a file of size bytes takes: whole pages, holes
+// included (the ballast of the disk family is fallocated, never written).
+func blocks(size int64) int64 { return (size + pageSize - 1) / pageSize }
+
+// usedLocked is the pages the files of the current view take: those named
+// or open.
+func (fs *fileSystem) usedLocked() int64 {
+	var used int64
+	for _, n := range fs.inodes {
+		if !n.isDir() && (n.links > 0 || n.opens > 0) {
+			used += blocks(n.cur.size)
+		}
+	}
+	return used
+}
+
+// reserve fails with ENOSPC when growing n to size would take more than
+// the capacity (the disk family fills a data dir on lazyfs as on a tmpfs).
+func (fs *fileSystem) reserve(n *inode, size int64) fuse.Status {
+	grow := blocks(size) - blocks(n.cur.size)
+	if grow > 0 && fs.usedLocked()+grow > fs.capacity/pageSize {
+		return fuse.Status(syscall.ENOSPC)
+	}
+	return fuse.OK
+}
 
 func (fs *fileSystem) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
 	st := fs.enter()
@@ -622,12 +654,9 @@ func (fs *fileSystem) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.Stat
 	if !st.Ok() {
 		return st
 	}
-	var used uint64
-	for _, n := range fs.inodes {
-		used += uint64(len(n.cur.pages))
-	}
+	used := uint64(fs.usedLocked())
 	out.Bsize, out.Frsize, out.NameLen = pageSize, pageSize, 255
-	out.Blocks = capacity / pageSize
+	out.Blocks = uint64(fs.capacity / pageSize)
 	out.Bfree = out.Blocks - min(used, out.Blocks)
 	out.Bavail = out.Bfree
 	out.Files = 1 << 20

@@ -31,7 +31,7 @@ func mount(t *testing.T) *Mount {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(dir)
+	m, err := New(dir, Config{Capacity: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +253,39 @@ func TestFallocate(t *testing.T) {
 	}
 	if len(b) != 16<<20 || string(b[:4]) != "head" || !bytes.Equal(b[8<<20:8<<20+4], make([]byte, 4)) {
 		t.Fatalf("after the cut: %d bytes, head %q, at 8 MiB %q", len(b), b[:4], b[8<<20:8<<20+4])
+	}
+}
+
+// TestFull: writes past the capacity fail with ENOSPC, statfs says so, and
+// removing a file gives its space back (the disk family's ballast).
+func TestFull(t *testing.T) {
+	m := mount(t)
+	p := filepath.Join(m.Dir, "ballast")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64
+	for ; ; off += 1 << 20 {
+		err := syscall.Fallocate(int(f.Fd()), 0, off, 1<<20)
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.Dir, &st); err != nil || st.Bavail != 0 || off != 64<<20 {
+		t.Fatalf("full at %d: statfs %+v, %v", off, st, err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Dir, "f"), []byte("x"), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write on a full disk: %v, want ENOSPC", err)
+	}
+	os.Remove(p)
+	if err := os.WriteFile(filepath.Join(m.Dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatalf("write once freed: %v", err)
 	}
 }
 

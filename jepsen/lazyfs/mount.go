@@ -28,14 +28,29 @@ type Mount struct {
 	err   error      // Unmount's
 }
 
+// Config configures a mount.
+type Config struct {
+	// Capacity is the bytes the files may take (whole 4 KiB pages of
+	// their sizes, holes included) before writes that grow a file fail
+	// with ENOSPC. Zero: 4 GiB. The data lives in memory, but only the
+	// pages written take memory.
+	Capacity int64
+}
+
 // New mounts an empty lazyfs on dir, which must exist, directly with
 // mount(2) (no fusermount): the caller must be root. Unmount it always.
-func New(dir string) (*Mount, error) {
+func New(dir string, cfg Config) (*Mount, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("lazyfs: %w", err)
 	}
-	fs := newFileSystem()
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 4 << 30
+	}
+	if cfg.Capacity < pageSize {
+		return nil, fmt.Errorf("lazyfs: capacity %d: %w", cfg.Capacity, ErrCapacity)
+	}
+	fs := newFileSystem(cfg.Capacity)
 	opts := &fuse.MountOptions{
 		FsName:            "lazyfs",
 		Name:              "lazyfs",
