@@ -75,7 +75,7 @@
 //
 // Torn pages (a page is durable whole or not at all), reordering within
 // an fsync, lost fsyncs (fsync never fails), hard links, symlinks,
-// xattrs, special files. Space is counted simply: a file takes whole
+// xattrs, devices. Space is counted simply: a file takes whole
 // pages up to its size, holes included, for as long as it is named or
 // open in the current view; a write or fallocate that grows a file past
 // Config.Capacity fails with ENOSPC. flock and POSIX locks are kept by the kernel, as

@@ -247,8 +247,12 @@ func (fs *fileSystem) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, ou
 	if !st.Ok() {
 		return st
 	}
-	if in.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fuse.Status(syscall.EPERM) // regular files only: nothing in a data dir is a device or a fifo
+	switch in.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG, syscall.S_IFSOCK, syscall.S_IFIFO:
+		// Files, and the unix sockets agents bind in their data dir (the
+		// kernel keeps the socket itself; the name is ours).
+	default:
+		return fuse.Status(syscall.EPERM) // no devices in a data dir
 	}
 	dir, st := fs.dir(in.NodeId)
 	if !st.Ok() {
@@ -257,7 +261,7 @@ func (fs *fileSystem) Mknod(_ <-chan struct{}, in *fuse.MknodIn, name string, ou
 	if dir.cur.entries[name] != nil {
 		return fuse.Status(syscall.EEXIST)
 	}
-	fs.entry(fs.newChild(dir, name, syscall.S_IFREG|in.Mode&0o7777, in.Caller), out)
+	fs.entry(fs.newChild(dir, name, in.Mode&(syscall.S_IFMT|0o7777), in.Caller), out)
 	return fuse.OK
 }
 

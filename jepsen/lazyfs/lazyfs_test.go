@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -648,5 +649,31 @@ func TestConcurrentCuts(t *testing.T) {
 	<-done
 	if m.Cuts() != 20 {
 		t.Fatalf("%d cuts", m.Cuts())
+	}
+}
+
+// TestUnixSocket: agents bind their plugin socket in the data dir.
+func TestUnixSocket(t *testing.T) {
+	m := mount(t)
+	p := filepath.Join(m.Dir, "plugin.sock")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := io.ReadAll(c)
+	if string(b) != "hi" {
+		t.Fatalf("read %q", b)
 	}
 }
