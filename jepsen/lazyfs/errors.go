@@ -9,3 +9,7 @@ var ErrServing = errors.New("lazyfs: still serving after unmount; kill the proce
 
 // ErrCapacity is returned by New for a capacity under one page.
 var ErrCapacity = errors.New("lazyfs: capacity under 4 KiB")
+
+// ErrNames is returned by New for a Names that is neither POSIX nor
+// Journal.
+var ErrNames = errors.New("lazyfs: unknown names mode")

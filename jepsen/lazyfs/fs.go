@@ -25,6 +25,7 @@ type fileSystem struct {
 	frozen   bool
 	cuts     int   // completed cuts: a handle opened before one is stale
 	capacity int64 // bytes the files may take (Config.Capacity)
+	journal  bool  // Config.Names == Journal
 }
 
 // handle is an open file or directory.
@@ -35,7 +36,7 @@ type handle struct {
 	modes []uint32
 }
 
-func newFileSystem(capacity int64) *fileSystem {
+func newFileSystem(cfg Config) *fileSystem {
 	now := time.Now()
 	root := newInode(fuse.FUSE_ROOT_ID, attrs{mode: syscall.S_IFDIR | 0o755, atime: now, mtime: now, ctime: now})
 	root.parent = root
@@ -45,7 +46,8 @@ func newFileSystem(capacity int64) *fileSystem {
 		handles:       map[uint64]*handle{},
 		nextIno:       fuse.FUSE_ROOT_ID + 1,
 		nextFh:        1,
-		capacity:      capacity,
+		capacity:      cfg.Capacity,
+		journal:       cfg.Names == Journal,
 	}
 }
 
@@ -409,6 +411,7 @@ func (fs *fileSystem) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 		return st
 	}
 	h.n.syncData()
+	fs.commitNamesLocked()
 	if in.FsyncFlags&1 == 0 { // FUSE_FSYNC_FDATASYNC
 		h.n.dur.attrs = h.n.cur.attrs
 	}
@@ -428,8 +431,22 @@ func (fs *fileSystem) FsyncDir(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status 
 		return st
 	}
 	h.n.syncDir()
+	fs.commitNamesLocked()
 	h.n.dur.attrs = h.n.cur.attrs
 	return fuse.OK
+}
+
+// commitNamesLocked is the metadata journal's commit that every fsync
+// makes in Journal mode: every directory's entries become durable.
+func (fs *fileSystem) commitNamesLocked() {
+	if !fs.journal {
+		return
+	}
+	for _, n := range fs.inodes {
+		if n.isDir() {
+			n.syncDir()
+		}
+	}
 }
 
 // fallocate modes (linux/falloc.h).

@@ -18,9 +18,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mount mounts a lazyfs for the test, or skips where FUSE cannot be
-// mounted directly (no /dev/fuse, not root).
+// mount mounts a lazyfs (POSIX names) for the test, or skips where FUSE
+// cannot be mounted directly (no /dev/fuse, not root).
 func mount(t *testing.T) *Mount {
+	t.Helper()
+	return mountNames(t, POSIX)
+}
+
+func mountNames(t *testing.T, names Names) *Mount {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
@@ -32,7 +37,7 @@ func mount(t *testing.T) *Mount {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(dir, Config{Capacity: 64 << 20})
+	m, err := New(dir, Config{Capacity: 64 << 20, Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,26 +95,27 @@ func content(t *testing.T, path string) string {
 func TestCut(t *testing.T) {
 	big := string(bytes.Repeat([]byte("0123456789abcdef"), 1000)) // 16000 bytes: four pages
 	cases := []struct {
-		name   string
-		before func(t *testing.T, d string)
-		want   map[string]string // path relative to the mount: content after the cut
+		name    string
+		before  func(t *testing.T, d string)
+		want    map[string]string // path relative to the case's dir: content after the cut
+		journal map[string]string // where Journal names differ from POSIX
 	}{
 		{"unsynced write lost, durable name stays", func(t *testing.T, d string) {
 			write(t, d+"/f", "", true)
 			syncDir(t, d)
 			write(t, d+"/f", "data", false)
-		}, map[string]string{"f": ""}},
+		}, map[string]string{"f": ""}, nil},
 		{"new file fsynced, dir not: gone", func(t *testing.T, d string) {
 			write(t, d+"/f", "data", true)
-		}, map[string]string{"f": "<absent>"}},
+		}, map[string]string{"f": "<absent>"}, map[string]string{"f": "data"}},
 		{"new file fsynced, dir fsynced: kept", func(t *testing.T, d string) {
 			write(t, d+"/f", "data", true)
 			syncDir(t, d)
-		}, map[string]string{"f": "data"}},
+		}, map[string]string{"f": "data"}, nil},
 		{"name durable, data never fsynced: empty", func(t *testing.T, d string) {
 			write(t, d+"/f", "data", false)
 			syncDir(t, d)
-		}, map[string]string{"f": ""}},
+		}, map[string]string{"f": ""}, nil},
 		{"rename over, dir not fsynced: reverts", func(t *testing.T, d string) {
 			write(t, d+"/a", "old", true)
 			syncDir(t, d)
@@ -117,7 +123,7 @@ func TestCut(t *testing.T) {
 			if err := os.Rename(d+"/a.tmp", d+"/a"); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"a": "old", "a.tmp": "<absent>"}},
+		}, map[string]string{"a": "old", "a.tmp": "<absent>"}, map[string]string{"a": "old", "a.tmp": "new"}}, // a.tmp's name went with its own fsync, the rename with none
 		{"rename over, dir fsynced: sticks", func(t *testing.T, d string) {
 			write(t, d+"/a", "old", true)
 			syncDir(t, d)
@@ -126,7 +132,7 @@ func TestCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			syncDir(t, d)
-		}, map[string]string{"a": "new", "a.tmp": "<absent>"}},
+		}, map[string]string{"a": "new", "a.tmp": "<absent>"}, nil},
 		{"rename, data not fsynced, dir fsynced: empty file", func(t *testing.T, d string) {
 			write(t, d+"/a", "old", true)
 			syncDir(t, d)
@@ -135,18 +141,18 @@ func TestCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			syncDir(t, d)
-		}, map[string]string{"a": "", "a.tmp": "<absent>"}},
+		}, map[string]string{"a": "", "a.tmp": "<absent>"}, nil},
 		{"unlink, dir not fsynced: back", func(t *testing.T, d string) {
 			write(t, d+"/f", "data", true)
 			syncDir(t, d)
 			os.Remove(d + "/f")
-		}, map[string]string{"f": "data"}},
+		}, map[string]string{"f": "data"}, nil},
 		{"unlink, dir fsynced: gone", func(t *testing.T, d string) {
 			write(t, d+"/f", "data", true)
 			syncDir(t, d)
 			os.Remove(d + "/f")
 			syncDir(t, d)
-		}, map[string]string{"f": "<absent>"}},
+		}, map[string]string{"f": "<absent>"}, nil},
 		{"truncate fsynced", func(t *testing.T, d string) {
 			write(t, d+"/f", big, true)
 			syncDir(t, d)
@@ -156,14 +162,14 @@ func TestCut(t *testing.T) {
 			f, _ := os.OpenFile(d+"/f", os.O_WRONLY, 0)
 			f.Sync()
 			f.Close()
-		}, map[string]string{"f": big[:100]}},
+		}, map[string]string{"f": big[:100]}, nil},
 		{"truncate not fsynced", func(t *testing.T, d string) {
 			write(t, d+"/f", big, true)
 			syncDir(t, d)
 			if err := os.Truncate(d+"/f", 100); err != nil {
 				t.Fatal(err)
 			}
-		}, map[string]string{"f": big}},
+		}, map[string]string{"f": big}, nil},
 		{"truncate down then up fsynced: zeros past the cut point", func(t *testing.T, d string) {
 			write(t, d+"/f", big, true)
 			syncDir(t, d)
@@ -172,14 +178,14 @@ func TestCut(t *testing.T) {
 			f, _ := os.OpenFile(d+"/f", os.O_WRONLY, 0)
 			f.Sync()
 			f.Close()
-		}, map[string]string{"f": big[:5000] + string(make([]byte, 4000))}},
+		}, map[string]string{"f": big[:5000] + string(make([]byte, 4000))}, nil},
 		{"overwrite in the middle, not fsynced: old pages", func(t *testing.T, d string) {
 			write(t, d+"/f", big, true)
 			syncDir(t, d)
 			f, _ := os.OpenFile(d+"/f", os.O_WRONLY, 0)
 			f.WriteAt([]byte("XXXX"), 4094) // across a page boundary
 			f.Close()
-		}, map[string]string{"f": big}},
+		}, map[string]string{"f": big}, nil},
 		{"overwrite fdatasynced, then again not: the synced one", func(t *testing.T, d string) {
 			write(t, d+"/f", big, true)
 			syncDir(t, d)
@@ -191,40 +197,48 @@ func TestCut(t *testing.T) {
 			f.WriteAt([]byte("YYYY"), 4094)
 			f.WriteAt([]byte("ZZ"), 15000)
 			f.Close()
-		}, map[string]string{"f": big[:4094] + "XXXX" + big[4098:]}},
+		}, map[string]string{"f": big[:4094] + "XXXX" + big[4098:]}, nil},
 		{"new dir: needs its parent fsynced", func(t *testing.T, d string) {
 			os.Mkdir(d+"/sub", 0o755)
 			write(t, d+"/sub/f", "data", true)
 			syncDir(t, d+"/sub")
-		}, map[string]string{"sub/f": "<absent>", "sub": "<absent>"}},
+		}, map[string]string{"sub/f": "<absent>", "sub": "<absent>"}, map[string]string{"sub/f": "data"}},
 		{"new dir and file, both dirs fsynced: kept", func(t *testing.T, d string) {
 			os.Mkdir(d+"/sub", 0o755)
 			write(t, d+"/sub/f", "data", true)
 			syncDir(t, d+"/sub")
 			syncDir(t, d)
-		}, map[string]string{"sub/f": "data"}},
+		}, map[string]string{"sub/f": "data"}, nil},
 	}
-	m := mount(t)
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			d := filepath.Join(m.Dir, "case"+string(rune('a'+i)))
-			if err := os.Mkdir(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			syncDir(t, d)
-			syncDir(t, m.Dir)
-			c.before(t, d)
-			t.Logf("cut: %v", m.Cut(nil))
-			for p, want := range c.want {
-				if p == "sub" {
-					if _, err := os.Stat(filepath.Join(d, p)); !errors.Is(err, os.ErrNotExist) {
-						t.Errorf("%s: stat %v, want it gone", p, err)
+	for _, names := range []Names{POSIX, Journal} {
+		t.Run(names.String(), func(t *testing.T) {
+			m := mountNames(t, names)
+			for i, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					d := filepath.Join(m.Dir, "case"+string(rune('a'+i)))
+					if err := os.Mkdir(d, 0o755); err != nil {
+						t.Fatal(err)
 					}
-					continue
-				}
-				if got := content(t, filepath.Join(d, p)); got != want {
-					t.Errorf("%s: %d bytes %.40q..., want %d bytes %.40q...", p, len(got), got, len(want), want)
-				}
+					syncDir(t, d)
+					syncDir(t, m.Dir)
+					c.before(t, d)
+					t.Logf("cut: %v", m.Cut(nil))
+					want := c.want
+					if names == Journal && c.journal != nil {
+						want = c.journal
+					}
+					for p, want := range want {
+						if p == "sub" {
+							if _, err := os.Stat(filepath.Join(d, p)); !errors.Is(err, os.ErrNotExist) {
+								t.Errorf("%s: stat %v, want it gone", p, err)
+							}
+							continue
+						}
+						if got := content(t, filepath.Join(d, p)); got != want {
+							t.Errorf("%s: %d bytes %.40q..., want %d bytes %.40q...", p, len(got), got, len(want), want)
+						}
+					}
+				})
 			}
 		})
 	}

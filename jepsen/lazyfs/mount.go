@@ -35,6 +35,33 @@ type Config struct {
 	// with ENOSPC. Zero: 4 GiB. The data lives in memory, but only the
 	// pages written take memory.
 	Capacity int64
+	// Names says when names (creates, renames, unlinks) become durable.
+	// Zero: POSIX.
+	Names Names
+}
+
+// Names is when names become durable.
+type Names int
+
+const (
+	// POSIX: a name is durable once its directory is fsynced, and only
+	// then: the strictest reading, ALICE's.
+	POSIX Names = iota
+	// Journal: every fsync, of any file or directory, makes every name
+	// change made before it durable, as ext4's and XFS's metadata
+	// journals do (one ordered journal, committed whole by any fsync).
+	// File data still needs that file's own fsync.
+	Journal
+)
+
+func (n Names) String() string {
+	switch n {
+	case POSIX:
+		return "posix"
+	case Journal:
+		return "journal"
+	}
+	return fmt.Sprintf("Names(%d)", int(n))
 }
 
 // New mounts an empty lazyfs on dir, which must exist, directly with
@@ -50,7 +77,10 @@ func New(dir string, cfg Config) (*Mount, error) {
 	if cfg.Capacity < pageSize {
 		return nil, fmt.Errorf("lazyfs: capacity %d: %w", cfg.Capacity, ErrCapacity)
 	}
-	fs := newFileSystem(cfg.Capacity)
+	if cfg.Names != POSIX && cfg.Names != Journal {
+		return nil, fmt.Errorf("lazyfs: %v: %w", cfg.Names, ErrNames)
+	}
+	fs := newFileSystem(cfg)
 	opts := &fuse.MountOptions{
 		FsName:            "lazyfs",
 		Name:              "lazyfs",
@@ -88,7 +118,7 @@ type CutStats struct {
 	DirtyPages int // file pages written and not fsynced
 	Files      int // files whose data or size was not all durable
 	Dirs       int // directories whose entries were not durable
-	Inodes     int // files and directories gone: reachable before, not after
+	Inodes     int // files and directories gone: named before, not after
 }
 
 func (s CutStats) String() string {
@@ -117,9 +147,18 @@ func (m *Mount) Cut(kill func()) CutStats {
 	}
 
 	fs.mu.Lock()
-	before := len(fs.inodes)
+	var named []*inode
+	for _, n := range fs.inodes {
+		if n.links > 0 {
+			named = append(named, n)
+		}
+	}
 	fs.restoreLocked()
-	stats.Inodes = max(0, before-len(fs.inodes))
+	for _, n := range named {
+		if fs.inodes[n.ino] == nil {
+			stats.Inodes++
+		}
+	}
 	fs.frozen = false
 	fs.cuts++
 	inos := make([]uint64, 0, len(fs.inodes))
