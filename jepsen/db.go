@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/plugreg/plugreg/jepsen/lazyfs"
 )
 
 // node is one plugreg agent on its own loopback address, run as one
@@ -68,6 +70,8 @@ type db struct {
 	clock       func() int64 // the run's clock, for the process records
 	logf        func(format string, args ...interface{})
 	mounts      []string // data dirs on a tmpfs of their own (the disk family)
+
+	lazy []*lazyfs.Mount // the servers' data dirs, on a lazyfs each (the powerloss family)
 }
 
 func newDB(root, bin string, r *runConfig) *db {

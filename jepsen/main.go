@@ -48,6 +48,8 @@ type runConfig struct {
 	checkTimeout      time.Duration
 	minThroughput     float64
 	clientAgents      int // client agent processes on 127.0.0.4, .5, ...
+
+	powerlossNames string // -powerloss-names: when a name is durable on the servers' lazyfs
 }
 
 func main() {
@@ -68,6 +70,7 @@ func main() {
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
+	flag.StringVar(&r.powerlossNames, "powerloss-names", "journal", "the powerloss family's filesystem: journal (every fsync makes every earlier create, rename and unlink durable, as ext4 and XFS do) or posix (a name is durable once its own directory is fsynced, and only then)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -231,6 +234,7 @@ func run(r *runConfig) (int, error) {
 	cleanup := func() {
 		nf.teardown()
 		d.stopAll()
+		d.unmountLazyFS()
 		d.unmountDataDirs()
 	}
 	defer cleanup()
@@ -252,6 +256,9 @@ func run(r *runConfig) (int, error) {
 			logf.printf("leaving the disk family out: it needs a tmpfs per data dir: %v", err)
 			r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "disk" })
 		}
+	}
+	if err := setupPowerloss(d, r, logf.printf); err != nil {
+		return 2, err
 	}
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
@@ -331,6 +338,7 @@ func run(r *runConfig) (int, error) {
 	for _, s := range end.stops {
 		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
 	}
+	d.unmountLazyFS()
 	d.unmountDataDirs()
 
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)

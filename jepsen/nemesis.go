@@ -32,7 +32,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "powerloss"}
 
 type nemesis struct {
 	db     *db
@@ -123,6 +123,8 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		}
 	case "disk":
 		actions = []func(context.Context) fault{nm.diskFull}
+	case "powerloss":
+		actions = nm.powerLossActions()
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
