@@ -40,8 +40,14 @@
 //     page stays unsynced until its file is fsynced, however long ago it
 //     was written.
 //
-// This is the strictest reading of POSIX, the one ALICE and Jepsen's
-// LazyFS test against for data; it is stricter than both:
+// That is Config.Names POSIX, the default. With Journal, every fsync or
+// fdatasync, of any file or directory, also makes every name change made
+// before it durable, in every directory: one ordered metadata journal,
+// committed whole by any fsync, as ext4 and XFS do. File data is the same
+// in both modes.
+//
+// POSIX is the strictest reading, the one ALICE tests against; it is
+// stricter than both ext4 and Jepsen's LazyFS:
 //
 //   - ext4 (data=ordered) commits its journal on any fsync, which makes
 //     every earlier metadata change durable (names, renames, unlinks, in
@@ -53,9 +59,10 @@
 //     rename, unlink) to the filesystem under it at once, so it never
 //     loses a name; this package can, as POSIX allows.
 //
-// So a program that survives lazyfs survives ext4; one that fails here
-// may or may not fail on ext4, and the failure says which fsync is
-// missing.
+// So a program that survives POSIX mode survives ext4 as far as names
+// go; one that fails here may or may not fail on ext4, and the failure
+// says which fsync is missing. Journal mode is ext4 for names, and
+// stricter than ext4 for data (no writeback, no auto_da_alloc).
 //
 // # The cut
 //
