@@ -691,3 +691,28 @@ func TestUnixSocket(t *testing.T) {
 		t.Fatalf("read %q", b)
 	}
 }
+
+// TestUnmountBusy: a mount still in use (the harness failed with an agent
+// holding a file) is detached and its connection aborted, so that Unmount
+// returns and never leaves a mount behind.
+func TestUnmountBusy(t *testing.T) {
+	m := mount(t)
+	f, err := os.Create(filepath.Join(m.Dir, "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := m.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(mounts, []byte(m.Dir+" ")) {
+		t.Fatalf("%s still mounted", m.Dir)
+	}
+	if _, err := f.Write([]byte("x")); err == nil {
+		t.Fatal("a write through the aborted mount succeeded")
+	}
+}
