@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/plugreg/plugreg/jepsen/lazyfs"
 )
 
 // node is one plugreg agent on its own loopback address, run as one
@@ -70,6 +72,8 @@ type db struct {
 	mounts      []string // data dirs on a tmpfs of their own (the disk family)
 	logStore    string   // every server's Raft log store: wal or boltdb
 	walSegment  int      // -wal-segment-size for wal servers (0: the agent's default)
+
+	lazy []*lazyfs.Mount // the servers' data dirs, on a lazyfs each (the powerloss family)
 }
 
 func newDB(root, bin string, r *runConfig) *db {

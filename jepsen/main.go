@@ -51,6 +51,8 @@ type runConfig struct {
 	logStoreFlag      string // -log-store: wal, boltdb or random
 	logStore          string // this run's Raft log store, on every server: wal or boltdb
 	walSegment        int    // -wal-segment-size
+
+	powerlossNames string // -powerloss-names: when a name is durable on the servers' lazyfs
 }
 
 func main() {
@@ -73,6 +75,7 @@ func main() {
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.logStoreFlag, "log-store", "random", "every server's Raft log store: wal (the agent's default), boltdb, or random (boltdb one run in four, from the seed)")
 	flag.IntVar(&r.walSegment, "wal-segment-size", 32<<10, "the wal servers' -wal-segment-size, bytes (0: the agent's 16 MiB, with which a leader never compacts within a run, so never sends a snapshot)")
+	flag.StringVar(&r.powerlossNames, "powerloss-names", "journal", "the powerloss family's filesystem: journal (every fsync makes every earlier create, rename and unlink durable, as ext4 and XFS do) or posix (a name is durable once its own directory is fsynced, and only then)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
@@ -269,6 +272,7 @@ func run(r *runConfig) (int, error) {
 	cleanup := func() {
 		nf.teardown()
 		d.stopAll()
+		d.unmountLazyFS()
 		d.unmountDataDirs()
 	}
 	defer cleanup()
@@ -290,6 +294,9 @@ func run(r *runConfig) (int, error) {
 			logf.printf("leaving the disk family out: it needs a tmpfs per data dir: %v", err)
 			r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "disk" })
 		}
+	}
+	if err := setupPowerloss(d, r, logf.printf); err != nil {
+		return 2, err
 	}
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
@@ -369,6 +376,7 @@ func run(r *runConfig) (int, error) {
 	for _, s := range end.stops {
 		logf.printf("SIGTERM %s: %s after %v; hung: %v %s", s.Node, s.Status, s.Took.Round(time.Millisecond), s.Hung, s.Dump)
 	}
+	d.unmountLazyFS()
 	d.unmountDataDirs()
 
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)

@@ -32,7 +32,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader", "powerloss"}
 
 type nemesis struct {
 	db     *db
@@ -125,6 +125,8 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		actions = []func(context.Context) fault{nm.diskFull}
 	case "deposed-leader": // deposed.go
 		actions = []func(context.Context) fault{nm.deposedLeader}
+	case "powerloss":
+		actions = nm.powerLossActions()
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
