@@ -24,9 +24,13 @@ type ServerHealth struct {
 	Voter      bool
 	// Healthy: it answered, gossip has it alive, it heard from the
 	// leader within the heartbeat timeout (the leader: always), it is in
-	// the leader's term, and it trails the leader's log by at most
-	// MaxTrailingLogs.
+	// the leader's term, it trails the leader's log by at most
+	// MaxTrailingLogs, its applied state is not ahead of the leader's log,
+	// and it has not failed to install the leader's snapshots (twice, in
+	// the last minute, with its state unchanged since).
 	Healthy bool
+	// Reason says why it is not healthy ("" when it is).
+	Reason string `json:",omitempty"`
 	// LastContact is how long ago it heard from the leader, as a Go
 	// duration ("0s" on the leader, "" unknown).
 	LastContact  string
@@ -52,6 +56,12 @@ type RaftStats struct {
 	LastTerm     uint64
 	LastIndex    uint64
 	AppliedIndex uint64
+	// RestoreFailures counts the snapshots from the leader that its FSM
+	// failed to restore (RestoreError, the last one's error) since its
+	// state last changed, while the last of them is recent; 0 from a
+	// server of an older release.
+	RestoreFailures int    `json:",omitempty"`
+	RestoreError    string `json:",omitempty"`
 }
 
 // AgentSelf is GET /v1/agent/self: the answering agent's configuration,

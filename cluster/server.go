@@ -44,6 +44,7 @@ type Server struct {
 
 	applyJournal *journalFSM     // nil unless Config.ApplyJournal
 	commits      *commitNotifier // nil with Config.NoCommitNotify
+	restores     restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
 
 	gossip *gossip.Pool
 
@@ -227,6 +228,7 @@ func (s *Server) setupRaft() error {
 		machine = notifyingFSM{BatchingFSM: machine, n: s.commits}
 		trans = notifyingTransport{NetworkTransport: s.trans, n: s.commits}
 	}
+	machine = watchedFSM{BatchingFSM: machine, s: s}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func runOperator(args []string) error {
 }
 
 func runListPeers(args []string) error {
-	cf := newClientFlags("operator raft list-peers", "", "Lists the servers of the Raft configuration with their health, as autopilot judges it:\nin gossip, heard from the leader within the heartbeat timeout, in its term, at most\n250 entries behind its log. Exits 1 when a server is unhealthy.")
+	cf := newClientFlags("operator raft list-peers", "", "Lists the servers of the Raft configuration with their health, as autopilot judges it:\nin gossip, heard from the leader within the heartbeat timeout, in its term, at most\n250 entries behind its log, and able to take the leader's log (its state not ahead of\nit, the leader's snapshots not refused); REASON says why not. Exits 1 when a server is\nunhealthy.")
 	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
 		h, err := c.AutopilotHealth(ctx)
 		if err != nil {
@@ -49,9 +49,9 @@ func runListPeers(args []string) error {
 					lc = "-"
 				}
 				rows = append(rows, []string{s.ID, s.Address, state, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Healthy), s.SerfStatus, lc,
-					strconv.FormatUint(s.LastIndex, 10), strconv.FormatUint(s.IndexLag, 10), s.Error})
+					strconv.FormatUint(s.LastIndex, 10), strconv.FormatUint(s.IndexLag, 10), s.Reason})
 			}
-			table("NODE\tADDRESS\tSTATE\tVOTER\tHEALTHY\tGOSSIP\tLAST CONTACT\tLAST INDEX\tLAG\tERROR", rows)
+			table("NODE\tADDRESS\tSTATE\tVOTER\tHEALTHY\tGOSSIP\tLAST CONTACT\tLAST INDEX\tLAG\tREASON", rows)
 			fmt.Printf("\nhealthy: %v, failure tolerance: %d\n", h.Healthy, h.FailureTolerance)
 		}
 		if !h.Healthy {

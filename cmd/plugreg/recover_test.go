@@ -280,8 +280,9 @@ func TestOutageRecoveryAllServersKept(t *testing.T) {
 // three, each server applies its own tail: the old leader's state ends
 // beyond the new leader's snapshot, which its FSM refuses as older than
 // its state, again at every retry. list-peers shows its last index above
-// the leader's; autopilot counts it healthy, yet it acknowledges nothing
-// (with the third server down, no write commits). The documented remedy
+// the leader's, and autopilot calls it unhealthy, with why, and the
+// failure tolerance 0: it acknowledges nothing (with the third server
+// down, no write commits). The documented remedy
 // (stop it, empty its data dir, start it) brings it back with every
 // acknowledged write, and every server then holds the same.
 func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
@@ -373,8 +374,10 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 	})
 	// The old leader stays behind: it refuses the leader's snapshot, again
 	// at every retry. What an operator sees in list-peers: its last index
-	// above the leader's, which a follower's never stays. (Autopilot still
-	// calls it healthy: it hears heartbeats, in the leader's term.)
+	// above the leader's, which a follower's never stays. It hears the
+	// leader's heartbeats, in the leader's term, and its log is not behind
+	// the leader's; autopilot calls it unhealthy all the same (its state is
+	// ahead of the leader's log, its restores fail), and says why.
 	refusal := "snapshot is older than the applied state; refused"
 	c.Poll(t, old.Name+" refusing the leader's snapshot twice", func() (bool, string) {
 		return strings.Count(old.Log(), refusal) >= 2, ""
@@ -384,10 +387,11 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	var oldIdx, leaderIdx uint64
+	oldH := h.Servers[0]
 	for _, sh := range h.Servers {
 		switch sh.ID {
 		case old.Name:
-			oldIdx = sh.LastIndex
+			oldIdx, oldH = sh.LastIndex, sh
 		case h.Leader:
 			leaderIdx = sh.LastIndex
 		}
@@ -396,8 +400,27 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 		t.Fatalf("list-peers: %s at %d, the leader at %d; want %s still at its recovered %d, above the leader", old.Name, oldIdx, leaderIdx, old.Name, oldSt.LastIndex)
 	}
 	t.Logf("%s stuck at %d (the leader at %d): %+v", old.Name, oldIdx, leaderIdx, h)
+	if oldH.Healthy || !strings.Contains(oldH.Reason, "failed to install the leader's snapshot") || !strings.Contains(oldH.Reason, refusal) {
+		t.Errorf("autopilot on %s: healthy %v, reason %q; want unhealthy: it failed to install the leader's snapshots (%s)", old.Name, oldH.Healthy, oldH.Reason, refusal)
+	}
+	if oldH.AppliedIndex > leaderIdx && !strings.Contains(oldH.Reason, "ahead of the leader's log") {
+		t.Errorf("autopilot on %s: applied index %d, the leader's last index %d, reason %q; want it ahead of the leader's log", old.Name, oldH.AppliedIndex, leaderIdx, oldH.Reason)
+	}
+	for _, sh := range h.Servers {
+		if sh.ID != old.Name && (!sh.Healthy || sh.Reason != "") {
+			t.Errorf("autopilot on %s: healthy %v, reason %q; want healthy", sh.ID, sh.Healthy, sh.Reason)
+		}
+	}
+	if h.Healthy || h.FailureTolerance != 0 {
+		t.Errorf("autopilot: healthy %v, failure tolerance %d; want unhealthy, 0", h.Healthy, h.FailureTolerance)
+	}
+	out, err := exec.Command(bin, "operator", "raft", "list-peers", "-addr", leader.HTTP).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "failure tolerance: 0") || !strings.Contains(string(out), "failed to install the leader's snapshot") {
+		t.Errorf("list-peers: exit %v (want 1), want failure tolerance 0 and why %s is unhealthy:\n%s", err, old.Name, out)
+	}
+	t.Logf("list-peers:\n%s", out)
 	// And it acknowledges nothing: with the other follower down, no write
-	// commits, whatever autopilot's failure tolerance of 1 says.
+	// commits, as the failure tolerance of 0 says.
 	var now, other *proctest.Agent
 	for _, s := range c.Servers {
 		switch {
