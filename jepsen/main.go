@@ -75,7 +75,7 @@ func main() {
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.logStoreFlag, "log-store", "random", "every server's Raft log store: wal (the agent's default), boltdb, or random (boltdb one run in four, from the seed)")
 	flag.IntVar(&r.walSegment, "wal-segment-size", 32<<10, "the wal servers' -wal-segment-size, bytes (0: the agent's 16 MiB, with which a leader never compacts within a run, so never sends a snapshot)")
-	flag.StringVar(&r.powerlossNames, "powerloss-names", "journal", "the powerloss family's filesystem: journal (every fsync makes every earlier create, rename and unlink durable, as ext4 and XFS do) or posix (a name is durable once its own directory is fsynced, and only then)")
+	flag.StringVar(&r.powerlossNames, "powerloss-names", "posix", "the powerloss family's filesystem: posix (a name is durable once its own directory is fsynced, and only then) or journal (every fsync makes every earlier create, rename and unlink durable, as ext4 and XFS do)")
 	flag.StringVar(&r.plugregBin, "plugreg-bin", "", "run this plugreg binary instead of building ./cmd/plugreg (e.g. an old commit's)")
 	flag.Parse()
 	if r.seed == 0 {
