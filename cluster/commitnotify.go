@@ -185,7 +185,7 @@ func wake(ch chan struct{}) {
 // told. Everything else passes through (the embedded transport's Close,
 // pre-vote and the rest included).
 type notifyingTransport struct {
-	*raft.NetworkTransport
+	heartbeatsInOrder
 	n *commitNotifier
 }
 

@@ -220,13 +220,13 @@ func (s *Server) setupRaft() error {
 		}
 		machine = s.applyJournal
 	}
-	var trans raft.Transport = s.trans
+	var trans raft.Transport = heartbeatsInOrder{s.trans}
 	if !cfg.NoCommitNotify {
 		s.commits = newCommitNotifier(s.ctx, s.trans, raft.RPCHeader{
 			ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: s.trans.EncodePeer(rc.LocalID, s.trans.LocalAddr()),
 		}, s.IsLeader)
 		machine = notifyingFSM{BatchingFSM: machine, n: s.commits}
-		trans = notifyingTransport{NetworkTransport: s.trans, n: s.commits}
+		trans = notifyingTransport{heartbeatsInOrder: heartbeatsInOrder{s.trans}, n: s.commits}
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {
