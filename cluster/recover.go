@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // PeersFileName is the file in a server's data dir that asks for a manual
@@ -196,15 +197,7 @@ func removeSynced(path string) error {
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("open data dir to sync the removal: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync the removal: %w", err)
-	}
-	return nil
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // serverList is a configuration for a log line: id=address (non-voter).
