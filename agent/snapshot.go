@@ -30,14 +30,15 @@ func (c *Client) SnapshotSave(ctx context.Context, stale bool) (func(io.Writer) 
 	}, nil
 }
 
-// SnapshotRestore restores an archive through a server. It is not
-// retried on another server: its outcome may be unknown, and the caller
-// decides (a restore applied twice installs the same contents).
+// SnapshotRestore restores an archive through a server, with the HTTP
+// caller's request ID: a caller that retries it after an unknown outcome
+// gets the first one's result, not a second restore over the writes
+// acknowledged since. It is not retried here.
 func (c *Client) SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 	var res api.WriteResult
-	if err := c.call(ctx, api.RPCSnapshotRestore, &api.SnapshotRestoreArgs{Token: api.Token(ctx), Archive: archive}, &res); err != nil {
+	if err := c.call(ctx, api.RPCSnapshotRestore, &api.SnapshotRestoreArgs{Token: api.Token(ctx), Archive: archive, RequestID: api.RequestID(ctx)}, &res); err != nil {
 		return res, fmt.Errorf("snapshot restore: %w", err)
 	}
 	return res, nil

@@ -36,8 +36,9 @@ type SnapshotSaveArgs struct {
 
 // SnapshotRestoreArgs restores an archive on behalf of Token's holder.
 type SnapshotRestoreArgs struct {
-	Token   string
-	Archive []byte
+	Token     string
+	Archive   []byte
+	RequestID string `codec:",omitempty"`
 }
 
 // ACLResolveArgs asks for the token whose secret hashes to SecretHash (the

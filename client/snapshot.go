@@ -34,19 +34,17 @@ func (c *Client) SnapshotSave(ctx context.Context, w io.Writer, q *QueryOptions)
 // SnapshotRestore replaces the registry with the archive in r (the server
 // checks it whole first: a damaged, foreign or newer file is refused with
 // ErrInvalid and changes nothing; the CLI checks it before sending, with
-// package snapshot). A retry after a lost answer is safe: applied twice,
-// a restore installs the same contents.
+// package snapshot). It carries a request ID (a fresh one, or ctx's from
+// WithRequestID) that it keeps across its own retries: a restore resent
+// after a lost answer applies once, so the writes acknowledged after the
+// first copy are not overwritten by the second.
 func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) (WriteResult, error) {
 	archive, err := io.ReadAll(r)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
 	}
-	var res WriteResult
-	resp, err := c.do(ctx, http.MethodPut, "/v1/operator/snapshot", nil, archive, nil)
+	res, err := c.write(ctx, http.MethodPut, "/v1/operator/snapshot", archive)
 	if err != nil {
-		return res, fmt.Errorf("snapshot restore: %w", err)
-	}
-	if err := c.decode(resp, &res); err != nil {
 		return res, fmt.Errorf("snapshot restore: %w", err)
 	}
 	return res, nil

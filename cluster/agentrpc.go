@@ -137,7 +137,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "restore snapshots (operator)"); err != nil {
 			return nil, true, toWire(err)
 		}
-		res, err := b.SnapshotRestore(ctx, args.Archive)
+		res, err := b.SnapshotRestore(api.WithRequestID(ctx, args.RequestID), args.Archive)
 		return res, true, toWire(err)
 	case api.RPCAutopilotHealth:
 		var args api.ACLCallerArgs

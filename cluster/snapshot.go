@@ -48,13 +48,15 @@ func (b *Backend) SnapshotSave(ctx context.Context, stale bool) (write func(io.W
 // the log (fsm.RestoreCommand): checked whole here first (a damaged,
 // foreign or newer archive is refused and nothing is proposed), then
 // committed by a quorum and applied by every server at one index, where
-// every subscriber resets. It returns once this server applied it.
+// every subscriber resets. It returns once this server applied it. With a
+// request ID in ctx (api.WithRequestID), a retry applies nothing and
+// answers the first one's index.
 func (b *Backend) SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error) {
 	meta, stream, err := snapshot.Read(bytes.NewReader(archive))
 	if err != nil {
 		return api.WriteResult{}, err
 	}
-	req, st, err := fsm.NewRestoreRequest(stream)
+	req, st, err := fsm.NewRestoreRequest(stream, api.RequestID(ctx))
 	if err != nil {
 		return api.WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
 	}
@@ -74,6 +76,10 @@ func (b *Backend) SnapshotRestore(ctx context.Context, archive []byte) (api.Writ
 	}
 	if err := b.s.WaitApplied(ctx, res.Index); err != nil {
 		return api.WriteResult{}, apiError(err)
+	}
+	if res.Duplicate {
+		b.s.logger.Info("a restore's retry: applied once already", "index", res.Index)
+		return api.WriteResult{Index: res.Index, Result: api.ResultRestored}, nil
 	}
 	b.s.logger.Info("restored a snapshot", "index", res.Index, "snapshot_index", meta.Index, "snapshot_node", meta.NodeID, "snapshot_created", meta.Created)
 	return api.WriteResult{Index: res.Index, Result: api.ResultRestored}, nil

@@ -158,7 +158,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "later", Name: "z", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
-	res2, err := cl.SnapshotRestore(ctx, bytes.NewReader(saved.Bytes()))
+	res2, err := cl.SnapshotRestore(client.WithRequestID(ctx, "restore-2"), bytes.NewReader(saved.Bytes()))
 	if err != nil {
 		t.Fatalf("restore of the saved archive: %v", err)
 	}
@@ -170,11 +170,29 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 		}
 		return true
 	})
+	// The saved state exactly, indexes included, and the restore's own
+	// request ID recorded in its window (a retry applies nothing).
 	for _, n := range c.Nodes {
-		if got := nodeState(n); !sameContents(got, st) || got.Instance("later", "z", "1") != nil {
+		got := nodeState(n)
+		if indexedContents(got) != indexedContents(st) || got.Len() != st.Len() || got.Instance("later", "z", "1") != nil {
 			t.Fatalf("%s after restoring the saved archive: not its contents", n.Config.NodeID)
 		}
+		if rec, ok := got.Request("restore-2"); !ok || rec.Index != res2.Index || rec.Result != api.ResultRestored {
+			t.Fatalf("%s: the restore's request record %+v, %v", n.Config.NodeID, rec, ok)
+		}
 	}
+}
+
+// indexedContents lists a state's instances in order, with their indexes.
+func indexedContents(st *fsm.State) string {
+	var b strings.Builder
+	st.Walk(func(ptype, name string, list []*fsm.PluginInfo) bool {
+		for _, p := range list {
+			fmt.Fprintf(&b, "%s/%s/%s@%s:%s[%d,%d];", ptype, name, p.AllocID, p.NodeID, p.Version, p.CreateIndex, p.ModifyIndex)
+		}
+		return true
+	})
+	return b.String()
 }
 
 // A truncated, corrupted, foreign or newer archive is refused with a 400
@@ -372,5 +390,56 @@ func TestSnapshotThroughClientAgent(t *testing.T) {
 	// A damaged archive is refused on the server, as an invalid request.
 	if _, err := cl.SnapshotRestore(ctx, bytes.NewReader(saved.Bytes()[:100])); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("a truncated archive through the client agent: %v", err)
+	}
+}
+
+// A restore resent with its request ID (what client.SnapshotRestore does
+// when it retries after a lost answer) applies once, through a follower's
+// HTTP API and through a client agent's: the write acknowledged between
+// the two copies is still there, and the retry answers the first copy's
+// index. Before the restore carried a request ID, the second copy
+// installed the backup again over that write.
+func TestSnapshotRestoreRetryAppliesOnce(t *testing.T) {
+	_, archive := backupOf(t, 50)
+	c := testcluster.New(t, 3, testcluster.Options{})
+	cn := c.AddClient(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, via := range []struct{ name, url string }{{"follower", c.Followers()[0].HTTPURL}, {"client agent", cn.HTTPURL}} {
+		t.Run(via.name, func(t *testing.T) {
+			cl, err := client.New(client.Config{Addrs: []string{via.url}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx := client.WithRequestID(ctx, "restore-via-"+strings.ReplaceAll(via.name, " ", "-"))
+			first, err := cl.SnapshotRestore(rctx, bytes.NewReader(archive))
+			if err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			between, err := cl.Register(ctx, &client.PluginInfo{Type: "between", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := cl.SnapshotRestore(rctx, bytes.NewReader(archive))
+			if err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			if again.Index != first.Index || again.Result != api.ResultRestored {
+				t.Fatalf("the retry answered %+v, want the first restore's index %d", again, first.Index)
+			}
+			c.Eventually(time.Minute, "every server past the write", func() bool {
+				for _, n := range c.Nodes {
+					if nodeState(n).Index() < between.Index {
+						return false
+					}
+				}
+				return true
+			})
+			for _, n := range c.Nodes {
+				if nodeState(n).Instance("between", "x", "1") == nil {
+					t.Fatalf("%s lost the write acknowledged at %d between the restore and its retry", n.Config.NodeID, between.Index)
+				}
+			}
+		})
 	}
 }

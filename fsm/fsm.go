@@ -112,14 +112,15 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if i > 0 {
 			out = append(out, f.ApplyBatch(logs[:i])...)
 		}
-		s, res := restoredState(l)
+		s, res := restoredState(f.state.Load(), l)
 		if s != nil {
 			f.state.Store(s)
 			if f.sink != nil {
 				f.sink.Restored(s)
 			}
 		} else {
-			// Refused alike everywhere; the index still advances.
+			// Refused alike everywhere, or a retry of a restore
+			// already applied; the index still advances.
 			f.ApplyBatch([]*raft.Log{{Index: l.Index, Term: l.Term, Type: raft.LogNoop}})
 		}
 		out = append(out, res)

@@ -135,7 +135,7 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		if err := WriteState(&buf, src); err != nil {
 			t.Fatalf("write the state to restore: %v", err)
 		}
-		r, _, err := NewRestoreRequest(buf.Bytes())
+		r, _, err := NewRestoreRequest(buf.Bytes(), h.requestID())
 		if err != nil {
 			t.Fatalf("restore request: %v", err)
 		}

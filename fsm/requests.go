@@ -69,11 +69,15 @@ func (r requests) get(id string) (RequestRecord, bool) {
 	return r.byID.Get([]byte(id))
 }
 
-// add records rec and evicts the oldest records past RequestWindow.
+// add records rec and evicts the oldest records past RequestWindow. An ID
+// already in the window moves to rec's index (apply never re-adds one, but
+// a restore records its ID in the backup's window, which may hold it).
 func (r *requests) add(rec RequestRecord) {
 	if r.txID != nil {
-		if _, replaced := r.txID.Insert([]byte(rec.ID), rec); !replaced {
+		if old, replaced := r.txID.Insert([]byte(rec.ID), rec); !replaced {
 			r.n++
+		} else {
+			r.txIndex.Delete(indexKey(old.Index))
 		}
 		r.txIndex.Insert(indexKey(rec.Index), rec.ID)
 		for r.n > RequestWindow {
@@ -88,7 +92,14 @@ func (r *requests) add(rec RequestRecord) {
 	if r.byID == nil {
 		*r = newRequests()
 	}
-	r.byID, _, _ = r.byID.Insert([]byte(rec.ID), rec)
+	var (
+		old      RequestRecord
+		replaced bool
+	)
+	r.byID, old, replaced = r.byID.Insert([]byte(rec.ID), rec)
+	if replaced {
+		r.byIndex, _, _ = r.byIndex.Delete(indexKey(old.Index))
+	}
 	r.byIndex, _, _ = r.byIndex.Insert(indexKey(rec.Index), rec.ID)
 	for r.byID.Len() > RequestWindow {
 		k, id, _ := r.byIndex.Root().Minimum()
@@ -124,7 +135,7 @@ func (r requests) walk(fn func(RequestRecord) bool) {
 var recordable = map[Result]bool{
 	ResultRegistered: true, ResultUpdated: true, ResultUnchanged: true,
 	ResultDeregistered: true, ResultAbsent: true, ResultIgnored: true,
-	ResultCreated: true, ResultDeleted: true,
+	ResultCreated: true, ResultDeleted: true, ResultRestored: true,
 }
 
 func checkRequestRecord(rec *RequestRecord, prev uint64, index uint64) error {

@@ -77,3 +77,38 @@ func TestRequestWindow(t *testing.T) {
 		t.Fatal("window does not round-trip byte-identically")
 	}
 }
+
+// An ID added again moves to its new index, in and out of a batch: the
+// window keeps one record for it, so it walks in log order and a snapshot
+// of it reads back. A restore is what adds an ID again (it records its own
+// ID in the backup's window, which may hold it already).
+func TestRequestWindowMovesAnIDAddedAgain(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			s := NewState()
+			if batched {
+				s.requests.begin()
+			}
+			s.requests.add(RequestRecord{ID: "a", Index: 5, Result: ResultRegistered})
+			s.requests.add(RequestRecord{ID: "b", Index: 6, Result: ResultRegistered})
+			s.requests.add(RequestRecord{ID: "a", Index: 9, Result: ResultRestored})
+			s.requests.commit()
+			s.index = 9
+			var got []string
+			s.requests.walk(func(rec RequestRecord) bool {
+				got = append(got, fmt.Sprintf("%s@%d", rec.ID, rec.Index))
+				return true
+			})
+			if fmt.Sprint(got) != "[b@6 a@9]" {
+				t.Fatalf("window walks %v, want [b@6 a@9]", got)
+			}
+			var buf bytes.Buffer
+			if err := WriteState(&buf, s); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			if _, err := ReadState(&buf); err != nil {
+				t.Fatalf("read back: %v", err)
+			}
+		})
+	}
+}

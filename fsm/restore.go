@@ -31,16 +31,23 @@ const MaxRestoreSize = 60 << 20
 // node's log). Build it with NewRestoreRequest.
 type RestoreRequest struct {
 	StateGzip []byte
+	// RequestID makes a retried restore apply once. Without it, a client
+	// that resent a restore it could not see acknowledged (a timeout, a
+	// leader change) had the second copy install the backup again over
+	// every write acknowledged between the two.
+	RequestID string `codec:",omitempty"`
 }
 
 func (*RestoreRequest) CommandType() CommandType { return RestoreCommand }
 
-// ID: a restore carries no request ID (the state it installs has its own
-// window of request IDs; applying it twice installs the same contents).
-func (*RestoreRequest) ID() string { return "" }
+// ID is the restore's request ID. The state it installs replaces the
+// window of request IDs too, so the apply records this one in the new
+// window (restoredState).
+func (r *RestoreRequest) ID() string { return r.RequestID }
 
-// Validate checks the size only: decoding the state is the apply's work
-// (and the edge's, which decodes it before it sends the command).
+// Validate checks the size and the request ID: decoding the state is the
+// apply's work (and the edge's, which decodes it before it sends the
+// command).
 func (r *RestoreRequest) Validate() error {
 	if len(r.StateGzip) == 0 {
 		return fmt.Errorf("%w: restore: no state", ErrInvalid)
@@ -48,14 +55,14 @@ func (r *RestoreRequest) Validate() error {
 	if len(r.StateGzip) > MaxRestoreSize {
 		return fmt.Errorf("%w: restore: %d bytes of compressed state, more than %d", ErrInvalid, len(r.StateGzip), MaxRestoreSize)
 	}
-	return nil
+	return validateRequestID(r.RequestID)
 }
 
 // NewRestoreRequest compresses a snapshot stream into a RestoreRequest,
 // after checking that it decodes (ReadState): a state that does not is
 // refused here, at the edge, and never reaches the log. It returns the
-// decoded state too.
-func NewRestoreRequest(stream []byte) (*RestoreRequest, *State, error) {
+// decoded state too. requestID may be "" (a restore that is not retried).
+func NewRestoreRequest(stream []byte, requestID string) (*RestoreRequest, *State, error) {
 	st, err := ReadState(bytes.NewReader(stream))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: restore: %v", ErrInvalid, err)
@@ -68,8 +75,11 @@ func NewRestoreRequest(stream []byte) (*RestoreRequest, *State, error) {
 	if err := gz.Close(); err != nil {
 		return nil, nil, fmt.Errorf("restore: compress: %w", err)
 	}
-	r := &RestoreRequest{StateGzip: buf.Bytes()}
-	return r, st, r.Validate()
+	r := &RestoreRequest{StateGzip: buf.Bytes(), RequestID: requestID}
+	if err := r.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return r, st, nil
 }
 
 // PaddingCommand is an entry that changes nothing: it advances the log
@@ -86,14 +96,20 @@ func (*PaddingRequest) ID() string               { return "" }
 func (*PaddingRequest) Validate() error          { return nil }
 
 // restoredState decodes a RestoreRequest entry into the state it installs,
-// as of the entry's index. Decoding is deterministic: a state that does
-// not decode is refused alike on every node.
-func restoredState(l *raft.Log) (*State, *ApplyResult) {
-	req, err := DecodeCommand(l.Data)
+// as of the entry's index, with the restore's request ID recorded in it.
+// A nil state leaves cur as it is: a retry of a restore cur already
+// applied (its recorded result comes back), or a state that does not
+// decode (decoding is deterministic: refused alike on every node).
+func restoredState(cur *State, l *raft.Log) (*State, *ApplyResult) {
+	cmd, err := DecodeCommand(l.Data)
 	if err != nil {
 		return nil, &ApplyResult{Index: l.Index, Err: fmt.Errorf("apply entry %d: %w", l.Index, err)}
 	}
-	gz, err := gzip.NewReader(bytes.NewReader(req.(*RestoreRequest).StateGzip))
+	req := cmd.(*RestoreRequest)
+	if rec, ok := cur.requests.get(req.RequestID); req.RequestID != "" && ok {
+		return nil, &ApplyResult{Index: rec.Index, Result: rec.Result, Duplicate: true}
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(req.StateGzip))
 	if err != nil {
 		return nil, &ApplyResult{Index: l.Index, Err: fmt.Errorf("apply entry %d: restore: %w: %v", l.Index, ErrInvalid, err)}
 	}
@@ -111,7 +127,11 @@ func restoredState(l *raft.Log) (*State, *ApplyResult) {
 		}
 		s = rs
 	}
-	return s.Rebased(l.Index), &ApplyResult{Index: l.Index, Result: ResultRestored}
+	s = s.Rebased(l.Index)
+	if req.RequestID != "" {
+		s.requests.add(RequestRecord{ID: req.RequestID, Index: l.Index, Result: ResultRestored})
+	}
+	return s, &ApplyResult{Index: l.Index, Result: ResultRestored}
 }
 
 // LongestRecency is the length of s's longest recency list: a restore of

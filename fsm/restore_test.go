@@ -21,7 +21,7 @@ func TestRestoreCommand(t *testing.T) {
 	backup.apply(reg(plugin("csi", "ebs", "a2")))
 	backup.apply(reg(plugin("device", "gpu", "g1")))
 	stream := backup.snapshot()
-	req, _, err := NewRestoreRequest(stream)
+	req, _, err := NewRestoreRequest(stream, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRestoreCommand(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	if _, _, err := NewRestoreRequest([]byte("not a state")); !errors.Is(err, ErrInvalid) {
+	if _, _, err := NewRestoreRequest([]byte("not a state"), ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a bad stream: %v", err)
 	}
 	if _, err := EncodeCommand(&RestoreRequest{}); !errors.Is(err, ErrInvalid) {
@@ -113,7 +113,7 @@ func TestRestoreFromFurtherAlong(t *testing.T) {
 		far.apply(r)
 	}
 	far.apply(reg(plugin("device", "gpu", "g1")))
-	req, _, err := NewRestoreRequest(far.snapshot())
+	req, _, err := NewRestoreRequest(far.snapshot(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestRestoreFromFurtherAlong(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		long.apply(reg(plugin("csi", "ebs", fmt.Sprint(i))))
 	}
-	lreq, _, err := NewRestoreRequest(long.snapshot())
+	lreq, _, err := NewRestoreRequest(long.snapshot(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +171,45 @@ func TestRestoreFromFurtherAlong(t *testing.T) {
 	r := b.fsm.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: data}).(*ApplyResult)
 	if r.Err == nil || b.fsm.State().Instance("dra", "x", "1") == nil || b.fsm.State().Len() != before.Len() {
 		t.Fatalf("a list of 5 restored at index 2: %+v", r)
+	}
+}
+
+// A restore sent twice with one request ID (a client's retry after a
+// timeout or a leader change) applies once: the second copy answers the
+// first one's result and leaves alone what was written between the two.
+// Without the ID in the restored window, the second copy installed the
+// backup again over the acknowledged write. The record survives a
+// snapshot of the state.
+func TestRestoreWithRequestIDAppliesOnce(t *testing.T) {
+	backup := newApplier(t)
+	backup.apply(reg(plugin("csi", "ebs", "a1")))
+	req, _, err := NewRestoreRequest(backup.snapshot(), "restore-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newApplier(t)
+	a.apply(reg(plugin("dra", "x", "1")))
+	first := a.apply(req)
+	if first.Result != ResultRestored || first.Duplicate {
+		t.Fatalf("first restore: %+v", first)
+	}
+	a.apply(reg(plugin("csi", "efs", "after")))
+	again := a.apply(req)
+	if !again.Duplicate || again.Index != first.Index || again.Result != ResultRestored {
+		t.Fatalf("the retry: %+v, want the first's result at %d", again, first.Index)
+	}
+	s := a.fsm.State()
+	if s.Instance("csi", "efs", "after") == nil || s.Instance("csi", "ebs", "a1") == nil || s.Len() != 2 {
+		t.Fatalf("after the retry: %d instances, the write between the two restores is %v", s.Len(), s.Instance("csi", "efs", "after"))
+	}
+	if s.Index() != a.index {
+		t.Fatalf("state at %d, want %d", s.Index(), a.index)
+	}
+	read, err := ReadState(bytes.NewReader(a.snapshot()))
+	if err != nil {
+		t.Fatalf("snapshot after a restore with a request ID: %v", err)
+	}
+	if rec, ok := read.Request("restore-1"); !ok || rec.Result != ResultRestored || rec.Index != first.Index {
+		t.Fatalf("restored window: %+v %v", rec, ok)
 	}
 }

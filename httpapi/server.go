@@ -245,15 +245,25 @@ func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelFunc, error) {
-	ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
-	if id := r.Header.Get(headerRequest); id != "" {
-		if len(id) > maxRequestID {
-			cancel()
-			return nil, nil, fmt.Errorf("%w: %s is %d bytes, at most %d", api.ErrTooLarge, headerRequest, len(id), maxRequestID)
-		}
-		ctx = api.WithRequestID(ctx, id)
+	ctx, err := withRequestID(r)
+	if err != nil {
+		return nil, nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	return ctx, cancel, nil
+}
+
+// withRequestID returns r's context with the write's request ID, if it
+// sent one (api.WithRequestID).
+func withRequestID(r *http.Request) (context.Context, error) {
+	id := r.Header.Get(headerRequest)
+	if id == "" {
+		return r.Context(), nil
+	}
+	if len(id) > maxRequestID {
+		return nil, fmt.Errorf("%w: %s is %d bytes, at most %d", api.ErrTooLarge, headerRequest, len(id), maxRequestID)
+	}
+	return api.WithRequestID(r.Context(), id), nil
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {

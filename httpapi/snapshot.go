@@ -64,7 +64,14 @@ func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := sn.SnapshotRestore(r.Context(), archive)
+	// No write timeout: a large archive takes minutes to replicate and
+	// apply (the backend bounds it).
+	ctx, err := withRequestID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := sn.SnapshotRestore(ctx, archive)
 	if err != nil {
 		writeError(w, err)
 		return
