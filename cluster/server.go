@@ -59,7 +59,8 @@ type Server struct {
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
 
-	raftGone chan struct{}   // closed once Raft has stopped (or was never started)
+	raftGone     chan struct{} // closed once Raft has stopped (or was never started)
+	needsRestart chan error    // see NeedsRestart (stalelog.go)
 	ctx      context.Context // cancelled by Shutdown
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // every goroutine the Server starts
@@ -92,6 +93,7 @@ func New(cfg *Config) (*Server, error) {
 		ctx:          ctx,
 		cancel:       cancel,
 		raftGone:     make(chan struct{}),
+		needsRestart: make(chan error, 1),
 	}
 	if err := s.start(); err != nil {
 		s.Shutdown()
@@ -237,6 +239,7 @@ func (s *Server) setupRaft() error {
 	}); err != nil {
 		return err
 	}
+	s.watchStaleLastLog(store)
 	if !existing && cfg.BootstrapExpect == 1 {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(s.raftAddr), Suffrage: raft.Voter,

@@ -35,6 +35,8 @@ type walStore struct {
 	w    *wal.WAL     // nil while a reopen failed: calls try again
 	meta *metadb.BoltMetaDB
 	gen  uint64 // counts opens, so one failure reopens once
+
+	emptied chan struct{} // a deletion left the log empty (stalelog.go)
 }
 
 var (
@@ -46,7 +48,7 @@ var (
 var errWALClosed = errors.New("wal is closed")
 
 func openWALStore(dir string, size int, logger hclog.Logger) (*walStore, error) {
-	s := &walStore{dir: dir, size: size, logger: logger}
+	s := &walStore{dir: dir, size: size, logger: logger, emptied: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
@@ -137,8 +139,27 @@ func (s *walStore) StoreLogs(ls []*raft.Log) error {
 }
 
 func (s *walStore) DeleteRange(min, max uint64) error {
-	return s.do(true, func(w *wal.WAL) error { return w.DeleteRange(min, max) })
+	var empty bool
+	err := s.do(true, func(w *wal.WAL) error {
+		if err := w.DeleteRange(min, max); err != nil {
+			return err
+		}
+		last, err := w.LastIndex()
+		empty = err == nil && last == 0
+		return nil
+	})
+	if empty {
+		select {
+		case s.emptied <- struct{}{}:
+		default: // one pending is enough
+		}
+	}
+	return err
 }
+
+// Emptied receives after a deletion that left the log empty: raft's
+// removeOldLogs after it installed a snapshot (stalelog.go).
+func (s *walStore) Emptied() <-chan struct{} { return s.emptied }
 
 func (s *walStore) Set(k, v []byte) error {
 	return s.do(true, func(w *wal.WAL) error { return w.Set(k, v) })

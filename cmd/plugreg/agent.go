@@ -291,6 +291,22 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc
 		case err := <-n.done:
 			stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 			return fmt.Errorf("http server: %w", err)
+		case err := <-n.needsRestart():
+			// Raft's memory disagrees with its store (hashicorp/raft
+			// issue 697); a new process reads both from disk. The agent
+			// runs itself again in place (same PID, arguments and
+			// environment), so no supervisor is needed for it.
+			logger.Error("restarting the agent", "reason", err, "within", signalStopGrace)
+			// The new process opens the data dir afresh: files this one
+			// left open close at exec (Go opens them close-on-exec), so
+			// even a stop that timed out does not stand in its way. An
+			// operator's signal meanwhile means stop, not restart.
+			if err := stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig); errors.Is(err, errStopForced) {
+				return err
+			} else if err != nil {
+				logger.Warn("stopping before the restart", "error", err)
+			}
+			return errRestartAgent
 		}
 	}
 }

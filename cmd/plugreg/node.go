@@ -68,6 +68,15 @@ func setupMetrics(logger hclog.Logger) http.Handler {
 	return metricsHandler
 }
 
+// needsRestart receives when the server cannot go on without a new
+// process (cluster.Server.NeedsRestart); never on a client agent.
+func (n *node) needsRestart() <-chan error {
+	if n.srv == nil {
+		return nil
+	}
+	return n.srv.NeedsRestart()
+}
+
 // lifecycle is what the command needs of an agent's core, server or
 // client: how it stops (gracefully with Leave, or not), and what it sees.
 type lifecycle interface {
