@@ -59,13 +59,13 @@ type Server struct {
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
 
-	raftGone     chan struct{} // closed once Raft has stopped (or was never started)
-	needsRestart chan error    // see NeedsRestart (stalelog.go)
-	ctx      context.Context // cancelled by Shutdown
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // every goroutine the Server starts
-	shutOnce sync.Once
-	shutErr  error
+	raftGone     chan struct{}   // closed once Raft has stopped (or was never started)
+	needsRestart chan error      // see NeedsRestart (stalelog.go)
+	ctx          context.Context // cancelled by Shutdown
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup // every goroutine the Server starts
+	shutOnce     sync.Once
+	shutErr      error
 }
 
 var _ registry.Applier = (*Server)(nil)
