@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,4 +221,142 @@ func waitFor(d time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// hashicorp/raft issue 697 with processes: a deposed leader's suffix runs
+// past the snapshot the new leader sends it, so raft empties its log but
+// keeps the suffix's last index and would refuse every entry for good.
+// The server notices, and its agent runs itself again in place (the same
+// PID: no supervisor involved); the new process reads a consistent log and
+// snapshot and catches up. The old leader is killed -9 rather than
+// stopped: a stopped process would find the new leader's earlier requests
+// in its socket buffer when continued and truncate its suffix the usual
+// way. Small segments, trailing logs and snapshot threshold let the new
+// leader compact past where the logs part.
+//
+// Whether the new leader still holds the entry where the logs part when
+// the old one comes back depends on timing; a run that did not reach the
+// case is run again, at most three times.
+func TestDeposedLeaderPastTheSnapshotRestartsItself(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts server processes")
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		reached := false
+		t.Run(fmt.Sprint("attempt ", attempt), func(t *testing.T) { reached = deposedLeaderRestartsItself(t) })
+		if reached || t.Failed() {
+			return
+		}
+	}
+	t.Fatal("three runs never reached a deposed leader installing a snapshot below its suffix")
+}
+
+// deposedLeaderRestartsItself runs the scenario once and says whether it
+// reached the case (it fails t if the old leader does not catch up).
+func deposedLeaderRestartsItself(t *testing.T) bool {
+	c := proctest.StartCluster(t, proctest.ClusterConfig{ServerArgs: []string{"-raft-multiplier", "2",
+		"-wal-segment-size", "16384", "-trailing-logs", "8", "-snapshot-threshold", "64", "-snapshot-interval", "200ms"}})
+	c.WaitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w0, err := c.Servers[0].API.Register(ctx, deposedPlugin("before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Poll(t, "every server at the first write", func() (bool, string) {
+		for _, s := range c.Servers {
+			if v := raftSelf(ctx, t, s); v.applied < w0.Index {
+				return false, s.Name + " behind"
+			}
+		}
+		return true, ""
+	})
+
+	var (
+		old       *proctest.Agent
+		followers []*proctest.Agent
+		suffix    uint64
+	)
+	for attempt := 1; ; attempt++ {
+		old, followers = leaderOf(t, c)
+		before := raftSelf(ctx, t, old).lastIndex
+		for _, f := range followers {
+			f.Kill9(t)
+		}
+		// Everything the leader appends now is in its log only: as many
+		// writes at once as it takes before its lease runs out.
+		var wg sync.WaitGroup
+		for i := 0; i < 600; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				postOnce(ctx, old, &client.PluginInfo{Type: "deposed", Name: "lost", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+			}()
+		}
+		wg.Wait()
+		suffix = raftSelf(ctx, t, old).lastIndex - before
+		t.Logf("attempt %d: %s appended %d entries no one else has", attempt, old.Name, suffix)
+		if suffix >= 200 {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("the leader never appended 200 entries within its lease (%d tries)", attempt)
+		}
+		for _, f := range followers {
+			f.Start(t)
+		}
+		c.WaitReady(t)
+	}
+	oldLast := raftSelf(ctx, t, old).lastIndex
+	old.Kill9(t)
+	pid := -1
+	for _, f := range followers {
+		f.Start(t)
+	}
+	var leader *proctest.Agent
+	c.Poll(t, "a new leader among the restarted followers", func() (bool, string) {
+		for _, f := range followers {
+			if s := raftSelf(ctx, t, f); s.state == "Leader" {
+				leader = f
+				return true, ""
+			}
+		}
+		return false, "none yet"
+	})
+	// The majority writes about half as far as the suffix, snapshotting
+	// as it goes (threshold 64, 8 trailing entries, 16 KiB segments).
+	half := oldLast - suffix/2
+	for i := 0; raftSelf(ctx, t, leader).lastIndex < half; i++ {
+		if _, err := leader.API.Register(ctx, &client.PluginInfo{Type: "deposed", Name: "during", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := len(old.Log())
+	old.Start(t)
+	pid = old.Pid()
+	w, err := leader.API.Register(ctx, deposedPlugin("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Poll(t, old.Name+" at the write after", func() (bool, string) {
+		if v := raftSelf(ctx, t, old); v.applied < w.Index {
+			return false, fmt.Sprintf("applied %d (%v), want %d", v.applied, v.err, w.Index)
+		}
+		return true, ""
+	})
+	restarted := strings.Contains(old.Log()[mark:], "restarting the agent")
+	t.Logf("%s caught up; restarted itself: %v", old.Name, restarted)
+	if !restarted {
+		t.Log("the new leader's log still held where the logs part: the deposed leader truncated its suffix the usual way, not the case under test")
+		return false
+	}
+	if old.Exited() || old.Pid() != pid {
+		t.Fatalf("%s: the restart was not in place (exited %v)", old.Name, old.Exited())
+	}
+	for _, s := range c.Servers {
+		if _, _, err := s.API.Get(ctx, "deposed", "lost", "0", &client.QueryOptions{Stale: true}); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("%s: an uncommitted write of the deposed leader: %v; want not found", s.Name, err)
+		}
+	}
+	return true
 }
