@@ -276,8 +276,12 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 		old       *proctest.Agent
 		followers []*proctest.Agent
 		suffix    uint64
+		lost      string
 	)
 	for attempt := 1; ; attempt++ {
+		// A try that falls short is committed when its leader wins
+		// again: each try's writes have a name of their own.
+		lost = fmt.Sprint("lost-", attempt)
 		old, followers = leaderOf(t, c)
 		before := raftSelf(ctx, t, old).lastIndex
 		for _, f := range followers {
@@ -290,7 +294,7 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				postOnce(ctx, old, &client.PluginInfo{Type: "deposed", Name: "lost", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+				postOnce(ctx, old, &client.PluginInfo{Type: "deposed", Name: lost, AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
 			}()
 		}
 		wg.Wait()
@@ -354,7 +358,7 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 		t.Fatalf("%s: the restart was not in place (exited %v)", old.Name, old.Exited())
 	}
 	for _, s := range c.Servers {
-		if _, _, err := s.API.Get(ctx, "deposed", "lost", "0", &client.QueryOptions{Stale: true}); !errors.Is(err, client.ErrNotFound) {
+		if _, _, err := s.API.Get(ctx, "deposed", lost, "0", &client.QueryOptions{Stale: true}); !errors.Is(err, client.ErrNotFound) {
 			t.Errorf("%s: an uncommitted write of the deposed leader: %v; want not found", s.Name, err)
 		}
 	}
