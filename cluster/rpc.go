@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/transport"
 )
 
 // Internal RPC methods served on the server port.
@@ -50,7 +52,19 @@ func (r *applyReply) reject(err error) *applyReply {
 	return r
 }
 
+// serverOnly are the internal methods only servers call: raw commands
+// for the log, a server's removal, and Raft's own state. A peer that did
+// not prove the server identity (a client agent's certificate, where the
+// port asks for proof: transport.Peer) is refused before its arguments
+// are read. Client agents have the Agent.* methods, which check tokens.
+var serverOnly = map[string]bool{
+	rpcApply: true, rpcApplyBatch: true, rpcReadIndex: true, rpcLeave: true, rpcRaftStats: true, rpcPeers: true,
+}
+
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
+		return nil, toWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
+	}
 	// The server port opens before Raft does (Raft needs its stream
 	// layer), and peers that still think this node leads forward to it
 	// as soon as it is back: answer "not ready" until Raft is up, which

@@ -118,6 +118,10 @@ func (s *Server) start() (err error) {
 		return err
 	}
 	s.raftAddr = s.mux.Addr().String()
+	if !cfg.TLS.ProvesServers() {
+		s.logger.Warn("the server port proves no peer's identity: anyone who reaches it may act as a server of this cluster (join Raft, propose log entries, remove servers); run with -verify-incoming -verify-server-hostname and certificates (docs/security.md)",
+			"server_port", s.raftAddr)
+	}
 	if err := s.setupRaft(); err != nil {
 		return err
 	}

@@ -160,6 +160,13 @@ func (c *Configurator) DialsTLS() bool { return c != nil && c.cfg.VerifyOutgoing
 // RequiresTLS reports whether the server port refuses plaintext.
 func (c *Configurator) RequiresTLS() bool { return c != nil && c.cfg.VerifyIncoming }
 
+// ProvesServers says whether the server port tells servers from other
+// peers (VerifyIncoming and VerifyServerHostname): without it, anyone who
+// reaches the port may act as a server.
+func (c *Configurator) ProvesServers() bool {
+	return c != nil && c.cfg.VerifyIncoming && c.cfg.VerifyServerHostname
+}
+
 // IncomingConfig is the *tls.Config of a listener (the server port's TLS
 // connections, HTTPS): this agent's certificate, and with VerifyIncoming a
 // client certificate signed by the CA is required.
@@ -218,19 +225,20 @@ func (c *Configurator) peerName() string {
 	return ""
 }
 
-// VerifyRaftPeer checks an incoming Raft connection's peer: with
-// VerifyIncoming and VerifyServerHostname, its certificate must name the
-// cluster's server name, so that holding a client certificate is not
-// enough to join Raft.
-func (c *Configurator) VerifyRaftPeer(cs tls.ConnectionState) error {
-	if !c.cfg.VerifyIncoming || !c.cfg.VerifyServerHostname {
+// VerifyServerPeer checks that an incoming connection's peer may act as a
+// server (Raft, and the server-only internal RPC): with VerifyIncoming and
+// VerifyServerHostname, its certificate must name the cluster's server
+// name, so that holding a client certificate is not enough. Without them
+// nothing is checked: any peer may (docs/security.md).
+func (c *Configurator) VerifyServerPeer(cs tls.ConnectionState) error {
+	if !c.ProvesServers() {
 		return nil
 	}
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("no client certificate")
 	}
 	if err := cs.PeerCertificates[0].VerifyHostname(c.cfg.ServerName()); err != nil {
-		return fmt.Errorf("raft peer is not a server of this cluster: %w", err)
+		return fmt.Errorf("peer is not a server of this cluster: %w", err)
 	}
 	return nil
 }

@@ -150,7 +150,7 @@ func (m *Mux) handle(conn net.Conn) {
 			conn.Close()
 		}
 	case protoRPC:
-		m.rpc(conn)
+		m.rpc(&peerConn{Conn: conn, peer: m.peerOf(conn)})
 		m.untrack(conn)
 		conn.Close()
 	default:
@@ -189,11 +189,30 @@ func (m *Mux) open(conn net.Conn) (byte, net.Conn, error) {
 	}
 	tc.SetDeadline(time.Time{})
 	if b[0] == protoRaft {
-		if err := m.tls.VerifyRaftPeer(tc.ConnectionState()); err != nil {
+		// Raft itself: servers only.
+		if err := m.tls.VerifyServerPeer(tc.ConnectionState()); err != nil {
 			return 0, nil, err
 		}
 	}
 	return b[0], tc, nil
+}
+
+// peerOf proves what it can of an accepted connection's peer: a TLS
+// peer's verified certificate, and whether it may act as a server. A
+// plaintext connection reached here only because TLS is not required:
+// nothing is proven, and the port takes it for a server, as it always
+// has (docs/security.md says so).
+func (m *Mux) peerOf(conn net.Conn) Peer {
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return Peer{Server: true}
+	}
+	cs := tc.ConnectionState()
+	p := Peer{Server: m.tls.VerifyServerPeer(cs) == nil}
+	if len(cs.PeerCertificates) > 0 {
+		p.Cert = cs.PeerCertificates[0]
+	}
+	return p
 }
 
 // Close stops listening, closes every RPC connection, and waits for the

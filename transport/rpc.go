@@ -75,6 +75,8 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 		writeTimeout = DefaultStreamWriteTimeout
 	}
 	return func(conn net.Conn) {
+		// Every request on conn, and its stream, knows its peer.
+		base := withPeer(base, PeerOf(conn))
 		r := bufio.NewReader(conn)
 		w := bufio.NewWriter(conn)
 		dec := codec.NewDecoder(r, msgpackHandle)

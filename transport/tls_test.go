@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -25,7 +26,9 @@ func configurator(t *testing.T, cfg tlsutil.Config) *tlsutil.Configurator {
 // A server port with -verify-incoming and -verify-server-hostname admits
 // RPC from any certificate of the cluster's CA, Raft only from a server
 // certificate, and nothing else: no plaintext, no other CA, no expired
-// certificate, no TLS without a certificate.
+// certificate, no TLS without a certificate. An RPC handler learns whether
+// its peer proved the server identity (PeerFrom): only a server
+// certificate does.
 func TestServerPortTLS(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ca, other := testpki.New(t, "cluster"), testpki.New(t, "other")
@@ -38,7 +41,7 @@ func TestServerPortTLS(t *testing.T) {
 		if err := dec(&s); err != nil {
 			return nil, err
 		}
-		return method + ":" + s, nil
+		return fmt.Sprintf("%s:%s:server=%v", method, s, PeerFrom(ctx).Server), nil
 	}
 	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), hclog.NewNullLogger(), serverTLS)
 	if err != nil {
@@ -78,8 +81,9 @@ func TestServerPortTLS(t *testing.T) {
 			defer cancel()
 			var out string
 			err := p.Call(ctx, addr, "Echo", "x", &out)
-			if tc.rpcOK && (err != nil || out != "Echo:x") {
-				t.Fatalf("RPC: %q, %v", out, err)
+			want := fmt.Sprintf("Echo:x:server=%v", tc.raftOK)
+			if tc.rpcOK && (err != nil || out != want) {
+				t.Fatalf("RPC: %q, %v; want %q", out, err, want)
 			}
 			if !tc.rpcOK && err == nil {
 				t.Fatalf("RPC answered (%q), want refused", out)

@@ -1,0 +1,85 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/transport"
+)
+
+// The server port's internal methods (raw commands for the log, a
+// server's removal, Raft's state, the peer list) answer servers only. A
+// client agent's certificate, from the cluster's own CA, once proposed an
+// ACLTokenSet through Apply and minted itself an operator token under
+// default deny, or could remove every server with Leave; now each method
+// refuses it before reading its arguments, and nothing changes. A server's
+// certificate is still served.
+func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
+	ca := testpki.New(t, "cluster")
+	srv, cli := ca.Server(""), ca.Client("")
+	conf := func(f testpki.Files, incoming bool) *tlsutil.Configurator {
+		c, err := tlsutil.NewConfigurator(tlsutil.Config{CAFile: ca.CAFile, CertFile: f.Cert, KeyFile: f.Key,
+			VerifyIncoming: incoming, VerifyOutgoing: true, VerifyServerHostname: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := testcluster.New(t, 3, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) { cfg.TLS = conf(srv, true) }})
+	leader := c.Leader()
+	before := leader.Store().FSM().State().Index()
+	servers, _ := leader.RaftConfiguration()
+
+	mint, err := fsm.EncodeCommand(&fsm.ACLTokenSetRequest{Token: fsm.ACLToken{AccessorID: "attacker",
+		SecretHash: "0000000000000000000000000000000000000000000000000000000000000000", Policies: []api.ACLPolicy{{Kind: api.ACLOperator}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct {
+		method string
+		args   interface{}
+	}{
+		{"Apply", struct{ Cmd []byte }{mint}},
+		{"ApplyBatch", struct{ Cmds [][]byte }{[][]byte{mint}}},
+		{"Leave", struct{ ID string }{c.Followers()[0].Config.NodeID}},
+		{"ReadIndex", struct{}{}},
+		{"RaftStats", struct{}{}},
+		{"Peers", struct{}{}},
+	}
+	attacker := transport.NewPool("127.0.0.1", 2*time.Second, conf(cli, false))
+	defer attacker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, call := range calls {
+		t.Run("client certificate/"+call.method, func(t *testing.T) {
+			var reply interface{}
+			err := attacker.Call(ctx, leader.RaftAddr(), call.method, call.args, &reply)
+			var re *transport.RemoteError
+			if !errors.As(err, &re) || re.Code != api.CodePermissionDenied {
+				t.Fatalf("%s with a client certificate: %v (reply %v); want permission_denied", call.method, err, reply)
+			}
+		})
+	}
+	if st := leader.Store().FSM().State(); st.Index() != before || len(st.ACLTokens()) != 0 {
+		t.Fatalf("the state moved from %d to %d", before, st.Index())
+	}
+	if after, _ := leader.RaftConfiguration(); len(after) != len(servers) {
+		t.Fatalf("the configuration changed: %v -> %v", servers, after)
+	}
+
+	// A server's certificate: served (Peers needs no leader).
+	server := transport.NewPool("127.0.0.1", 2*time.Second, conf(srv, true))
+	defer server.Close()
+	var peers []string
+	if err := server.Call(ctx, leader.RaftAddr(), "Peers", struct{}{}, &peers); err != nil || len(peers) != 3 {
+		t.Fatalf("Peers with a server certificate: %v, %v", peers, err)
+	}
+}
