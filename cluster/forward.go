@@ -249,8 +249,9 @@ func (r *applyReply) result() fwdResult {
 func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte) *applyBatchReply {
 	out := &applyBatchReply{Replies: make([]applyReply, len(cmds))}
 	futures := make([]raft.ApplyFuture, len(cmds))
-	for i, cmd := range cmds {
-		if _, err := fsm.DecodeCommand(cmd); err != nil {
+	for i, raw := range cmds {
+		cmd, err := fsm.ReencodeCommand(raw) // see rpcApply
+		if err != nil {
 			out.Replies[i].reject(err)
 			continue
 		}

@@ -82,14 +82,16 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, fmt.Errorf("decode %s: %w", method, err)
 		}
 		// Validate before proposing: a bad entry must never reach the
-		// log, even from a misbehaving peer.
-		if _, err := fsm.DecodeCommand(args.Cmd); err != nil {
+		// log, even from a misbehaving peer, and what is proposed is
+		// this node's encoding of it, not the peer's bytes.
+		cmd, err := fsm.ReencodeCommand(args.Cmd)
+		if err != nil {
 			return new(applyReply).reject(err), nil
 		}
 		if !s.IsLeader() {
 			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
 		}
-		res, err := s.applyLocal(ctx, args.Cmd)
+		res, err := s.applyLocal(ctx, cmd)
 		if err != nil {
 			return nil, err
 		}

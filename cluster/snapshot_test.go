@@ -66,7 +66,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // 100k instances under -race on a busy machine: minutes
 	defer cancel()
 	for i := 0; i < 20; i++ {
 		if _, err := cl.Register(ctx, &client.PluginInfo{Type: "before", Name: "x", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {

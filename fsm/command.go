@@ -168,6 +168,19 @@ func EncodeCommand(req Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// ReencodeCommand decodes and validates a command that crossed a wire
+// (a peer's proposal) and encodes it again: what reaches the log is what
+// this binary understood of it, never the peer's bytes. Trailing bytes and
+// fields this binary does not know are dropped (a peer could otherwise
+// ride megabytes of junk into every server's log with a valid command).
+func ReencodeCommand(b []byte) ([]byte, error) {
+	req, err := DecodeCommand(b)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeCommand(req)
+}
+
 // DecodeCommand decodes and validates a log entry written by EncodeCommand.
 // Unknown fields in the body are ignored (a newer binary may add some);
 // an unknown type is ErrUnknownCommand, whatever its flag: the caller

@@ -146,3 +146,38 @@ func TestApplyBatchSkipsConfiguration(t *testing.T) {
 		t.Fatalf("index %d, want 3", got)
 	}
 }
+
+// A peer's command is proposed as this binary encodes it: bytes after the
+// command, and fields this binary does not know, do not reach the log;
+// what does not decode is refused.
+func TestReencodeCommand(t *testing.T) {
+	good, err := EncodeCommand(reg(plugin("csi", "ebs", "a1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := append(append([]byte{}, good...), bytes.Repeat([]byte{0xc1}, 1<<20)...)
+	cases := []struct {
+		name string
+		in   []byte
+		want []byte // nil: refused
+	}{
+		{"as encoded", good, good},
+		{"a megabyte after it", junk, good},
+		{"truncated", good[:len(good)/2], nil},
+		{"unknown type", []byte{0x77, 0x80}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReencodeCommand(tc.in)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("accepted: %d bytes", len(got))
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("%d bytes, %v; want the command's own %d bytes", len(got), err, len(tc.want))
+			}
+		})
+	}
+}
