@@ -85,10 +85,14 @@ type DeregisterNodeArgs struct {
 	Token     string `codec:",omitempty"`
 }
 
+// MinHeartbeat is the shortest heartbeat period a stream may ask for
+// (zero asks for none).
+const MinHeartbeat = 100 * time.Millisecond
+
 // SubscribeArgs opens an event stream: the events of Types (none: all)
 // after *From (nil: from the server's applied index), with a heartbeat
-// every Heartbeat. The stream's first event is a heartbeat at its starting
-// position.
+// every Heartbeat (0 or at least MinHeartbeat). The stream's first event
+// is a heartbeat at its starting position.
 type SubscribeArgs struct {
 	Types     []string
 	From      *uint64

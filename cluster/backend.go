@@ -109,6 +109,11 @@ func (b *Backend) block(ctx context.Context, types []string, index uint64, wait 
 // this server's applied index), with a heartbeat every heartbeat (zero:
 // none). It returns the position the stream starts at.
 func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
+	// A client agent chooses its stream's heartbeat: 1 ns was a busy
+	// loop on the server.
+	if heartbeat != 0 && heartbeat < api.MinHeartbeat {
+		return nil, 0, fmt.Errorf("%w: heartbeat %v: at least %v (or 0 for none)", api.ErrInvalid, heartbeat, api.MinHeartbeat)
+	}
 	for _, t := range types {
 		if err := api.ValidateIdentifier("type", t); err != nil {
 			return nil, 0, err

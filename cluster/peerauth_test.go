@@ -83,3 +83,22 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 		t.Fatalf("Peers with a server certificate: %v, %v", peers, err)
 	}
 }
+
+// A stream's heartbeat is chosen by its client agent: below
+// api.MinHeartbeat it is refused as invalid (1 ns was a busy loop on the
+// server); zero (none) and the floor itself are served.
+func TestSubscribeHeartbeatFloor(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	b := c.Nodes[0].Backend()
+	for _, tc := range []struct {
+		every time.Duration
+		ok    bool
+	}{{time.Nanosecond, false}, {api.MinHeartbeat - 1, false}, {0, true}, {api.MinHeartbeat, true}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, _, err := b.Subscribe(ctx, nil, nil, tc.every)
+		cancel()
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, api.ErrInvalid)) {
+			t.Errorf("heartbeat %v: %v; want ok %v", tc.every, err, tc.ok)
+		}
+	}
+}
