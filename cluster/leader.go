@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/gossip"
 )
 
 // monitorLeadership runs the leader's duties while this node leads.
@@ -106,6 +109,10 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 			// A client agent is never a voter; it is only reaped.
 		case status == StatusAlive:
 			if !ok || string(srv.Address) != m.Meta.RaftAddr {
+				if err := s.proveServer(m.Meta); err != nil {
+					s.logger.Warn("not adding a gossip member as a voter: it did not prove to be that server", "id", m.Meta.ID, "addr", m.Meta.RaftAddr, "member", m.Name, "error", err)
+					break
+				}
 				s.logger.Info("adding voter", "id", m.Meta.ID, "addr", m.Meta.RaftAddr)
 				if err := s.raft.AddVoter(raft.ServerID(m.Meta.ID), raft.ServerAddress(m.Meta.RaftAddr), 0, 0).Error(); err != nil {
 					s.logger.Warn("add voter failed", "id", m.Meta.ID, "error", err)
@@ -155,4 +162,30 @@ func (s *Server) reapNode(nodeID string) bool {
 	}
 	s.logger.Info("reaped plugins of dead node", "dead_node", nodeID, "index", res.Index)
 	return true
+}
+
+// proveServer checks a gossip member's claim to be the server meta.ID at
+// meta.RaftAddr before the leader gives it a voter's slot: every agent
+// with the gossip key, client agents included, may claim anything in its
+// metadata. The leader asks the address itself for its node ID (RaftStats)
+// over the server port: with -verify-server-hostname the connection
+// verifies that the address holds a server's certificate, and the answer
+// must name meta.ID. Its own ID is never moved to another address.
+func (s *Server) proveServer(meta gossip.Meta) error {
+	if meta.ID == s.cfg.NodeID {
+		if meta.RaftAddr != s.raftAddr {
+			return fmt.Errorf("claims this server's node ID %q with another address", meta.ID)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	var st api.RaftStats
+	if err := s.pool.Call(ctx, meta.RaftAddr, rpcRaftStats, struct{}{}, &st); err != nil {
+		return fmt.Errorf("its server port: %w", err)
+	}
+	if st.ID != meta.ID {
+		return fmt.Errorf("its server port answers as node %q", st.ID)
+	}
+	return nil
 }

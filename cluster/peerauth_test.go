@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/testcluster"
 	"github.com/plugreg/plugreg/internal/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
@@ -100,5 +102,67 @@ func TestSubscribeHeartbeatFloor(t *testing.T) {
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, api.ErrInvalid)) {
 			t.Errorf("heartbeat %v: %v; want ok %v", tc.every, err, tc.ok)
 		}
+	}
+}
+
+// Every agent holds the gossip key, and a member's metadata is its own
+// word: a client agent once announced itself as a server with a
+// follower's node ID and an address of its own, and the leader moved that
+// voter to it. The leader now asks the address for its node ID over the
+// server port first: the attacker's port, with only a client certificate,
+// fails the server-name check, and the configuration stays as it was; a
+// claim to a new node ID fares the same.
+func TestGossipMemberCannotTakeAVoterSlot(t *testing.T) {
+	ca := testpki.New(t, "cluster")
+	srv, cli := ca.Server(""), ca.Client("")
+	conf := func(f testpki.Files) *tlsutil.Configurator {
+		c, err := tlsutil.NewConfigurator(tlsutil.Config{CAFile: ca.CAFile, CertFile: f.Cert, KeyFile: f.Key,
+			VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := testcluster.New(t, 3, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) { cfg.TLS = conf(srv) }})
+	leader := c.Leader()
+	victim := c.Followers()[0]
+	before, _ := leader.RaftConfiguration()
+
+	// The attacker's server port: it holds a client certificate and
+	// answers RaftStats as the victim.
+	h := func(_ context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+		var none struct{}
+		dec(&none)
+		return api.RaftStats{ID: victim.Config.NodeID}, nil
+	}
+	port, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), conf(cli))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer port.Close()
+	for _, id := range []string{victim.Config.NodeID, "n-new"} {
+		m, err := gossip.Start(gossip.Config{NodeID: "attacker-" + id, BindAddr: "127.0.0.1", Fast: true, Logger: hclog.NewNullLogger(),
+			Meta: gossip.Meta{ID: id, RaftAddr: port.Addr().String(), Role: api.RoleServer}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Shutdown()
+		if _, err := m.Join([]string{leader.GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Several reconcile rounds.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		after, _ := leader.RaftConfiguration()
+		for _, s := range after {
+			if string(s.Address) == port.Addr().String() {
+				t.Fatalf("the leader gave the attacker's address a voter's slot as %s: %v -> %v", s.ID, before, after)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if after, _ := leader.RaftConfiguration(); len(after) != len(before) {
+		t.Fatalf("the configuration changed: %v -> %v", before, after)
 	}
 }
