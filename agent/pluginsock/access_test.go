@@ -426,4 +426,43 @@ func TestAllowUIDsOtherProcess(t *testing.T) {
 			}
 		})
 	}
+	// A plugin in its grace period (its process gone without stopping)
+	// is reclaimed without its token only by its own user: another
+	// user's process could otherwise take over its identity, then stop
+	// it or move its endpoint. Its own user's next process reclaims it.
+	t.Run("another user, a plugin in grace", func(t *testing.T) {
+		s, _, _ := listenRecorded(t, dir, func(c *pluginsock.Config) { c.Group = "65534" })
+		dropAfterRegister(t, s.Path(), "other")
+		if verdict, _ := runHelper(t, s.Path()); verdict != "refused PermissionDenied" {
+			t.Fatalf("another user's process, without the token: %s; want refused", verdict)
+		}
+		if _, err := tryRegister(s.Path(), "other"); err != nil {
+			t.Fatalf("its own user, without the token: %v; want it reclaimed", err)
+		}
+	})
+}
+
+// dropAfterRegister registers name and drops the connection without a
+// Stop, as a plugin that died does: the agent keeps it for its grace.
+func dropAfterRegister(t *testing.T, path, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := pb.NewPluginsClient(cc).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*pb.PluginMessage{reg(name, "1", ""), subscribe} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(recvErr(st, err))
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -157,6 +157,11 @@ type plugin struct {
 	grace      *time.Timer
 	removing   chan struct{} // set while it is being deregistered; closed when done
 	generation uint64        // bumped by every takeover: stale ends are ignored
+	// uid is the user of the process that holds it (its last session's),
+	// when known: in grace, another user may not take it over without
+	// its token.
+	uid    uint32
+	hasUID bool
 }
 
 type session struct {
@@ -186,6 +191,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.grpc = grpc.NewServer(
+		grpc.Creds(peerCreds{}), // each session knows its peer's uid (claim)
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, MaxConnectionIdle: time.Minute}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(1<<20),

@@ -177,9 +177,11 @@ func (s *Server) needsWrite(p *plugin, info *api.PluginInfo) bool {
 }
 
 // claim makes sess the live session of id: a new plugin, one in grace
-// (reclaimed), or a live one whose token the caller has (the old session
-// is superseded). A plugin being deregistered is waited for.
+// (reclaimed: without its token, only by the same user), or a live one
+// whose token the caller has (the old session is superseded). A plugin
+// being deregistered is waited for.
 func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *session, bool, error) {
+	uid, hasUID := uidOf(ctx)
 	waited := false
 	for {
 		s.mu.Lock()
@@ -234,17 +236,27 @@ func (s *Server) claim(ctx context.Context, id ident, token string) (*plugin, *s
 			close(p.live.supersede)
 			reclaimed = true
 		default: // in grace
+			if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) != 1 {
+				// Without the token: a restarted plugin, which runs as the
+				// user the old one did. Another user's process may not
+				// take over its identity (and then stop it or move its
+				// endpoint).
+				if hasUID && p.hasUID && uid != p.uid {
+					s.mu.Unlock()
+					return nil, nil, false, status.Errorf(codes.PermissionDenied,
+						"register %s: held by uid %d until its grace period ends; another user may take it over only with its session token", id, p.uid)
+				}
+				// Another process took it over: the old token must not
+				// take it back, or two processes of one identity would
+				// supersede each other in turn.
+				p.token = newToken()
+			}
 			p.grace.Stop()
 			p.grace = nil
 			reclaimed = true
-			if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) != 1 {
-				// Another process took it over (a restarted plugin): the old
-				// token must not take it back, or two processes of one
-				// identity would supersede each other in turn.
-				p.token = newToken()
-			}
 		}
 		p.live = sess
+		p.uid, p.hasUID = uid, hasUID
 		p.generation++
 		s.mu.Unlock()
 		return p, sess, reclaimed, nil
