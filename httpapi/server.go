@@ -193,6 +193,10 @@ func (s *Server) Handler() http.Handler {
 			h.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
 			return
 		}
+		if err := refuseCrossSite(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		r, ok := s.withAuthz(pattern, w, r)
 		if !ok {
 			return
