@@ -28,8 +28,12 @@ const (
 	// each time (a cache of a few huge lists would hold memory that the
 	// registry itself needs).
 	maxCachedList = 1 << 20
-	// maxCachedBytes bounds all cached bodies together.
+	// maxCachedBytes bounds all cached bodies (and their type names)
+	// together.
 	maxCachedBytes = 16 << 20
+	// maxCachedTypes bounds the entries: anyone who may read can ask for
+	// any number of type names.
+	maxCachedTypes = 4096
 )
 
 type encodedList struct {
@@ -62,7 +66,9 @@ func (c *listCache) body(typ string, index uint64, plugins []*api.PluginInfo) []
 		return []byte(strconv.Quote(err.Error()))
 	}
 	b := buf.Bytes()
-	if len(b) > maxCachedList || index == 0 {
+	if len(b) > maxCachedList || index == 0 || len(plugins) == 0 {
+		// An empty list (a type no one registered: any name a reader
+		// asks for) costs nothing to encode and is not kept.
 		return b
 	}
 	c.mu.Lock()
@@ -71,18 +77,18 @@ func (c *listCache) body(typ string, index uint64, plugins []*api.PluginInfo) []
 		if old.index > index {
 			return b // a newer one is cached already (another reader)
 		}
-		c.bytes -= len(old.body)
+		c.bytes -= len(typ) + len(old.body)
 		delete(c.types, typ)
 	}
 	for k, old := range c.types { // make room: drop any
-		if c.bytes+len(b) <= maxCachedBytes {
+		if c.bytes+len(typ)+len(b) <= maxCachedBytes && len(c.types) < maxCachedTypes {
 			break
 		}
-		c.bytes -= len(old.body)
+		c.bytes -= len(k) + len(old.body)
 		delete(c.types, k)
 	}
 	c.types[typ] = encodedList{index: index, body: b}
-	c.bytes += len(b)
+	c.bytes += len(typ) + len(b)
 	return b
 }
 
