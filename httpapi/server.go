@@ -34,6 +34,7 @@ const (
 	defaultHBEvery = 5 * time.Second
 
 	defaultStreamWriteTimeout = 30 * time.Second
+	defaultIdleTimeout        = 90 * time.Second
 )
 
 // Backend is what the API serves: a server (cluster.Backend) or a client
@@ -74,6 +75,10 @@ type Config struct {
 	// a handler and its subscription forever (zero: 30s). The client
 	// resumes from its last index when it reads again.
 	StreamWriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that has carried no
+	// request for this long (zero: 90s); without it an idle connection
+	// was held for good.
+	IdleTimeout time.Duration
 	// Metrics, if set, serves GET /v1/metrics.
 	Metrics http.Handler
 	// Token, when set, is required (header X-Plugreg-Token) on every
@@ -116,9 +121,12 @@ func New(cfg Config) *Server {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = defaultStreamWriteTimeout
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = defaultIdleTimeout
+	}
 	s := &Server{cfg: cfg, be: cfg.Backend, logger: cfg.Logger, lists: newListCache()}
 	s.streams, s.endStream = context.WithCancel(context.Background())
-	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout}
 	return s
 }
 
