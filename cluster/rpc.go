@@ -62,15 +62,15 @@ var serverOnly = map[string]bool{
 }
 
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
-	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
-		return nil, toWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
-	}
 	// The server port opens before Raft does (Raft needs its stream
 	// layer), and peers that still think this node leads forward to it
 	// as soon as it is back: answer "not ready" until Raft is up, which
 	// callers treat as not applied and retry.
 	if !s.rpcReady.Load() {
 		return nil, notApplied(CodeStarting, ErrStarting)
+	}
+	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
+		return nil, toWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
 	}
 	if reply, ok, err := s.handleAgentRPC(ctx, method, dec); ok {
 		return reply, err

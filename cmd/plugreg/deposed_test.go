@@ -254,7 +254,9 @@ func TestDeposedLeaderPastTheSnapshotRestartsItself(t *testing.T) {
 // deposedLeaderRestartsItself runs the scenario once and says whether it
 // reached the case (it fails t if the old leader does not catch up).
 func deposedLeaderRestartsItself(t *testing.T) bool {
-	c := proctest.StartCluster(t, proctest.ClusterConfig{ServerArgs: []string{"-raft-multiplier", "2",
+	// -raft-multiplier 4: a 1 s lease, for the burst below on a busy
+	// machine.
+	c := proctest.StartCluster(t, proctest.ClusterConfig{ServerArgs: []string{"-raft-multiplier", "4",
 		"-wal-segment-size", "16384", "-trailing-logs", "8", "-snapshot-threshold", "64", "-snapshot-interval", "200ms"}})
 	c.WaitReady(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -290,7 +292,7 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 		// Everything the leader appends now is in its log only: as many
 		// writes at once as it takes before its lease runs out.
 		var wg sync.WaitGroup
-		for i := 0; i < 600; i++ {
+		for i := 0; i < 1000; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -300,11 +302,11 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 		wg.Wait()
 		suffix = raftSelf(ctx, t, old).lastIndex - before
 		t.Logf("attempt %d: %s appended %d entries no one else has", attempt, old.Name, suffix)
-		if suffix >= 200 {
+		if suffix >= 100 {
 			break
 		}
 		if attempt == 3 {
-			t.Fatalf("the leader never appended 200 entries within its lease (%d tries)", attempt)
+			t.Fatalf("the leader never appended 100 entries within its lease (%d tries)", attempt)
 		}
 		for _, f := range followers {
 			f.Start(t)
