@@ -115,24 +115,25 @@ func (l *peerCredListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Counted and logged before the close: the peer sees the close
+		// at once, and whoever it tells must find the refusal recorded.
+		refuse := func(msg string, args ...interface{}) {
+			l.refused.Add(1)
+			l.logger.Warn("plugin socket: refused "+msg, append([]interface{}{"path", l.path}, args...)...)
+			c.Close()
+		}
 		uc, ok := c.(*net.UnixConn)
 		if !ok { // not from a unix listener: nothing to check it by
-			c.Close()
-			l.refused.Add(1)
-			l.logger.Warn("plugin socket: refused a connection that is not a unix socket's", "path", l.path)
+			refuse("a connection that is not a unix socket's")
 			continue
 		}
 		cred, err := peerCred(uc)
 		if err != nil {
-			c.Close()
-			l.refused.Add(1)
-			l.logger.Warn("plugin socket: refused a peer whose credentials could not be read", "path", l.path, "error", err)
+			refuse("a peer whose credentials could not be read", "error", err)
 			continue
 		}
 		if !slices.Contains(l.allow, cred.uid) {
-			c.Close()
-			l.refused.Add(1)
-			l.logger.Warn("plugin socket: refused a peer whose uid is not allowed", "path", l.path, "uid", cred.uid, "gid", cred.gid, "pid", cred.pid)
+			refuse("a peer whose uid is not allowed", "uid", cred.uid, "gid", cred.gid, "pid", cred.pid)
 			continue
 		}
 		return c, nil
