@@ -61,6 +61,20 @@ var serverOnly = map[string]bool{
 	rpcApply: true, rpcApplyBatch: true, rpcReadIndex: true, rpcLeave: true, rpcRaftStats: true, rpcPeers: true,
 }
 
+// rpcRequestBound is how much of a request a peer may make a server read,
+// by method: an archive to restore (the HTTP API takes up to 512 MiB), a
+// batch of forwarded commands (one may be a restore's, up to 60 MiB), and
+// transport's 64 MiB for everything else.
+func rpcRequestBound(method string) int64 {
+	switch method {
+	case api.RPCSnapshotRestore:
+		return 520 << 20
+	case rpcApplyBatch:
+		return 128 << 20
+	}
+	return transport.DefaultMaxRequestBytes
+}
+
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 	// The server port opens before Raft does (Raft needs its stream
 	// layer), and peers that still think this node leads forward to it

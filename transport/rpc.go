@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -57,6 +58,54 @@ type ServeOptions struct {
 	// StreamWriteTimeout bounds each write of a stream; a peer that stops
 	// reading for this long is disconnected. Zero: DefaultStreamWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// IdleTimeout closes a connection that starts no request for this
+	// long (zero: DefaultIdleTimeout). Pools check an idle connection
+	// before they use it, so a closed one costs nothing.
+	IdleTimeout time.Duration
+	// MaxRequestBytes bounds one request's arguments by method (nil, or
+	// zero for a method: DefaultMaxRequestBytes). A peer that sends more
+	// is disconnected: it cannot make the server buffer what it likes.
+	MaxRequestBytes func(method string) int64
+}
+
+// Bounds on what a peer may make a server read.
+const (
+	DefaultIdleTimeout     = 5 * time.Minute
+	DefaultMaxRequestBytes = 64 << 20
+	maxHeaderBytes         = 64 << 10
+	// argsTimeout bounds reading a request's arguments once its header
+	// came: a peer that stops half-way cannot pin the connection.
+	argsTimeout = time.Minute
+	// A refused request's rest is read and dropped for at most this long
+	// and this much before the connection closes.
+	lingerTimeout = 2 * time.Second
+	lingerBytes   = 256 << 20
+	codeTooLarge  = "too_large"
+)
+
+// errRequestTooLarge ends a connection whose request passed its bound.
+var errRequestTooLarge = errors.New("transport: request larger than its bound")
+
+// limitedReader reads at most n more bytes from r; ServeRPCWith sets n
+// for each part of each request. (bufio reads ahead of the message being
+// decoded, so a bound may count up to a buffer of the next one.)
+type limitedReader struct {
+	r   net.Conn
+	n   int64
+	hit bool // a read was refused: the request passed its bound
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		l.hit = true
+		return 0, errRequestTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // ServeRPC returns a ConnHandler that serves requests from one connection,
@@ -74,18 +123,35 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 	if writeTimeout <= 0 {
 		writeTimeout = DefaultStreamWriteTimeout
 	}
+	idle := opts.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	maxArgs := func(method string) int64 {
+		if opts.MaxRequestBytes != nil {
+			if n := opts.MaxRequestBytes(method); n > 0 {
+				return n
+			}
+		}
+		return DefaultMaxRequestBytes
+	}
 	return func(conn net.Conn) {
 		// Every request on conn, and its stream, knows its peer.
 		base := withPeer(base, PeerOf(conn))
-		r := bufio.NewReader(conn)
+		lr := &limitedReader{r: conn}
+		r := bufio.NewReader(lr)
 		w := bufio.NewWriter(conn)
 		dec := codec.NewDecoder(r, msgpackHandle)
 		enc := codec.NewEncoder(w, msgpackHandle)
 		for {
 			var hdr rpcHeader
+			conn.SetReadDeadline(time.Now().Add(idle))
+			lr.n, lr.hit = maxHeaderBytes, false
 			if err := dec.Decode(&hdr); err != nil {
 				return
 			}
+			conn.SetReadDeadline(time.Now().Add(argsTimeout))
+			lr.n = maxArgs(hdr.Method)
 			ctx, cancel := context.WithCancel(base)
 			if hdr.Timeout > 0 {
 				ctx, cancel = context.WithTimeout(base, hdr.Timeout)
@@ -102,6 +168,20 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 					return
 				}
 			}
+			if lr.hit {
+				// The rest of it is still on the wire: answer why, and
+				// end the connection, which is out of step. What the
+				// peer still sends is read and dropped for a moment
+				// (memory stays bounded), so that it can read the answer
+				// rather than a reset.
+				st := rpcStatus{Code: codeTooLarge, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}
+				if enc.Encode(&st) == nil && enc.Encode(nil) == nil && w.Flush() == nil {
+					conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+					io.Copy(io.Discard, io.LimitReader(conn, lingerBytes))
+				}
+				return
+			}
+			conn.SetReadDeadline(time.Time{}) // a stream reads for the peer's end
 			if s, ok := reply.(Streamer); ok && err == nil {
 				if hdr.Stream {
 					serveStream(base, hdr, conn, r, w, enc, s, writeTimeout)
@@ -257,10 +337,12 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 		return fmt.Errorf("rpc %s to %s: receive: %w", method, addr, derr)
 	}
 	c.SetDeadline(time.Time{})
-	if stop() {
+	if stop() && st.Code != codeTooLarge {
 		p.put(addr, c)
 	} else {
-		c.Close() // the deadline was forced: the conn is unusable
+		// The deadline was forced, or the server ends the connection
+		// (too_large): the conn is unusable.
+		c.Close()
 	}
 	if st.Code != "" {
 		return &RemoteError{Code: st.Code, Msg: st.Msg}

@@ -71,3 +71,61 @@ func TestPoolUnreachableIsNotSent(t *testing.T) {
 		t.Fatalf("got %v, want ErrUnreachable", err)
 	}
 }
+
+// A request whose arguments pass their bound is answered "too_large" and
+// its connection closed: a peer cannot make the server buffer what it
+// likes. A connection that starts no request for the idle timeout is
+// closed, and the pool, which checks idle connections before it uses
+// them, goes on with a new one.
+func TestServerBoundsRequests(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	h := func(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+		var b []byte
+		if err := dec(&b); err != nil {
+			return nil, err
+		}
+		return len(b), nil
+	}
+	opts := ServeOptions{IdleTimeout: 200 * time.Millisecond, MaxRequestBytes: func(method string) int64 {
+		if method == "Big" {
+			return 256 << 10
+		}
+		return 64 << 10
+	}}
+	m, err := Listen("127.0.0.1:0", ServeRPCWith(context.Background(), h, opts), hclog.NewNullLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	addr := m.Addr().String()
+	p := NewPool("127.0.0.1", time.Second, nil)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		method string
+		size   int
+		ok     bool
+	}{
+		{"Small", 32 << 10, true},
+		{"Small", 128 << 10, false},
+		{"Big", 128 << 10, true},
+		{"Big", 1 << 20, false},
+		{"Small", 10, true}, // after a refusal: a new connection
+	} {
+		var n int
+		err := p.Call(ctx, addr, tc.method, make([]byte, tc.size), &n)
+		var re *RemoteError
+		switch {
+		case tc.ok && (err != nil || n != tc.size):
+			t.Fatalf("%s of %d bytes: %d, %v", tc.method, tc.size, n, err)
+		case !tc.ok && (!errors.As(err, &re) || re.Code != "too_large"):
+			t.Fatalf("%s of %d bytes: %v; want too_large", tc.method, tc.size, err)
+		}
+	}
+	time.Sleep(time.Second) // past the idle timeout: the server closed the pooled connection
+	var n int
+	if err := p.Call(ctx, addr, "Small", []byte("x"), &n); err != nil || n != 1 {
+		t.Fatalf("after the idle timeout: %d, %v", n, err)
+	}
+}
