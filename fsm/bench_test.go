@@ -174,3 +174,23 @@ func BenchmarkHeap1M(b *testing.B) {
 		runtime.KeepAlive(f)
 	}
 }
+
+// BenchmarkDecodeRestoreCommand decodes a restore command carrying 32 MiB
+// of (incompressible) state, as every node does when it applies one.
+func BenchmarkDecodeRestoreCommand(b *testing.B) {
+	state := make([]byte, 32<<20)
+	for i := range state {
+		state[i] = byte(i * 7)
+	}
+	data, err := EncodeCommand(&RestoreRequest{StateGzip: state})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := DecodeCommand(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -14,9 +14,17 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
+// maxInitLen is the most a length prefix makes the decoder allocate before
+// the data is there: a hostile prefix cannot allocate gigabytes, and a
+// request's bound (ServeOptions.MaxRequestBytes) caps what data can follow.
+// go-msgpack v2 grows a longer byte slice by this much at a time, copying
+// it each time: at 4 KiB a 32 MiB slice took 38 s to decode (quadratic);
+// at 1 MiB, 64 MiB takes a fraction of a second.
+const maxInitLen = 1 << 20
+
 var msgpackHandle = func() *codec.MsgpackHandle {
 	h := &codec.MsgpackHandle{WriteExt: true}
-	h.MaxInitLen = 4096 // a hostile length prefix must not allocate gigabytes
+	h.MaxInitLen = maxInitLen
 	return h
 }()
 
