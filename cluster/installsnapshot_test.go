@@ -82,16 +82,21 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 	cancelShort()
 	oldLast := statU(t, old, "last_log_index")
 	t.Logf("the isolated leader %s's log ends at %d", old.Config.NodeID, oldLast)
-	var leader *testcluster.Node
-	c.Eventually(20*time.Second, "a leader in the majority", func() bool {
-		for i, n := range c.Nodes {
-			if i != oi && n.IsLeader() {
-				leader = n
-				return true
+	// majorityLeader waits for a leader among the others.
+	majorityLeader := func() *testcluster.Node {
+		var leader *testcluster.Node
+		c.Eventually(20*time.Second, "a leader in the majority", func() bool {
+			for i, n := range c.Nodes {
+				if i != oi && n.IsLeader() {
+					leader = n
+					return true
+				}
 			}
-		}
-		return false
-	})
+			return false
+		})
+		return leader
+	}
+	leader := majorityLeader()
 	// The majority writes past the point where the logs part, but not as
 	// far as the deposed leader's suffix, snapshots and compacts.
 	if oldLast < first.Index+100 {
@@ -102,15 +107,7 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 			// A busy machine may hold an election: on with the next
 			// leader of the majority.
 			t.Logf("write on the majority: %v", err)
-			c.Eventually(20*time.Second, "a leader in the majority", func() bool {
-				for i, n := range c.Nodes {
-					if i != oi && n.IsLeader() {
-						leader = n
-						return true
-					}
-				}
-				return false
-			})
+			leader = majorityLeader()
 		}
 	}
 	if err := leader.Snapshot(); err != nil {

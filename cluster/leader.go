@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
 )
 
@@ -178,10 +177,8 @@ func (s *Server) proveServer(meta gossip.Meta) error {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
-	defer cancel()
-	var st api.RaftStats
-	if err := s.pool.Call(ctx, meta.RaftAddr, rpcRaftStats, struct{}{}, &st); err != nil {
+	st, err := s.statsOf(s.ctx, raft.Server{ID: raft.ServerID(meta.ID), Address: raft.ServerAddress(meta.RaftAddr)})
+	if err != nil {
 		return fmt.Errorf("its server port: %w", err)
 	}
 	if st.ID != meta.ID {

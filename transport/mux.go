@@ -197,8 +197,8 @@ func (m *Mux) open(conn net.Conn) (byte, net.Conn, error) {
 	return b[0], tc, nil
 }
 
-// peerOf proves what it can of an accepted connection's peer: a TLS
-// peer's verified certificate, and whether it may act as a server. A
+// peerOf proves what it can of an accepted connection's peer: whether it
+// may act as a server. A
 // plaintext connection reached here only because TLS is not required:
 // nothing is proven, and the port takes it for a server, as it always
 // has (docs/security.md says so).
@@ -207,12 +207,7 @@ func (m *Mux) peerOf(conn net.Conn) Peer {
 	if !ok {
 		return Peer{Server: true}
 	}
-	cs := tc.ConnectionState()
-	p := Peer{Server: m.tls.VerifyServerPeer(cs) == nil}
-	if len(cs.PeerCertificates) > 0 {
-		p.Cert = cs.PeerCertificates[0]
-	}
-	return p
+	return Peer{Server: m.tls.VerifyServerPeer(tc.ConnectionState()) == nil}
 }
 
 // Close stops listening, closes every RPC connection, and waits for the

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"crypto/x509"
 	"net"
 )
 
@@ -16,8 +15,6 @@ type Peer struct {
 	// for no such proof, and every peer is taken for a server (plugreg
 	// says so at start: docs/security.md).
 	Server bool
-	// Cert is the peer's verified certificate; nil without TLS.
-	Cert *x509.Certificate
 }
 
 // peerConn is an RPC connection with the peer the Mux proved for it.
@@ -26,9 +23,9 @@ type peerConn struct {
 	peer Peer
 }
 
-// PeerOf returns the peer the Mux proved for conn; the zero Peer (not a
+// connPeer returns the peer the Mux proved for conn; the zero Peer (not a
 // server) for a connection that did not come through a Mux.
-func PeerOf(conn net.Conn) Peer {
+func connPeer(conn net.Conn) Peer {
 	if pc, ok := conn.(*peerConn); ok {
 		return pc.peer
 	}

@@ -19,7 +19,7 @@ import (
 // request's bound (ServeOptions.MaxRequestBytes) caps what data can follow.
 // go-msgpack v2 grows a longer byte slice by this much at a time, copying
 // it each time: at 4 KiB a 32 MiB slice took 38 s to decode (quadratic);
-// at 1 MiB, 64 MiB takes a fraction of a second.
+// at 1 MiB, 64 MiB takes about a second.
 const maxInitLen = 1 << 20
 
 var msgpackHandle = func() *codec.MsgpackHandle {
@@ -145,7 +145,7 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 	}
 	return func(conn net.Conn) {
 		// Every request on conn, and its stream, knows its peer.
-		base := withPeer(base, PeerOf(conn))
+		base := withPeer(base, connPeer(conn))
 		lr := &limitedReader{r: conn}
 		r := bufio.NewReader(lr)
 		w := bufio.NewWriter(conn)
