@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/backend"
 )
 
-var _ httpapi.ACLBackend = (*Client)(nil)
+var _ backend.Backend = (*Client)(nil)
 
 // tokenTTL is how long a client agent trusts a token it resolved through
 // a server (Consul's token_ttl is 30 s): a deleted token keeps working on

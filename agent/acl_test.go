@@ -95,3 +95,86 @@ func TestClientAgentACLs(t *testing.T) {
 		t.Fatalf("csi after the refusals: %v %v", list, err)
 	}
 }
+
+// An agent token bound to its node (api.ACLToken.Node) acts for that node
+// alone, whichever edge its writes come in by: the agent's RPC (the
+// host's own registrations), its HTTP API, or a server's. Without the
+// binding the same token deregistered every other host's plugins.
+func TestNodeBoundAgentToken(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := c.Nodes[0].HTTPURL
+	var boot, host1 api.ACLTokenSecret
+	if st := httpJSON(t, "PUT", srv+"/v1/acl/bootstrap", "", "", &boot); st != 200 {
+		t.Fatalf("bootstrap: %d", st)
+	}
+	if st := httpJSON(t, "PUT", srv+"/v1/acl/token", boot.SecretID, `{"Policies":[{"Kind":"operator"}],"Node":"host1"}`, nil); st != 400 {
+		t.Fatalf("a node-bound operator token: %d, want 400", st)
+	}
+	if st := httpJSON(t, "PUT", srv+"/v1/acl/token", boot.SecretID, `{"Description":"agent host1","Policies":[{"Kind":"write"}],"Node":"host1"}`, &host1); st != 200 || host1.Node != "host1" {
+		t.Fatalf("create the agent token of host1: %d %+v", st, host1.ACLToken)
+	}
+	root, err := client.New(client.Config{Addrs: []string{srv}, Token: boot.SecretID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := plugin("host2", "ebs", "b1")
+	if _, err := root.Register(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+
+	cn := c.AddClient(func(cfg *agent.Config) { cfg.NodeID, cfg.ACLToken = "host1", host1.SecretID })
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	if _, err := cn.Client.Register(ctx, plugin("host1", "ebs", "a1")); err != nil {
+		t.Fatalf("the agent registering its own node's plugin: %v", err)
+	}
+	type refusal struct {
+		name string
+		do   func() error
+		want error
+	}
+	for _, r := range []refusal{
+		{"register for another node (RPC)", func() error { _, err := cn.Client.Register(ctx, plugin("host2", "ebs", "b2")); return err }, api.ErrPermissionDenied},
+		{"deregister another node's instance (RPC, made conditional)", func() error {
+			_, err := cn.Client.Deregister(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "b1"})
+			return err
+		}, api.ErrConflict},
+		{"deregister with another node's condition (RPC)", func() error {
+			_, err := cn.Client.Deregister(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "b1", IfNodeID: "host2"})
+			return err
+		}, api.ErrPermissionDenied},
+		{"deregister another node (RPC)", func() error { _, err := cn.Client.DeregisterNode(ctx, "host2"); return err }, api.ErrPermissionDenied},
+	} {
+		if err := r.do(); !errors.Is(err, r.want) {
+			t.Errorf("%s: %v, want %v", r.name, err, r.want)
+		}
+	}
+	// Over HTTP, at the agent and at a server, with the agent token.
+	for _, req := range []struct{ method, url string }{
+		{"DELETE", cn.HTTPURL + "/v1/nodes/host2/plugins"},
+		{"DELETE", srv + "/v1/nodes/host2/plugins"},
+		{"DELETE", cn.HTTPURL + "/v1/plugins/csi/ebs/b1?node=host2"},
+		{"POST", srv + "/v1/plugins"},
+	} {
+		body := ""
+		if req.method == "POST" {
+			b, _ := json.Marshal(plugin("host2", "ebs", "b3"))
+			body = string(b)
+		}
+		if st := httpJSON(t, req.method, req.url, host1.SecretID, body, nil); st != http.StatusForbidden {
+			t.Errorf("%s %s with host1's token: %d, want 403", req.method, req.url, st)
+		}
+	}
+	if st := httpJSON(t, "DELETE", srv+"/v1/plugins/csi/ebs/b1", host1.SecretID, "", nil); st != http.StatusConflict {
+		t.Errorf("DELETE host2's instance at a server with host1's token: %d, want 409", st)
+	}
+	// Its own node it may clear.
+	if _, err := cn.Client.DeregisterNode(ctx, "host1"); err != nil {
+		t.Fatalf("the agent deregistering its own node: %v", err)
+	}
+	list, _, err := root.List(ctx, "csi", nil)
+	if err != nil || len(list) != 1 || list[0].AllocID != "b1" || list[0].NodeID != "host2" {
+		t.Fatalf("after the refusals, want host2's b1 alone: %v %v", list, err)
+	}
+}

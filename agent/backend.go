@@ -168,8 +168,8 @@ func (c *Client) Leader() string {
 }
 
 // Peers are the server addresses in the Raft configuration.
-func (c *Client) Peers() ([]string, error) {
-	st, err := c.status(c.ctx)
+func (c *Client) Peers(ctx context.Context) ([]string, error) {
+	st, err := c.status(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -178,10 +178,10 @@ func (c *Client) Peers() ([]string, error) {
 
 // Members is the gossip pool as this agent sees it, with the leader and
 // voters as a server reports them (unknown when none answers).
-func (c *Client) Members() []api.Member {
+func (c *Client) Members(ctx context.Context) []api.Member {
 	var leaderID string
 	voters := map[string]bool{}
-	if st, err := c.status(c.ctx); err == nil {
+	if st, err := c.status(ctx); err == nil {
 		leaderID = st.LeaderID
 		for _, v := range st.Voters {
 			voters[v] = true

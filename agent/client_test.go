@@ -176,7 +176,7 @@ func TestClientAgentIsReapedWhenItDies(t *testing.T) {
 		}
 		return false
 	})
-	if n := len(c.Leader().Backend().Members()); n != 4 {
+	if n := len(c.Leader().Backend().Members(context.Background())); n != 4 {
 		t.Fatalf("members after the agent's return: %d", n)
 	}
 }

@@ -42,6 +42,12 @@ type ACLToken struct {
 	Description string `json:",omitempty"`
 	Policies    []ACLPolicy
 	CreateIndex uint64
+	// Node, when set, binds the token to that node (an agent token, like
+	// Consul's node identities): whatever its policies grant, it registers
+	// only instances whose NodeID is Node, deregisters only instances of
+	// Node (the deregistration is made conditional on it, checked where
+	// the entry is applied) and deregisters no other node's plugins.
+	Node string `json:",omitempty"`
 }
 
 // ACLTokenSecret is a token with its secret: what bootstrap and create
@@ -55,6 +61,29 @@ type ACLTokenSecret struct {
 type ACLTokenCreateRequest struct {
 	Description string `json:",omitempty"`
 	Policies    []ACLPolicy
+	// Node binds the token to a node (see ACLToken.Node).
+	Node string `json:",omitempty"`
+}
+
+// Validate checks a create request as given by an operator.
+func (r *ACLTokenCreateRequest) Validate() error {
+	if err := ValidatePolicies(r.Policies); err != nil {
+		return err
+	}
+	if err := ValidateDescription(r.Description); err != nil {
+		return err
+	}
+	if r.Node != "" {
+		if err := ValidateIdentifier("Node", r.Node); err != nil {
+			return err
+		}
+		for _, p := range r.Policies {
+			if p.Kind == ACLOperator {
+				return fmt.Errorf("%w: a node-bound token cannot hold an operator policy (operator calls are not a node's)", ErrInvalid)
+			}
+		}
+	}
+	return nil
 }
 
 // Limits on ACL input.

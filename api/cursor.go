@@ -1,7 +1,5 @@
 package api
 
-import "errors"
-
 // Cursor is a resume point in an event stream: every event up to Complete
 // has been taken; of the events at Partial (> Complete), the first
 // PartialCount have. Events of one index come in the same order from every
@@ -15,10 +13,6 @@ type Cursor struct {
 	Partial      uint64
 	PartialCount int
 }
-
-// ErrResetBackwards is a reset below the position already taken: the
-// stream's source is behind its consumer.
-var ErrResetBackwards = errors.New("event stream reset below the position already taken")
 
 // Clean reports whether no index is half taken: Complete is then the
 // position.
@@ -36,7 +30,10 @@ func (c Cursor) Skip() int {
 // Next returns the cursor after ev and whether ev is new (a change event
 // not taken before, or a heartbeat or reset, which are always new). *skip
 // counts the events of the partial index still to skip (from Skip). A
-// reset below the position is ErrResetBackwards.
+// reset is the whole state at its index and replaces the position, even
+// below it: a server sends one below a consumer's position only once the
+// leader has confirmed that the cluster's history ends before it (it was
+// restored from a backup), never because the server lags.
 func (c Cursor) Next(ev *Event, skip *int) (Cursor, bool, error) {
 	switch ev.EventType {
 	case EventHeartbeat:
@@ -45,9 +42,6 @@ func (c Cursor) Next(ev *Event, skip *int) (Cursor, bool, error) {
 		}
 		return c, true, nil
 	case EventReset:
-		if ev.Index < c.Complete || ev.Index < c.Partial {
-			return c, false, ErrResetBackwards
-		}
 		*skip = 0
 		return Cursor{Complete: ev.Index}, true, nil
 	}

@@ -32,6 +32,10 @@ var (
 	// ErrUnsupported marks a call the answering agent cannot serve (an
 	// operator call to a client agent: ask a server).
 	ErrUnsupported = errors.New("plugreg: not supported by this agent; ask a server")
+
+	// ErrTooManyRequests: one of the agent's limits is reached (see
+	// CodeTooManyRequests); nothing was done.
+	ErrTooManyRequests = errors.New("plugreg: too many requests")
 )
 
 // Outcome says what a failed write did to the log.
@@ -68,7 +72,11 @@ const (
 	CodeShutdown       = "shutdown"         // unknown
 	CodeForwardFailed  = "forward_failed"   // unknown
 	CodeTimeout        = "timeout"          // unknown
-	CodeInternal       = "internal"
+	// CodeTooManyRequests: an agent's limit (connections, streams,
+	// blocking queries) is reached; nothing was done. HTTP 429 with
+	// Retry-After.
+	CodeTooManyRequests = "too_many_requests" // not applied
+	CodeInternal        = "internal"
 )
 
 // CodeOutcome is what an availability error with code means for a write.
@@ -76,7 +84,7 @@ func CodeOutcome(code string) Outcome {
 	switch code {
 	case CodeNoLeader, CodeEnqueueTimeout, CodeNotLeader, CodeNotReady, CodeStarting, CodeNoServer,
 		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed, CodeUnsupported,
-		CodePermissionDenied, CodeACLNotFound, CodeACLBootstrapped:
+		CodePermissionDenied, CodeACLNotFound, CodeACLBootstrapped, CodeTooManyRequests:
 		return NotApplied
 	}
 	return OutcomeUnknown
@@ -131,6 +139,7 @@ var refusals = []struct {
 	{CodePermissionDenied, ErrPermissionDenied},
 	{CodeACLNotFound, ErrACLNotFound},
 	{CodeACLBootstrapped, ErrACLBootstrapped},
+	{CodeTooManyRequests, ErrTooManyRequests},
 }
 
 // RefusalCode names err's refusal sentinel ("" when it has none).

@@ -28,7 +28,18 @@ func (c *Client) ACLBootstrap(ctx context.Context) (ACLTokenSecret, error) {
 // ACLTokenCreate creates a token with policies (the client's token must be
 // an operator's) and returns it with its secret.
 func (c *Client) ACLTokenCreate(ctx context.Context, description string, policies []ACLPolicy) (ACLTokenSecret, error) {
-	body, err := json.Marshal(api.ACLTokenCreateRequest{Description: description, Policies: policies})
+	return c.aclTokenCreate(ctx, api.ACLTokenCreateRequest{Description: description, Policies: policies})
+}
+
+// ACLAgentTokenCreate creates a token bound to node: a client agent's
+// (-acl-agent-token), which registers and deregisters only that node's
+// plugins whatever its policies grant (no operator policy).
+func (c *Client) ACLAgentTokenCreate(ctx context.Context, node, description string, policies []ACLPolicy) (ACLTokenSecret, error) {
+	return c.aclTokenCreate(ctx, api.ACLTokenCreateRequest{Description: description, Policies: policies, Node: node})
+}
+
+func (c *Client) aclTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (ACLTokenSecret, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
 		return ACLTokenSecret{}, err
 	}

@@ -152,6 +152,13 @@ func retryable(status int) bool {
 	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
 }
 
+// limitedAt reports whether resp is an agent's limit refusal (429 with
+// Retry-After; autopilot's 429 for an unhealthy cluster has none): another
+// agent may have room.
+func limitedAt(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != ""
+}
+
 // isTLSError reports whether err is a TLS refusal: a certificate this
 // client does not trust, one the node did not accept, or TLS spoken to a
 // plaintext port. Waiting does not cure these; another node might.
@@ -228,7 +235,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			c.next(n)
 			continue
 		}
-		if retryable(resp.StatusCode) {
+		if retryable(resp.StatusCode) || limitedAt(resp) {
 			lastErr = decodeError(resp)
 			c.next(n)
 			continue

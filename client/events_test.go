@@ -426,3 +426,43 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		t.Fatalf("empty reset: json %+v, protobuf %+v", ej, ep)
 	}
 }
+
+// A watcher whose position is past everything the cluster committed (the
+// cluster was restored from a backup, or rebuilt, behind it) gets a reset
+// with the cluster's state, through a follower too, and then the events
+// after it. Before, the stream skipped in silence every event up to the
+// old position.
+func TestWatchPastTheClusterGetsAReset(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := client.New(client.Config{Addrs: []string{c.Followers()[0].HTTPURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cl.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := res.Index + 1000 // what the watcher saw of the old history
+	ch := cl.Watch(ctx, ahead, client.WatchOptions{})
+	next := func(what string) *client.Event {
+		select {
+		case ev := <-ch:
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: nothing came", what)
+		}
+		return nil
+	}
+	reset := next("the reset")
+	if reset.EventType != api.EventReset || reset.Index < res.Index || reset.Index >= ahead || len(reset.Plugins) != 1 || reset.Plugins[0].AllocID != "a1" {
+		t.Fatalf("first event: %+v, want a reset at the cluster's index with a1", reset)
+	}
+	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a2", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next("the next write"); ev.EventType != api.EventRegistered || ev.Info.AllocID != "a2" {
+		t.Fatalf("after the reset: %+v, want a2 registered", ev)
+	}
+}

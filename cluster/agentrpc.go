@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -33,76 +34,92 @@ func toWire(err error) error {
 }
 
 // handleAgentRPC serves the calls of client agents (api.RPC*) with the
-// server's Backend, so a request through a client agent means what it
-// means through a server's HTTP API. It reports false for other methods.
+// server's Backend behind authz.Guard, so a request through a client agent
+// means what it means through a server's HTTP API and is checked by the
+// same rules: writes and operator calls as the token they carry (the HTTP
+// caller's, or the agent's own), reads as the agent (the transport vouches
+// for it; the agent cuts what it forwards to its own callers' tokens). It
+// reports false for other methods.
 func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(interface{}) error) (reply interface{}, handled bool, err error) {
 	b := s.Backend()
+	g := authz.Guard(b)
 	decode := func(v interface{}) error {
 		if err := dec(v); err != nil {
 			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)
 		}
 		return nil
 	}
-	// writeArgs decodes a write's args and returns ctx with the request
-	// ID they carry (checked first: it goes into the log).
-	writeArgs := func(args interface{}, id *string) (context.Context, error) {
+	// as decodes args and returns ctx carrying the identity of the token
+	// they hold.
+	as := func(args interface{}, token *string) (context.Context, error) {
 		if err := decode(args); err != nil {
+			return nil, err
+		}
+		id, err := s.resolver().Resolve(ctx, *token)
+		if err != nil {
+			return nil, err
+		}
+		return authz.With(ctx, id), nil
+	}
+	// write is as for a write, whose request ID (checked first: it goes
+	// into the log) it adds.
+	write := func(args interface{}, token, id *string) (context.Context, error) {
+		wctx, err := as(args, token)
+		if err != nil {
 			return nil, err
 		}
 		if err := api.ValidateRequestID(*id); err != nil {
 			return nil, err
 		}
 		if *id == "" {
-			return ctx, nil
+			return wctx, nil
 		}
-		return api.WithRequestID(ctx, *id), nil
+		return api.WithRequestID(wctx, *id), nil
 	}
-	if reply, handled, err := s.handleACLRPC(ctx, method, decode); handled {
-		return reply, true, err
-	}
+	anyone := authz.With(ctx, authz.Anyone())
 	switch method {
 	case api.RPCRegister:
 		var args api.RegisterArgs
-		wctx, err := writeArgs(&args, &args.RequestID)
+		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, toWire(err)
 		}
 		if args.Plugin == nil {
 			return nil, true, toWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
 		}
-		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWrite(args.Plugin.Type) }, "register plugins of type "+args.Plugin.Type); err != nil {
+		if err := api.ValidatePlugin(args.Plugin); err != nil {
 			return nil, true, toWire(err)
 		}
-		res, err := b.Register(wctx, args.Plugin)
+		res, err := g.Register(wctx, args.Plugin)
 		return res, true, toWire(err)
 	case api.RPCDeregister:
 		var args api.DeregisterArgs
-		wctx, err := writeArgs(&args, &args.RequestID)
+		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWrite(args.Request.Type) }, "deregister plugins of type "+args.Request.Type); err != nil {
+		if err := args.Request.Validate(); err != nil {
 			return nil, true, toWire(err)
 		}
-		res, err := b.Deregister(wctx, args.Request)
+		res, err := g.Deregister(wctx, args.Request)
 		return res, true, toWire(err)
 	case api.RPCDeregisterNode:
 		var args api.DeregisterNodeArgs
-		wctx, err := writeArgs(&args, &args.RequestID)
+		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := s.rpcAllowed(args.Token, func(a api.Authorizer) bool { return a.CanWriteAll() }, "deregister a node's plugins (write on all types)"); err != nil {
+		if err := api.ValidateIdentifier("node", args.NodeID); err != nil {
 			return nil, true, toWire(err)
 		}
-		res, err := b.DeregisterNode(wctx, args.NodeID)
+		res, err := g.DeregisterNode(wctx, args.NodeID)
 		return res, true, toWire(err)
 	case api.RPCQuery:
 		var q api.Query
 		if err := decode(&q); err != nil {
 			return nil, true, toWire(err)
 		}
-		res, err := b.Query(ctx, q)
+		res, err := g.Query(anyone, q)
 		if errors.Is(err, api.ErrNotFound) && res != nil {
 			res.NotFound = err.Error() // in the reply: the index crosses too
 			return res, true, nil
@@ -113,13 +130,11 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		return res, true, nil
 	case api.RPCSnapshotSave:
 		var args api.SnapshotSaveArgs
-		if err := decode(&args); err != nil {
+		actx, err := as(&args, &args.Token)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "take snapshots (operator)"); err != nil {
-			return nil, true, toWire(err)
-		}
-		write, err := b.SnapshotSave(ctx, args.Stale)
+		write, err := g.SnapshotSave(actx, args.Stale)
 		if err != nil {
 			return nil, true, toWire(err)
 		}
@@ -131,23 +146,19 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		return buf.Bytes(), true, nil
 	case api.RPCSnapshotRestore:
 		var args api.SnapshotRestoreArgs
-		if err := decode(&args); err != nil {
+		wctx, err := write(&args, &args.Token, &args.RequestID)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := s.rpcAllowed(args.Token, api.Authorizer.IsOperator, "restore snapshots (operator)"); err != nil {
-			return nil, true, toWire(err)
-		}
-		res, err := b.SnapshotRestore(api.WithRequestID(ctx, args.RequestID), args.Archive)
+		res, err := g.SnapshotRestore(wctx, args.Archive)
 		return res, true, toWire(err)
 	case api.RPCAutopilotHealth:
 		var args api.ACLCallerArgs
-		if err := decode(&args); err != nil {
+		actx, err := as(&args, &args.Token)
+		if err != nil {
 			return nil, true, toWire(err)
 		}
-		if err := s.rpcAllowed(args.Token, api.Authorizer.CanReadAny, "see the servers' health"); err != nil {
-			return nil, true, toWire(err)
-		}
-		h, err := b.AutopilotHealth(ctx)
+		h, err := g.AutopilotHealth(actx)
 		return h, true, toWire(err)
 	case api.RPCStatus:
 		var none struct{}
@@ -161,7 +172,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, toWire(err)
 		}
 		return transport.Streamer(func(ctx context.Context, send func(interface{}) error) error {
-			ch, start, err := b.Subscribe(ctx, args.Types, args.From, args.Heartbeat)
+			ch, start, err := g.Subscribe(authz.With(ctx, authz.Anyone()), args.Types, args.From, args.Heartbeat)
 			if err != nil {
 				return toWire(err)
 			}
@@ -179,8 +190,51 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			}
 			return nil
 		}), true, nil
+	case api.RPCACLResolve:
+		var args api.ACLResolveArgs
+		if err := decode(&args); err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := b.resolveHash(args.SecretHash)
+		return t, true, toWire(err)
+	case api.RPCACLBootstrap:
+		var none struct{}
+		if err := decode(&none); err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := g.ACLBootstrap(ctx)
+		return t, true, toWire(err)
+	case api.RPCACLTokenCreate:
+		var args api.ACLTokenCreateArgs
+		actx, err := as(&args, &args.Token)
+		if err != nil {
+			return nil, true, toWire(err)
+		}
+		t, err := g.ACLTokenCreate(actx, args.Request)
+		return t, true, toWire(err)
+	case api.RPCACLTokens:
+		var args api.ACLCallerArgs
+		actx, err := as(&args, &args.Token)
+		if err != nil {
+			return nil, true, toWire(err)
+		}
+		ts, err := g.ACLTokens(actx)
+		return ts, true, toWire(err)
+	case api.RPCACLTokenDelete:
+		var args api.ACLTokenDeleteArgs
+		actx, err := as(&args, &args.Token)
+		if err != nil {
+			return nil, true, toWire(err)
+		}
+		res, err := g.ACLTokenDelete(actx, args.AccessorID)
+		return res, true, toWire(err)
 	}
 	return nil, false, nil
+}
+
+// resolver resolves the tokens client agents' calls carry.
+func (s *Server) resolver() authz.Resolver {
+	return authz.Resolver{ACLs: s.cfg.ACLEnabled, DefaultDeny: s.cfg.ACLDefaultDeny, Tokens: s.Backend().ResolveToken}
 }
 
 // status is this server's view of the Raft cluster, for client agents.

@@ -63,7 +63,7 @@ func (b *Backend) AutopilotHealth(ctx context.Context) (api.AutopilotHealth, err
 		return api.AutopilotHealth{}, apiError(err)
 	}
 	gossip := map[string]string{}
-	for _, m := range b.Members() {
+	for _, m := range b.Members(ctx) {
 		gossip[m.Name] = m.Status
 	}
 	stats := make([]*api.RaftStats, len(servers))

@@ -119,28 +119,64 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 			return nil, 0, err
 		}
 	}
+	// Shared: every consumer of Subscribe (the HTTP stream, the plugin
+	// socket, client agents' upstreams) only encodes what it gets.
+	filter := registry.Filter{Types: types, Shared: true}
 	start := b.s.AppliedIndex()
 	if from != nil {
 		start = *from
 	}
-	// Shared: every consumer of Subscribe (the HTTP stream, the plugin
-	// socket, client agents' upstreams) only encodes what it gets.
-	ch, err := b.s.store.WatchWithHeartbeat(ctx, registry.Filter{Types: types, Shared: true}, start, heartbeat)
+	if start > b.s.AppliedIndex() {
+		ahead, at, err := b.aheadOfCluster(ctx, start)
+		if err != nil {
+			return nil, 0, apiError(err)
+		}
+		if ahead {
+			// The consumer saw a history the cluster no longer has (a
+			// restore from backup, or a new cluster at the same
+			// address): without this, the events up to its position
+			// were skipped in silence.
+			b.s.logger.Info("an event stream resumes past the cluster's committed index: it starts with a reset", "from", start, "committed", at)
+			ch, err := b.s.store.WatchFromState(ctx, filter, heartbeat)
+			if err != nil {
+				return nil, 0, apiError(err)
+			}
+			return ch, b.s.AppliedIndex(), nil
+		}
+	}
+	ch, err := b.s.store.WatchWithHeartbeat(ctx, filter, start, heartbeat)
 	if err != nil {
 		return nil, 0, apiError(err)
 	}
 	return ch, start, nil
 }
 
+// aheadOfCluster reports whether index is past the cluster's committed
+// index (the leader's, through a read barrier, which this server then has
+// applied), or only past this server's applied index: a follower that
+// lags catches up and serves the stream from index as asked.
+func (b *Backend) aheadOfCluster(ctx context.Context, index uint64) (bool, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.s.cfg.ApplyTimeout)
+	defer cancel()
+	committed, err := b.s.ReadIndex(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	if _, err := b.s.journal.WaitForIndex(ctx, committed); err != nil {
+		return false, 0, err
+	}
+	return index > committed, committed, nil
+}
+
 // Leader is the leader's server address, "" when none is known.
 func (b *Backend) Leader() string { return b.s.Leader() }
 
 // Peers are the server addresses in the Raft configuration.
-func (b *Backend) Peers() ([]string, error) { return b.s.Peers() }
+func (b *Backend) Peers(context.Context) ([]string, error) { return b.s.Peers() }
 
 // Members is the gossip pool, servers and client agents, as this server
 // sees it.
-func (b *Backend) Members() []api.Member {
+func (b *Backend) Members(context.Context) []api.Member {
 	voters := map[string]bool{}
 	if servers, err := b.s.RaftConfiguration(); err == nil {
 		for _, srv := range servers {

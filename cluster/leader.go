@@ -108,10 +108,16 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 			// A client agent is never a voter; it is only reaped.
 		case status == StatusAlive:
 			if !ok || string(srv.Address) != m.Meta.RaftAddr {
+				if !s.proofs.due(m.Meta) {
+					break // refused lately: not asked again on every pass
+				}
 				if err := s.proveServer(m.Meta); err != nil {
-					s.logger.Warn("not adding a gossip member as a voter: it did not prove to be that server", "id", m.Meta.ID, "addr", m.Meta.RaftAddr, "member", m.Name, "error", err)
+					if s.proofs.refused(m.Meta) {
+						s.logger.Warn("not adding a gossip member as a voter: it did not prove to be that server", "id", m.Meta.ID, "addr", m.Meta.RaftAddr, "member", m.Name, "error", err)
+					}
 					break
 				}
+				s.proofs.proved(m.Meta)
 				s.logger.Info("adding voter", "id", m.Meta.ID, "addr", m.Meta.RaftAddr)
 				if err := s.raft.AddVoter(raft.ServerID(m.Meta.ID), raft.ServerAddress(m.Meta.RaftAddr), 0, 0).Error(); err != nil {
 					s.logger.Warn("add voter failed", "id", m.Meta.ID, "error", err)

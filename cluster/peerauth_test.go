@@ -166,3 +166,68 @@ func TestGossipMemberCannotTakeAVoterSlot(t *testing.T) {
 		t.Fatalf("the configuration changed: %v -> %v", before, after)
 	}
 }
+
+// Bootstrap asks the same proof. With -verify-server-hostname only a
+// server's certificate answers at a voter's address, but which server is
+// another matter: a gossip member (a client agent's key is enough) claims
+// to be the missing third server "n3" at the address of a server that has
+// not joined gossip yet (here a port with a server certificate that
+// answers as node "y"). The two servers wait it out and bootstrap once the
+// real third server arrives. Without the proof they bootstrapped with a
+// voter "n3" that no server is, at y's address.
+func TestGossipMemberCannotJoinTheFirstConfiguration(t *testing.T) {
+	ca := testpki.New(t, "cluster")
+	srv := ca.Server("")
+	conf, err := tlsutil.NewConfigurator(tlsutil.Config{CAFile: ca.CAFile, CertFile: srv.Cert, KeyFile: srv.Key,
+		VerifyIncoming: true, VerifyOutgoing: true, VerifyServerHostname: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.New(t, 2, testcluster.Options{NoLeaderWait: true, Modify: func(_ int, cfg *cluster.Config) {
+		cfg.TLS, cfg.BootstrapExpect = conf, 3
+	}})
+	// Server y, not yet in gossip: no cluster, its own node ID.
+	h := func(_ context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+		var none struct{}
+		dec(&none)
+		if method == "Peers" {
+			return []string{}, nil
+		}
+		return api.RaftStats{ID: "y"}, nil
+	}
+	y, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	m, err := gossip.Start(gossip.Config{NodeID: "attacker", BindAddr: "127.0.0.1", Fast: true, Logger: hclog.NewNullLogger(),
+		Meta: gossip.Meta{ID: "n3", RaftAddr: y.Addr().String(), Role: api.RoleServer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Join([]string{c.Nodes[0].GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range c.Nodes {
+			if cfg, _ := n.RaftConfiguration(); len(cfg) > 0 {
+				t.Fatalf("%s bootstrapped with the attacker's claim: %v", n.Config.NodeID, cfg)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.Leave(time.Second)
+	m.Shutdown()
+	c.AddServer()
+	leader := c.WaitForLeader()
+	cfg, _ := leader.RaftConfiguration()
+	if len(cfg) != 3 {
+		t.Fatalf("first configuration: %v", cfg)
+	}
+	for _, s := range cfg {
+		if s.ID == "n3" {
+			t.Fatalf("the attacker's claim is in the first configuration: %v", cfg)
+		}
+	}
+}

@@ -45,6 +45,7 @@ type Server struct {
 	applyJournal *journalFSM     // nil unless Config.ApplyJournal
 	commits      *commitNotifier // nil with Config.NoCommitNotify
 	restores     restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
+	proofs       proofs          // members' refused claims to be servers (proofs.go)
 
 	gossip *gossip.Pool
 
@@ -297,11 +298,24 @@ func (s *Server) bootstrapLoop() {
 			return false
 		}
 		var servers []raft.Server
-		for _, m := range s.gossip.AliveServers() { // client agents never vote
+		alive := s.gossip.AliveServers() // client agents never vote
+		for _, m := range alive {
 			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Voter})
 		}
 		if len(servers) < s.cfg.BootstrapExpect {
 			return true
+		}
+		// Every member in the first configuration proves it is the server
+		// it claims to be, as the leader asks before AddVoter; a refused
+		// claim is waited out, never left out: servers that bootstrapped
+		// with different sets would make two clusters.
+		for _, m := range alive {
+			if err := s.proveServer(m); err != nil {
+				if s.proofs.refused(m) {
+					s.logger.Warn("not bootstrapping with a gossip member that did not prove to be that server; waiting", "id", m.ID, "addr", m.RaftAddr, "error", err)
+				}
+				return true
+			}
 		}
 		switch has, err := s.anyPeerBootstrapped(servers); {
 		case err != nil:

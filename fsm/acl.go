@@ -32,11 +32,13 @@ type ACLToken struct {
 	Description string `codec:",omitempty"`
 	Policies    []api.ACLPolicy
 	CreateIndex uint64
+	// Node binds the token to one node (an agent token): see api.ACLToken.
+	Node string `codec:",omitempty"`
 }
 
 // API is the token as clients see it (no hash).
 func (t *ACLToken) API() api.ACLToken {
-	return api.ACLToken{AccessorID: t.AccessorID, Description: t.Description, Policies: t.Policies, CreateIndex: t.CreateIndex}
+	return api.ACLToken{AccessorID: t.AccessorID, Description: t.Description, Policies: t.Policies, CreateIndex: t.CreateIndex, Node: t.Node}
 }
 
 func (t *ACLToken) validate() error {
@@ -46,10 +48,9 @@ func (t *ACLToken) validate() error {
 	if b, err := hex.DecodeString(t.SecretHash); err != nil || len(b) != 32 {
 		return fmt.Errorf("%w: SecretHash is not a hex SHA-256", ErrInvalid)
 	}
-	if err := api.ValidateDescription(t.Description); err != nil {
-		return err
-	}
-	return api.ValidatePolicies(t.Policies)
+	// What an operator may ask for is what the log may hold.
+	req := api.ACLTokenCreateRequest{Description: t.Description, Policies: t.Policies, Node: t.Node}
+	return req.Validate()
 }
 
 // ACLBootstrapRequest creates the first token (an operator token) once; a

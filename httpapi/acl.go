@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/authz"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // ACLConfig turns the ACL system on for this agent's HTTP API.
@@ -22,28 +24,6 @@ type ACLConfig struct {
 	DefaultDeny bool
 }
 
-// ACLBackend is what an agent that enforces ACLs serves; servers
-// implement it (cluster.Backend), client agents too, through a server.
-type ACLBackend interface {
-	// ResolveToken returns the token whose secret is secret, or an error
-	// wrapping api.ErrACLNotFound. It never puts secret in an error.
-	ResolveToken(ctx context.Context, secret string) (*api.ACLToken, error)
-	ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error)
-	ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (api.ACLTokenSecret, error)
-	ACLTokens(ctx context.Context) ([]api.ACLToken, error)
-	ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error)
-}
-
-type authzKey struct{}
-
-// authz is the request's Authorizer (set by withAuthz).
-func authz(r *http.Request) api.Authorizer {
-	if a, ok := r.Context().Value(authzKey{}).(api.Authorizer); ok {
-		return a
-	}
-	return api.DenyAll()
-}
-
 // openRoutes answer whatever the token: load balancers' health checks,
 // the leader's address, and bootstrap (which only ever works once).
 var openRoutes = map[string]bool{
@@ -53,20 +33,24 @@ var openRoutes = map[string]bool{
 	"POST /v1/acl/bootstrap": true,
 }
 
-// withAuthz resolves the request's token into an Authorizer once, before
-// the route runs. An unknown token is refused at once (403, acl_not_found)
+// withIdentity resolves the request's token into its authz.Identity once,
+// before the route runs; every call the route makes is checked against it
+// (authz.Guard). An unknown token is refused at once (403, acl_not_found)
 // except on the open routes, which then run as anonymous.
-func (s *Server) withAuthz(pattern string, w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
-	a, err := s.resolve(r)
+func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	secret := r.Header.Get(headerToken)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	id, err := s.resolver.Resolve(ctx, secret)
+	cancel()
 	if err != nil {
 		if !openRoutes[pattern] {
 			writeError(w, err)
 			return nil, false
 		}
-		a = s.anonymous()
+		id = s.resolver.Anonymous()
 	}
-	ctx := context.WithValue(r.Context(), authzKey{}, a)
-	if secret := r.Header.Get(headerToken); secret != "" && s.cfg.ACL.Enabled {
+	ctx = authz.With(r.Context(), id)
+	if secret != "" && s.cfg.ACL.Enabled {
 		// A client agent forwards writes to a server, which checks the
 		// caller's token again (api.RegisterArgs.Token).
 		ctx = api.WithToken(ctx, secret)
@@ -74,106 +58,25 @@ func (s *Server) withAuthz(pattern string, w http.ResponseWriter, r *http.Reques
 	return r.WithContext(ctx), true
 }
 
-func (s *Server) anonymous() api.Authorizer {
-	if s.cfg.ACL.DefaultDeny {
-		return api.DenyAll()
+// gate wraps a route that only checks its caller (the call it makes is
+// not a Backend's): rule is one of authz's.
+func gate(rule func(context.Context) error, h http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := rule(r.Context()); err != nil {
+			writeError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
 	}
-	return api.AllowAll()
 }
 
-func (s *Server) resolve(r *http.Request) (api.Authorizer, error) {
+// aclBackend refuses ACL routes on an agent without ACLs.
+func (s *Server) aclBackend(w http.ResponseWriter) (backend.Backend, bool) {
 	if !s.cfg.ACL.Enabled {
-		return api.AllowAll(), nil
-	}
-	secret := r.Header.Get(headerToken)
-	if secret == "" {
-		return s.anonymous(), nil
-	}
-	ab, ok := s.be.(ACLBackend)
-	if !ok {
-		return api.DenyAll(), fmt.Errorf("%w: this agent cannot resolve ACL tokens", api.ErrUnsupported)
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	t, err := ab.ResolveToken(ctx, secret)
-	if err != nil {
-		return api.DenyAll(), err
-	}
-	return api.TokenAuthorizer(t), nil
-}
-
-// denied answers 403 permission_denied, naming what was asked (never the
-// token).
-func denied(w http.ResponseWriter, what string) {
-	writeError(w, fmt.Errorf("%w: the request's token may not %s", api.ErrPermissionDenied, what))
-}
-
-// allowed checks ok and answers 403 when it is false.
-func allowed(w http.ResponseWriter, ok bool, what string) bool {
-	if !ok {
-		denied(w, what)
-	}
-	return ok
-}
-
-// operatorOnly wraps an operator route.
-func operatorOnly(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if allowed(w, authz(r).IsOperator(), "make operator calls (operator policy)") {
-			h(w, r)
-		}
-	}
-}
-
-// anyPolicy wraps a route that shows the cluster (members, peers,
-// metrics): any token with a policy, or anonymous under default allow.
-func anyPolicy(h http.Handler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if allowed(w, authz(r).CanReadAny(), "read cluster status (any policy)") {
-			h.ServeHTTP(w, r)
-		}
-	}
-}
-
-// filterPlugins keeps the instances of types a may read.
-func filterPlugins(a api.Authorizer, in []*api.PluginInfo) []*api.PluginInfo {
-	if a.CanReadAll() {
-		return in
-	}
-	out := make([]*api.PluginInfo, 0, len(in))
-	for _, p := range in {
-		if a.CanRead(p.Type) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// filterEvent returns ev as a may see it: nil for a change of a type it may
-// not read, a reset cut to the types it may read (without the shared
-// Memo, whose encoding holds them all).
-func filterEvent(a api.Authorizer, ev *api.Event) *api.Event {
-	switch {
-	case ev.EventType == api.EventHeartbeat || a.CanReadAll():
-		return ev
-	case ev.EventType == api.EventReset:
-		c := *ev
-		c.Memo = nil
-		c.Plugins = filterPlugins(a, ev.Plugins)
-		return &c
-	case ev.Info != nil && !a.CanRead(ev.Info.Type):
-		return nil
-	}
-	return ev
-}
-
-func (s *Server) aclBackend(w http.ResponseWriter) (ACLBackend, bool) {
-	ab, ok := s.be.(ACLBackend)
-	if !ok || !s.cfg.ACL.Enabled {
 		writeError(w, fmt.Errorf("%w: ACLs are not enabled on this agent (-acl-enabled)", api.ErrUnsupported))
 		return nil, false
 	}
-	return ab, true
+	return s.be, true
 }
 
 // aclBootstrap: PUT /v1/acl/bootstrap, once per cluster: the operator
@@ -231,10 +134,7 @@ func decodeTokenCreate(body io.Reader) (*api.ACLTokenCreateRequest, error) {
 	if err := decodeJSON(body, &req); err != nil {
 		return nil, err
 	}
-	if err := api.ValidatePolicies(req.Policies); err != nil {
-		return nil, err
-	}
-	if err := api.ValidateDescription(req.Description); err != nil {
+	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	return &req, nil
@@ -283,10 +183,6 @@ func (s *Server) aclTokenDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("accessor")
-	if err := api.ValidateIdentifier("accessor", id); err != nil {
-		writeError(w, err)
-		return
-	}
 	ctx, cancel, err := s.writeContext(r)
 	if err != nil {
 		writeError(w, err)

@@ -20,8 +20,11 @@ type ErrorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfterLimited)
 	}
 	writeJSON(w, status, body)
 }
@@ -41,6 +44,9 @@ func classify(err error) (int, ErrorBody) {
 	var coded api.Coded
 	var mbe *http.MaxBytesError
 	switch {
+	case errors.Is(err, api.ErrTooManyRequests):
+		body.Code, body.Outcome = api.CodeTooManyRequests, string(api.NotApplied)
+		return http.StatusTooManyRequests, body
 	case errors.Is(err, api.ErrTooLarge), errors.As(err, &mbe):
 		body.Code = api.CodeTooLarge
 		return http.StatusRequestEntityTooLarge, body

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -9,12 +8,6 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/buildinfo"
 )
-
-// Autopiloter is a Backend that reports the servers' health (both kinds
-// of agent: a client agent asks a server).
-type Autopiloter interface {
-	AutopilotHealth(ctx context.Context) (api.AutopilotHealth, error)
-}
 
 // RaftStatser is a Backend with Raft figures of its own (a server).
 type RaftStatser interface {
@@ -25,12 +18,7 @@ type RaftStatser interface {
 // every server is healthy, 429 otherwise (Consul's codes: a load
 // balancer or a script reads the status alone).
 func (s *Server) autopilotHealth(w http.ResponseWriter, r *http.Request) {
-	ap, ok := s.be.(Autopiloter)
-	if !ok {
-		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot report autopilot health", Code: "unsupported"})
-		return
-	}
-	h, err := ap.AutopilotHealth(r.Context())
+	h, err := s.be.AutopilotHealth(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -52,13 +40,13 @@ func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 	}
 	bi := buildinfo.Read()
 	self.Config.Version, self.Config.Revision = bi.Version, bi.Revision
-	for _, m := range s.be.Members() {
+	for _, m := range s.be.Members(r.Context()) {
 		if m.Name == s.be.NodeID() {
 			m := m
 			self.Member = &m
 		}
 	}
-	if rs, ok := s.be.(RaftStatser); ok {
+	if rs, ok := s.cfg.Backend.(RaftStatser); ok {
 		self.Stats["raft"] = rs.Stats()
 	}
 	self.Stats["runtime"] = map[string]string{

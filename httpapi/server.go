@@ -2,7 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/authz"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // Limits at the edge.
@@ -37,36 +39,11 @@ const (
 	defaultIdleTimeout        = 90 * time.Second
 )
 
-// Backend is what the API serves: a server (cluster.Backend) or a client
-// agent (agent.Client) implements it, in api's terms. Errors are api
-// refusals (ErrInvalid, ErrNotFound, ErrConflict, ...) or api.Coded.
-type Backend interface {
-	NodeID() string
-	Role() string
-
-	// Writes carry their request ID, if any, in ctx (api.WithRequestID).
-	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
-	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
-	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
-
-	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
-	// Subscribe streams events after *from (nil: from now) and returns the
-	// position it starts at; see registry.Store.WatchWithHeartbeat. The
-	// events (and their records) may be shared with other subscribers:
-	// read them, never modify them.
-	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error)
-
-	Leader() string
-	Peers() ([]string, error)
-	Members() []api.Member
-	Health() api.Health
-	TransferLeadership(ctx context.Context) (string, error)
-	RemovePeer(ctx context.Context, id string) error
-}
-
 // Config of the HTTP API server.
 type Config struct {
-	Backend Backend
+	// Backend is what the API serves; the server checks every call's
+	// caller in front of it (authz.Guard).
+	Backend backend.Backend
 	Logger  hclog.Logger
 	// Heartbeat is the event stream's heartbeat period (zero: 5s).
 	Heartbeat time.Duration
@@ -79,10 +56,17 @@ type Config struct {
 	// request for this long (zero: 90s); without it an idle connection
 	// was held for good.
 	IdleTimeout time.Duration
+	// TLS, when set, makes the API HTTPS only (Serve takes the plain TCP
+	// listener: connection limits count beneath TLS).
+	TLS *tls.Config
+	// Limits bound connections, streams, blocking queries and body reads
+	// (zero fields: the defaults).
+	Limits Limits
 	// Metrics, if set, serves GET /v1/metrics.
 	Metrics http.Handler
-	// Token, when set, is required (header X-Plugreg-Token) on every
-	// request that changes something: writes, leave, operator calls.
+	// Token, when set with ACLs off, is required (header
+	// X-Plugreg-Token) on every request that changes something: writes,
+	// leave, operator calls (authz.Resolver.StaticToken).
 	Token string
 	// ACL turns token checks on every route on (see ACLConfig).
 	ACL ACLConfig
@@ -99,15 +83,17 @@ type Config struct {
 
 // Server is the HTTP API of one node.
 type Server struct {
-	cfg    Config
-	be     Backend
-	http   *http.Server
-	logger hclog.Logger
+	cfg      Config
+	be       backend.Backend // cfg.Backend behind authz.Guard
+	resolver authz.Resolver
+	http     *http.Server
+	logger   hclog.Logger
 
-	streams   context.Context // cancelled by Shutdown to end event streams
-	endStream context.CancelFunc
-	leaveOnce sync.Once
-	lists     *listCache // encoded lists by type (listcache.go)
+	streams                    context.Context // cancelled by Shutdown to end event streams
+	endStream                  context.CancelFunc
+	leaveOnce                  sync.Once
+	lists                      *listCache // encoded lists by type (listcache.go)
+	streamSlots, blockingSlots slots      // Limits (limits.go)
 }
 
 // New returns the API server; call Serve.
@@ -124,7 +110,11 @@ func New(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = defaultIdleTimeout
 	}
-	s := &Server{cfg: cfg, be: cfg.Backend, logger: cfg.Logger, lists: newListCache()}
+	s := &Server{cfg: cfg, be: authz.Guard(cfg.Backend), logger: cfg.Logger, lists: newListCache(),
+		resolver: authz.Resolver{ACLs: cfg.ACL.Enabled, DefaultDeny: cfg.ACL.DefaultDeny, StaticToken: cfg.Token, Tokens: cfg.Backend.ResolveToken}}
+	cfg.Limits = cfg.Limits.withDefaults()
+	s.cfg.Limits = cfg.Limits
+	s.streamSlots, s.blockingSlots = newSlots(cfg.Limits.MaxStreams), newSlots(cfg.Limits.MaxBlockingQueries)
 	s.streams, s.endStream = context.WithCancel(context.Background())
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout}
 	return s
@@ -132,6 +122,10 @@ func New(cfg Config) *Server {
 
 // Serve serves ln until Shutdown; it returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = limitConns(ln, s.cfg.Limits.MaxConnsPerClient, s.cfg.TLS)
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -154,9 +148,9 @@ func (s *Server) Close() error {
 // Handler returns the API's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/plugins", s.authorized(s.register))
-	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.authorized(s.deregister))
-	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.authorized(s.deregisterNode))
+	mux.HandleFunc("POST /v1/plugins", s.register)
+	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregister)
+	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.deregisterNode)
 	mux.HandleFunc("GET /v1/nodes/{node}/plugins", s.nodePlugins)
 	mux.HandleFunc("GET /v1/types", s.types)
 	mux.HandleFunc("GET /v1/plugins/{type}", s.list)
@@ -164,12 +158,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}/{alloc}", s.get)
 	mux.HandleFunc("GET /v1/events", s.events)
 	mux.HandleFunc("GET /v1/status/leader", s.leader)
-	mux.HandleFunc("GET /v1/status/peers", anyPolicy(http.HandlerFunc(s.peers)))
-	mux.HandleFunc("GET /v1/members", anyPolicy(http.HandlerFunc(s.members)))
+	mux.HandleFunc("GET /v1/status/peers", s.peers)
+	mux.HandleFunc("GET /v1/members", s.members)
 	mux.HandleFunc("GET /v1/health", s.health)
-	mux.HandleFunc("PUT /v1/agent/leave", s.authorized(operatorOnly(s.leave)))
-	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.authorized(operatorOnly(s.transfer)))
-	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.authorized(operatorOnly(s.removePeer)))
+	mux.HandleFunc("PUT /v1/agent/leave", gate(authz.Operator, http.HandlerFunc(s.leave)))
+	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.transfer)
+	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.removePeer)
 	if s.cfg.UI != nil {
 		// The UI's files hold no data (its requests carry the token), so
 		// they need none.
@@ -177,21 +171,21 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	}
-	mux.HandleFunc("GET /v1/operator/autopilot/health", anyPolicy(http.HandlerFunc(s.autopilotHealth)))
-	mux.HandleFunc("GET /v1/agent/self", anyPolicy(http.HandlerFunc(s.agentSelf)))
-	mux.HandleFunc("GET /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotSave)))
-	mux.HandleFunc("PUT /v1/operator/snapshot", s.authorized(operatorOnly(s.snapshotRestore)))
+	mux.HandleFunc("GET /v1/operator/autopilot/health", s.autopilotHealth)
+	mux.HandleFunc("GET /v1/agent/self", gate(authz.ReadCluster, http.HandlerFunc(s.agentSelf)))
+	mux.HandleFunc("GET /v1/operator/snapshot", s.snapshotSave)
+	mux.HandleFunc("PUT /v1/operator/snapshot", s.snapshotRestore)
 	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
-		mux.HandleFunc(m+" /v1/agent/keyring", s.authorized(operatorOnly(s.keyring)))
+		mux.HandleFunc(m+" /v1/agent/keyring", gate(authz.Operator, http.HandlerFunc(s.keyring)))
 	}
 	mux.HandleFunc("PUT /v1/acl/bootstrap", s.aclBootstrap)
 	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
-	mux.HandleFunc("PUT /v1/acl/token", operatorOnly(s.aclTokenCreate))
-	mux.HandleFunc("GET /v1/acl/tokens", operatorOnly(s.aclTokens))
+	mux.HandleFunc("PUT /v1/acl/token", s.aclTokenCreate)
+	mux.HandleFunc("GET /v1/acl/tokens", s.aclTokens)
 	mux.HandleFunc("GET /v1/acl/token/self", s.aclTokenSelf)
-	mux.HandleFunc("DELETE /v1/acl/token/{accessor}", operatorOnly(s.aclTokenDelete))
+	mux.HandleFunc("DELETE /v1/acl/token/{accessor}", s.aclTokenDelete)
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /v1/metrics", anyPolicy(s.cfg.Metrics))
+		mux.Handle("GET /v1/metrics", gate(authz.ReadCluster, s.cfg.Metrics))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -205,7 +199,8 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		r, ok := s.withAuthz(pattern, w, r)
+		bodyDeadline(w, r, s.cfg.Limits.BodyReadTimeout)
+		r, ok := s.withIdentity(pattern, w, r)
 		if !ok {
 			return
 		}
@@ -238,22 +233,6 @@ func (w *jsonStatusWriter) Write(b []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	return len(b), nil // the mux's text body is replaced
-}
-
-// authorized wraps a handler that changes state: with a Token configured,
-// the request must carry it.
-func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
-	if s.cfg.Token == "" {
-		return h
-	}
-	want := []byte(s.cfg.Token)
-	return func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get(headerToken)), want) != 1 {
-			writeJSON(w, http.StatusForbidden, ErrorBody{Error: "permission denied: a valid X-Plugreg-Token is required", Code: "permission_denied"})
-			return
-		}
-		h(w, r)
-	}
 }
 
 func (s *Server) writeContext(r *http.Request) (context.Context, context.CancelFunc, error) {
@@ -291,9 +270,6 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	if !allowed(w, authz(r).CanWrite(info.Type), "register plugins of type "+info.Type) {
-		return
-	}
 	res, err := s.be.Register(ctx, info)
 	s.writeResult(w, res, err)
 }
@@ -360,9 +336,6 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if !allowed(w, authz(r).CanWrite(req.Type), "deregister plugins of type "+req.Type) {
-		return
-	}
 	ctx, cancel, err := s.writeContext(r)
 	if err != nil {
 		writeError(w, err)
@@ -382,9 +355,6 @@ func (s *Server) deregisterNode(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := api.ValidateIdentifier("node", r.PathValue("node")); err != nil {
 		writeError(w, err)
-		return
-	}
-	if !allowed(w, authz(r).CanWriteAll(), "deregister a node's plugins of every type (write on all types)") {
 		return
 	}
 	res, err := s.be.DeregisterNode(ctx, r.PathValue("node"))
@@ -453,6 +423,13 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, q api.Query) (*ap
 		writeError(w, err)
 		return nil, false
 	}
+	if q.MinIndex > 0 && q.Wait > 0 {
+		if !s.blockingSlots.take() {
+			writeError(w, limited("blocking queries", "blocking_queries"))
+			return nil, false
+		}
+		defer s.blockingSlots.release()
+	}
 	// A blocking query may wait minutes: Shutdown ends it.
 	ctx, cancel := context.WithTimeout(r.Context(), q.Wait+readTimeout)
 	defer cancel()
@@ -480,48 +457,22 @@ func setMeta(w http.ResponseWriter, res *api.QueryResult) {
 }
 
 func (s *Server) types(w http.ResponseWriter, r *http.Request) {
-	a := authz(r)
-	s.read(w, r, api.Query{Kind: api.QueryTypes}, func(res *api.QueryResult) interface{} {
-		if a.CanReadAll() {
-			return nonNilTypes(res.Types)
-		}
-		out := []string{}
-		for _, t := range res.Types {
-			if a.CanRead(t) {
-				out = append(out, t)
-			}
-		}
-		return out
-	})
-}
-
-// readable answers 403 unless the request may read typ.
-func readable(w http.ResponseWriter, r *http.Request, typ string) bool {
-	return allowed(w, authz(r).CanRead(typ), "read plugins of type "+typ)
+	s.read(w, r, api.Query{Kind: api.QueryTypes}, func(res *api.QueryResult) interface{} { return nonNilTypes(res.Types) })
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	if !readable(w, r, typ) {
-		return
-	}
 	if res, ok := s.query(w, r, api.Query{Kind: api.QueryList, Type: typ}); ok {
 		writeBody(w, s.lists.body(typ, res.Index, res.Plugins))
 	}
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
-	if !readable(w, r, r.PathValue("type")) {
-		return
-	}
 	q := api.Query{Kind: api.QueryInstances, Type: r.PathValue("type"), Name: r.PathValue("name")}
 	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	if !readable(w, r, r.PathValue("type")) {
-		return
-	}
 	q := api.Query{Kind: api.QueryInstance, Type: r.PathValue("type"), Name: r.PathValue("name"), AllocID: r.PathValue("alloc")}
 	s.read(w, r, q, func(res *api.QueryResult) interface{} {
 		if len(res.Plugins) == 0 {
@@ -534,8 +485,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // nodePlugins: GET /v1/nodes/{node}/plugins, every instance of a node.
 func (s *Server) nodePlugins(w http.ResponseWriter, r *http.Request) {
 	q := api.Query{Kind: api.QueryNode, NodeID: r.PathValue("node")}
-	a := authz(r)
-	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(filterPlugins(a, res.Plugins)) })
+	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
 }
 
 // nonNil returns in, or an empty slice for nil (JSON [] rather than null).
@@ -558,7 +508,7 @@ func (s *Server) leader(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
-	peers, err := s.be.Peers()
+	peers, err := s.be.Peers(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -570,7 +520,11 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) members(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.be.Members())
+	if err := authz.ReadCluster(r.Context()); err != nil {
+		writeError(w, err) // the guard answers an empty list; the route says why
+		return
+	}
+	writeJSON(w, http.StatusOK, s.be.Members(r.Context()))
 }
 
 // health answers GET /v1/health: readiness (200 when the agent can serve

@@ -1,22 +1,13 @@
 package httpapi
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/plugreg/plugreg/api"
 )
-
-// Snapshotter is a Backend that takes and restores backups (package
-// snapshot); servers and client agents both are.
-type Snapshotter interface {
-	// SnapshotSave takes a snapshot (a refusal is the error); write
-	// writes its archive.
-	SnapshotSave(ctx context.Context, stale bool) (write func(io.Writer) error, err error)
-	SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error)
-}
 
 // maxSnapshotBody bounds a restore's upload (the archive is gzipped: a
 // registry of a million instances is far below it).
@@ -25,17 +16,12 @@ const maxSnapshotBody = 512 << 20
 // snapshotSave answers GET /v1/operator/snapshot with an archive of the
 // registry (?stale: the answering server's state without a read barrier).
 func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
-	sn, ok := s.be.(Snapshotter)
-	if !ok {
-		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot take snapshots", Code: "unsupported"})
-		return
-	}
 	var q api.Query
 	if err := parseQuery(r, &q); err != nil {
 		writeError(w, err)
 		return
 	}
-	write, err := sn.SnapshotSave(r.Context(), q.Consistency == api.Stale)
+	write, err := s.be.SnapshotSave(r.Context(), q.Consistency == api.Stale)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -54,11 +40,9 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 // snapshotRestore answers PUT /v1/operator/snapshot: the body is an
 // archive that replaces the registry (see cluster.Backend.SnapshotRestore).
 func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
-	sn, ok := s.be.(Snapshotter)
-	if !ok {
-		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot restore snapshots", Code: "unsupported"})
-		return
-	}
+	// An archive may take minutes to upload (bodyDeadline clears the
+	// deadline once it is read).
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(restoreReadTimeout))
 	archive, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSnapshotBody))
 	if err != nil {
 		writeError(w, err)
@@ -71,7 +55,7 @@ func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := sn.SnapshotRestore(ctx, archive)
+	res, err := s.be.SnapshotRestore(ctx, archive)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -273,12 +273,24 @@ func (s *Store) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-c
 // subscription's position, whenever nothing was sent for every (zero: no
 // heartbeats).
 func (s *Store) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan *Event, error) {
+	return s.watch(ctx, &subscription{filter: filter, cursor: fromIndex, heartbeat: every})
+}
+
+// WatchFromState is WatchWithHeartbeat for a consumer whose position this
+// node's history does not hold (a cluster restored from a backup is behind
+// it): the stream begins with a reset of the state as it is now, then the
+// events after it.
+func (s *Store) WatchFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan *Event, error) {
+	return s.watch(ctx, &subscription{filter: filter, heartbeat: every, fromState: true})
+}
+
+func (s *Store) watch(ctx context.Context, sub *subscription) (<-chan *Event, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.shutdown {
 		return nil, ErrShutdown
 	}
-	sub := &subscription{j: s.journal, filter: filter, cursor: fromIndex, out: make(chan *Event, s.buffer), heartbeat: every, lastSent: time.Now()}
+	sub.j, sub.out, sub.lastSent = s.journal, make(chan *Event, s.buffer), time.Now()
 	s.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	go func() {
 		defer s.subs.Done()

@@ -20,12 +20,22 @@ type subscription struct {
 	out       chan *Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
+	// fromState: begin with a reset of the state as it is when the
+	// subscription starts, wherever cursor is (Store.WatchFromState).
+	fromState bool
 }
 
 // run is owned by the Store that started it: it returns when ctx is done
 // or the journal is closed, and closes out on the way.
 func (s *subscription) run(ctx context.Context) {
 	defer close(s.out)
+	if s.fromState {
+		st := s.j.State()
+		if !s.send(ctx, resetEvent(st, s.filter)) {
+			return
+		}
+		s.cursor = st.Index()
+	}
 	for {
 		b := s.j.read(s.cursor, s.filter, readBatch)
 		if b.closed {

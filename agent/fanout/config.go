@@ -38,6 +38,12 @@ type Config struct {
 	// DrainTimeout bounds the wait for a closed upstream's channel to
 	// close. Zero: 5s.
 	DrainTimeout time.Duration
+	// MaxUpstreams bounds the server subscriptions open at once (one per
+	// distinct filter, lingering ones included): each holds a server's
+	// stream and Buffer events. Past it, a subscription with a new filter
+	// is refused with api.ErrTooManyRequests; filters already open still
+	// serve. Zero: 256; negative: no bound.
+	MaxUpstreams int
 	// Logger; nil: none.
 	Logger hclog.Logger
 }
@@ -52,6 +58,7 @@ func DefaultConfig() Config {
 		RetryMin:         100 * time.Millisecond,
 		RetryMax:         5 * time.Second,
 		DrainTimeout:     5 * time.Second,
+		MaxUpstreams:     256,
 		Logger:           hclog.NewNullLogger(),
 	}
 }
@@ -76,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = max(d.RetryMax, c.RetryMin)
+	}
+	if c.MaxUpstreams == 0 {
+		c.MaxUpstreams = d.MaxUpstreams
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = d.DrainTimeout

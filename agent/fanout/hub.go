@@ -85,6 +85,10 @@ func (h *Hub) Subscribe(ctx context.Context, types []string, from *uint64, heart
 		return nil, 0, ErrClosed
 	}
 	f := h.feeds[key]
+	if f == nil && h.cfg.MaxUpstreams >= 0 && len(h.feeds) >= h.cfg.MaxUpstreams {
+		h.mu.Unlock()
+		return nil, 0, fmt.Errorf("%w: %d event filters are open upstream already (at most %d per client agent); subscribe with one of them or none", api.ErrTooManyRequests, len(h.feeds), h.cfg.MaxUpstreams)
+	}
 	if f == nil {
 		f = newFeed(h, key, types)
 		h.feeds[key] = f

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -329,5 +330,30 @@ func TestCloseWithActiveSubscribers(t *testing.T) {
 	}
 	if u.live.Load() != 0 {
 		t.Fatalf("%d upstreams still open", u.live.Load())
+	}
+}
+
+// A client agent opens at most MaxUpstreams server subscriptions: one
+// more filter is refused (api.ErrTooManyRequests, HTTP 429), the filters
+// already open still serve. Before, every distinct filter opened one more
+// stream at a server, without end.
+func TestMaxUpstreams(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, func(c *Config) { c.MaxUpstreams = 2 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, typ := range []string{"a", "b"} {
+		if _, _, err := h.Subscribe(ctx, []string{typ}, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := h.Subscribe(ctx, []string{"c"}, nil, 0); !errors.Is(err, api.ErrTooManyRequests) {
+		t.Fatalf("a third filter: %v, want too many requests", err)
+	}
+	if _, _, err := h.Subscribe(ctx, []string{"b"}, nil, 0); err != nil {
+		t.Fatalf("an open filter: %v", err)
+	}
+	if got := u.opens.Load(); got != 2 {
+		t.Fatalf("%d upstreams opened, want 2", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // runACL is `plugreg acl bootstrap | token create | token list | token
 // self | token delete`.
 func runACL(args []string) error {
-	const use = "usage: plugreg acl bootstrap | acl token create -policy P [-policy P ...] [-description D] | acl token list | acl token self | acl token delete ACCESSOR"
+	const use = "usage: plugreg acl bootstrap | acl token create -policy P [-policy P ...] [-description D] [-node NODE] | acl token list | acl token self | acl token delete ACCESSOR"
 	switch {
 	case len(args) >= 1 && args[0] == "bootstrap":
 		return runACLBootstrap(args[1:])
@@ -64,6 +64,7 @@ func runACLTokenCreate(args []string) error {
 	var specs listFlag
 	cf.fs.Var(&specs, "policy", "a policy: read[:TYPES], write[:TYPES] or operator (repeatable)")
 	desc := cf.fs.String("description", "", "what the token is for")
+	node := cf.fs.String("node", "", "bind the token to this node: a client agent's -acl-agent-token, which may register and deregister only that node's plugins")
 	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
 		if len(specs) == 0 {
 			return errors.New("at least one -policy is required")
@@ -76,7 +77,13 @@ func runACLTokenCreate(args []string) error {
 			}
 			ps = append(ps, p)
 		}
-		t, err := c.ACLTokenCreate(ctx, *desc, ps)
+		create := c.ACLTokenCreate
+		if *node != "" {
+			create = func(ctx context.Context, desc string, ps []api.ACLPolicy) (client.ACLTokenSecret, error) {
+				return c.ACLAgentTokenCreate(ctx, *node, desc, ps)
+			}
+		}
+		t, err := create(ctx, *desc, ps)
 		if err != nil {
 			return err
 		}
@@ -95,9 +102,13 @@ func runACLTokenList(args []string) error {
 			return printJSON(ts)
 		}
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ACCESSOR\tPOLICIES\tDESCRIPTION\tCREATED")
+		fmt.Fprintln(w, "ACCESSOR\tPOLICIES\tNODE\tDESCRIPTION\tCREATED")
 		for _, t := range ts {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", t.AccessorID, policiesString(t.Policies), t.Description, t.CreateIndex)
+			node := t.Node
+			if node == "" {
+				node = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", t.AccessorID, policiesString(t.Policies), node, t.Description, t.CreateIndex)
 		}
 		return w.Flush()
 	})
@@ -147,5 +158,8 @@ func printToken(cf *clientFlags, t api.ACLTokenSecret) error {
 		fmt.Printf("SecretID:    %s\n", t.SecretID)
 	}
 	fmt.Printf("Policies:    %s\nDescription: %s\nCreateIndex: %d\n", policiesString(t.Policies), t.Description, t.CreateIndex)
+	if t.Node != "" {
+		fmt.Printf("Node:        %s\n", t.Node)
+	}
 	return nil
 }

@@ -63,9 +63,13 @@ func runAgent(args []string) error {
 		journal   = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
 		raftMul   = fs.Int("raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
 		logLevel  = fs.String("log-level", "info", "trace, debug, info, warn or error")
-		aclToken  = fs.String("acl-token", "", "require this token (X-Plugreg-Token) for writes and operator calls (the single shared token; see -acl-enabled for ACL tokens with policies)")
+		aclToken  = fs.String("acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
 		aclOn     = fs.Bool("acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
-		aclAgent  = fs.String("acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers")
+		aclAgent  = fs.String("acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers; make it with plugreg acl token create -node NODE, which binds it to this node")
+		maxConns  = fs.Int("http-max-conns-per-client", httpapi.DefaultMaxConnsPerClient, "concurrent HTTP connections from one IP address; past it 429 (negative: no bound)")
+		maxStream = fs.Int("http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
+		maxBlock  = fs.Int("http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
+		bodyRead  = fs.Duration("http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
 		aclPolicy = fs.String("acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
@@ -142,7 +146,14 @@ func runAgent(args []string) error {
 		hs.pluginSocket = filepath.Join(*dataDir, "plugin.sock")
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
-	ao := apiOptions{token: *aclToken, acl: httpapi.ACLConfig{Enabled: *aclOn}}
+	if *aclToken != "" && *aclOn {
+		return errors.New("-acl-token and -acl-enabled: choose one (-acl-token is the single shared token of a cluster without ACLs; with ACLs, tokens have policies)")
+	}
+	if *bodyRead <= 0 {
+		return fmt.Errorf("-http-body-read-timeout %v: want a positive duration", *bodyRead)
+	}
+	ao := apiOptions{token: *aclToken, acl: httpapi.ACLConfig{Enabled: *aclOn},
+		limits: httpapi.Limits{MaxConnsPerClient: *maxConns, MaxStreams: *maxStream, MaxBlockingQueries: *maxBlock, BodyReadTimeout: *bodyRead}}
 	switch *aclPolicy {
 	case "allow":
 	case "deny":

@@ -82,6 +82,8 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"client with server flags", []string{"-client", "-bootstrap-expect", "3"}, "-bootstrap-expect, -server-port: server flags"},
 		{"wal segment too small", []string{"-wal-segment-size", "4096"}, "wal segment size 4096: use 16384 to 1073741824 bytes"},
 		{"unknown log store", []string{"-log-store", "rocks"}, `log store "rocks": use "boltdb" or "wal"`},
+		{"shared token with ACLs", []string{"-acl-token", "s", "-acl-enabled"}, "-acl-token and -acl-enabled: choose one"},
+		{"no body read time", []string{"-http-body-read-timeout", "0s"}, "-http-body-read-timeout 0s: want a positive duration"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -136,7 +136,11 @@ func runDev(args []string) error {
 			var tlsc *tlsutil.Configurator
 			if sec != nil {
 				tlsc = sec.client
-				acfg.TLS, acfg.ACLToken = tlsc, sec.agentToken
+				if acfg.ACLToken, err = sec.agentToken(nodes[0], id); err != nil {
+					stopAll()
+					return err
+				}
+				acfg.TLS = tlsc
 			}
 			var nao apiOptions
 			if nao, err = nodeSecurity(sec, acfg.DataDir, ao, &acfg.GossipEncryption); err != nil {

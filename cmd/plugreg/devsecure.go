@@ -14,12 +14,12 @@ import (
 
 // devSecurity is what `plugreg dev -secure` sets up: a CA and certificates
 // in the data dir, the servers' and the client agents' TLS, and (after
-// the servers elect a leader) the ACL bootstrap and an agent token.
+// the servers elect a leader) the ACL bootstrap, then a token bound to
+// each client agent's node.
 type devSecurity struct {
 	caFile, cliCert, cliKey string
 	server, client          *tlsutil.Configurator
 	operatorToken           string
-	agentToken              string
 	gossipKey               string // every agent's -encrypt
 }
 
@@ -80,8 +80,7 @@ func newDevSecurity(dir string) (*devSecurity, error) {
 	return d, nil
 }
 
-// bootstrap makes the operator token and an agent token (write on every
-// type) for the client agents, through a server's own backend.
+// bootstrap makes the operator token, through a server's own backend.
 func (d *devSecurity) bootstrap(n *node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -90,10 +89,18 @@ func (d *devSecurity) bootstrap(n *node) error {
 	if err != nil {
 		return fmt.Errorf("acl bootstrap: %w", err)
 	}
-	agentTok, err := b.ACLTokenCreate(ctx, api.ACLTokenCreateRequest{Description: "dev client agents", Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}})
-	if err != nil {
-		return fmt.Errorf("agent token: %w", err)
-	}
-	d.operatorToken, d.agentToken = root.SecretID, agentTok.SecretID
+	d.operatorToken = root.SecretID
 	return nil
+}
+
+// agentToken makes client agent node's token: write on every type, bound
+// to its node (docs/security.md).
+func (d *devSecurity) agentToken(n *node, node string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := n.srv.Backend().ACLTokenCreate(ctx, api.ACLTokenCreateRequest{Description: "agent " + node, Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}, Node: node})
+	if err != nil {
+		return "", fmt.Errorf("agent token of %s: %w", node, err)
+	}
+	return t.SecretID, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +15,7 @@ import (
 	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginsock"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
@@ -34,7 +34,7 @@ type node struct {
 	// nil until startServices
 	services *agent.Services
 	api      *httpapi.Server
-	be       httpapi.Backend
+	be       backend.Backend
 	ln       net.Listener
 	done     chan error // Serve's result
 	once     sync.Once
@@ -86,14 +86,12 @@ type lifecycle interface {
 	LiveServers() int
 }
 
-// listenHTTP opens the HTTP port, as HTTPS when tlsc serves TLS.
-func listenHTTP(httpAddr string, tlsc *tlsutil.Configurator) (net.Listener, error) {
+// listenHTTP opens the HTTP port (the API serves HTTPS on it when tlsc
+// serves TLS: apiOptions.tls).
+func listenHTTP(httpAddr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on http port %s: %w", httpAddr, err)
-	}
-	if tlsc.ServesTLS() {
-		ln = tls.NewListener(ln, tlsc.IncomingConfig())
 	}
 	return ln, nil
 }
@@ -103,13 +101,15 @@ func listenHTTP(httpAddr string, tlsc *tlsutil.Configurator) (net.Listener, erro
 type apiOptions struct {
 	token string // the single write token of -acl-token ("" none)
 	acl   httpapi.ACLConfig
+	// limits of the HTTP API (zero: its defaults).
+	limits httpapi.Limits
 	// keyring is the agent's gossip keyring, served to operators (nil:
 	// gossip in plaintext).
 	keyring *gossip.Keyring
 }
 
 func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
-	ln, err := listenHTTP(httpAddr, tlsc)
+	ln, err := listenHTTP(httpAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +120,14 @@ func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsuti
 		return nil, err
 	}
 	n := &node{srv: srv, core: srv, ln: ln, done: make(chan error, 1)}
-	n.serve(srv.Backend(), cfg.Logger, ao, onLeave)
+	n.serve(srv.Backend(), cfg.Logger, ao, tlsc, onLeave)
 	return n, nil
 }
 
 // startClientNode starts a client agent and serves its HTTP API on
 // httpAddr.
 func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
-	ln, err := listenHTTP(httpAddr, tlsc)
+	ln, err := listenHTTP(httpAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -138,13 +138,16 @@ func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tls
 		return nil, err
 	}
 	n := &node{client: cl, core: cl, ln: ln, done: make(chan error, 1)}
-	n.serve(cl, cfg.Logger, ao, onLeave)
+	n.serve(cl, cfg.Logger, ao, tlsc, onLeave)
 	return n, nil
 }
 
-func (n *node) serve(be httpapi.Backend, logger hclog.Logger, ao apiOptions, onLeave func()) {
+func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) {
 	n.be = be
-	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, OnLeave: onLeave, UI: ui.Handler()}
+	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler()}
+	if tlsc.ServesTLS() {
+		cfg.TLS = tlsc.IncomingConfig()
+	}
 	if ao.keyring != nil { // a nil *gossip.Keyring in the interface would not be nil
 		cfg.Keyring = ao.keyring
 	}

@@ -1,0 +1,213 @@
+// Package authz decides who may make which call, once for every edge.
+//
+// An edge (the HTTP API, the agent RPC on a server) proves its caller and
+// resolves it into an Identity (Resolver), which it puts in the request's
+// context; Guard wraps the agent's backend.Backend and checks every call
+// against that identity before the backend sees it. The rules, and the
+// words of every refusal, live here and nowhere else, as in Consul, whose
+// endpoints each ask one authorizer.
+//
+// Three kinds of caller exist (docs/security.md): servers, proven by a
+// certificate with the server name and checked by the transport before a
+// server-only RPC is read (transport.Peer); client agents, proven by a
+// certificate and acting with a token bound to their node; and users,
+// with ACL tokens. This package covers the last two.
+package authz
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Identity is a caller as its edge proved it.
+type Identity struct {
+	// Grants is what the caller's policies allow (everything with ACLs
+	// off, or for an anonymous caller under default allow).
+	Grants api.Authorizer
+	// Node, when set, binds the caller to one node: its token was an
+	// agent token (api.ACLToken.Node).
+	Node string
+}
+
+type identityKey struct{}
+
+// With returns ctx carrying id.
+func With(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// From returns the identity in ctx; a context without one may do nothing,
+// so a call that skipped its edge's resolution is refused, not allowed.
+func From(ctx context.Context) Identity {
+	id, _ := ctx.Value(identityKey{}).(Identity)
+	return id
+}
+
+// Anyone is the identity of a caller the transport alone vouches for: a
+// client agent's reads over the agent RPC (the agent filters what it
+// forwards by its own callers' tokens) and internal calls.
+func Anyone() Identity { return Identity{Grants: api.AllowAll()} }
+
+// Resolver turns a presented secret into an Identity.
+type Resolver struct {
+	// ACLs turns token checks on; Tokens looks a secret up (required
+	// then).
+	ACLs   bool
+	Tokens func(ctx context.Context, secret string) (*api.ACLToken, error)
+	// DefaultDeny: a caller without a token may do nothing (else, with
+	// ACLs on, everything: Consul's "allow", for migrating to ACLs).
+	DefaultDeny bool
+	// StaticToken (-acl-token, ACLs off): a caller presenting it may do
+	// everything, others only read.
+	StaticToken string
+}
+
+// readOnly is what a caller without the static token may do.
+var readOnly = api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLRead}}})
+
+// Anonymous is the identity of a caller that presented no secret.
+func (r Resolver) Anonymous() Identity {
+	switch {
+	case !r.ACLs && r.StaticToken != "":
+		return Identity{Grants: readOnly}
+	case r.ACLs && r.DefaultDeny:
+		return Identity{Grants: api.DenyAll()}
+	}
+	return Identity{Grants: api.AllowAll()}
+}
+
+// Resolve returns the identity of a caller presenting secret ("" for
+// none). An unknown token with ACLs on is an error wrapping
+// api.ErrACLNotFound, which never quotes the secret.
+func (r Resolver) Resolve(ctx context.Context, secret string) (Identity, error) {
+	if secret == "" {
+		return r.Anonymous(), nil
+	}
+	if !r.ACLs {
+		if r.StaticToken != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(r.StaticToken)) == 1 {
+			return Identity{Grants: api.AllowAll()}, nil
+		}
+		return r.Anonymous(), nil
+	}
+	if r.Tokens == nil {
+		return Identity{}, fmt.Errorf("%w: this agent cannot resolve ACL tokens", api.ErrUnsupported)
+	}
+	t, err := r.Tokens(ctx, secret)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Grants: api.TokenAuthorizer(t), Node: t.Node}, nil
+}
+
+// deny is the one shape of a refusal: 403 permission_denied naming what was
+// asked, never the token.
+func deny(what string) error {
+	return fmt.Errorf("%w: the request's token may not %s", api.ErrPermissionDenied, what)
+}
+
+func check(ok bool, what string) error {
+	if ok {
+		return nil
+	}
+	return deny(what)
+}
+
+// Operator checks an operator call (leave, leadership, peers, keyring,
+// snapshots, ACL management).
+func Operator(ctx context.Context) error {
+	return check(From(ctx).Grants.IsOperator(), "make operator calls (operator policy)")
+}
+
+// ReadCluster checks a call that shows the cluster (members, peers,
+// health, metrics): any policy will do.
+func ReadCluster(ctx context.Context) error {
+	return check(From(ctx).Grants.CanReadAny(), "read cluster status (any policy)")
+}
+
+// Read checks a read of typ's plugins or events.
+func Read(ctx context.Context, typ string) error {
+	return check(From(ctx).Grants.CanRead(typ), "read plugins of type "+typ)
+}
+
+// Register checks a registration of p: write on its type and, for a
+// node-bound caller, p on its node.
+func Register(ctx context.Context, p *api.PluginInfo) error {
+	id := From(ctx)
+	if !id.Grants.CanWrite(p.Type) {
+		return deny("register plugins of type " + p.Type)
+	}
+	if id.Node != "" && p.NodeID != id.Node {
+		return deny(fmt.Sprintf("register plugins of node %q (it is bound to node %q)", p.NodeID, id.Node))
+	}
+	return nil
+}
+
+// Deregister checks a deregistration and returns the request to run: for a
+// node-bound caller it is made conditional on the caller's node, so that
+// the check is made where the entry is applied, against the instance as
+// it is then (a check here would race a re-registration elsewhere).
+func Deregister(ctx context.Context, req api.DeregisterRequest) (api.DeregisterRequest, error) {
+	id := From(ctx)
+	if !id.Grants.CanWrite(req.Type) {
+		return req, deny("deregister plugins of type " + req.Type)
+	}
+	if id.Node != "" {
+		if req.IfNodeID != "" && req.IfNodeID != id.Node {
+			return req, deny(fmt.Sprintf("deregister plugins of node %q (it is bound to node %q)", req.IfNodeID, id.Node))
+		}
+		req.IfNodeID = id.Node
+	}
+	return req, nil
+}
+
+// DeregisterNode checks a deregistration of every plugin of nodeID: write
+// on every type, and nodeID the caller's own node if it is bound to one.
+func DeregisterNode(ctx context.Context, nodeID string) error {
+	id := From(ctx)
+	if !id.Grants.CanWriteAll() {
+		return deny("deregister a node's plugins of every type (write on all types)")
+	}
+	if id.Node != "" && nodeID != id.Node {
+		return deny(fmt.Sprintf("deregister the plugins of node %q (it is bound to node %q)", nodeID, id.Node))
+	}
+	return nil
+}
+
+// FilterPlugins keeps the instances of types the caller may read.
+func FilterPlugins(ctx context.Context, in []*api.PluginInfo) []*api.PluginInfo {
+	return filterPlugins(From(ctx).Grants, in)
+}
+
+func filterPlugins(a api.Authorizer, in []*api.PluginInfo) []*api.PluginInfo {
+	if a.CanReadAll() {
+		return in
+	}
+	out := make([]*api.PluginInfo, 0, len(in))
+	for _, p := range in {
+		if a.CanRead(p.Type) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// filterEvent returns ev as a may see it: nil for a change of a type it may
+// not read, a reset cut to the types it may read (without the shared
+// Memo, whose encoding holds them all).
+func filterEvent(a api.Authorizer, ev *api.Event) *api.Event {
+	switch {
+	case ev.EventType == api.EventHeartbeat || a.CanReadAll():
+		return ev
+	case ev.EventType == api.EventReset:
+		c := *ev
+		c.Memo = nil
+		c.Plugins = filterPlugins(a, ev.Plugins)
+		return &c
+	case ev.Info != nil && !a.CanRead(ev.Info.Type):
+		return nil
+	}
+	return ev
+}

@@ -1,0 +1,118 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+func TestResolver(t *testing.T) {
+	tokens := map[string]*api.ACLToken{
+		"reader": {Policies: []api.ACLPolicy{{Kind: api.ACLRead}}},
+		"agent":  {Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}, Node: "host1"},
+	}
+	lookup := func(_ context.Context, secret string) (*api.ACLToken, error) {
+		if t, ok := tokens[secret]; ok {
+			return t, nil
+		}
+		return nil, api.ErrACLNotFound
+	}
+	for _, tc := range []struct {
+		name     string
+		r        Resolver
+		secret   string
+		err      error
+		write    bool // may register csi plugins of host9
+		operator bool
+		node     string
+		noRead   bool
+	}{
+		{name: "ACLs off", r: Resolver{}, write: true, operator: true},
+		{name: "ACLs off, any secret", r: Resolver{}, secret: "x", write: true, operator: true},
+		{name: "static token presented", r: Resolver{StaticToken: "s3"}, secret: "s3", write: true, operator: true},
+		{name: "static token, another presented", r: Resolver{StaticToken: "s3"}, secret: "s4"},
+		{name: "static token, none presented", r: Resolver{StaticToken: "s3"}},
+		{name: "default allow, anonymous", r: Resolver{ACLs: true, Tokens: lookup}, write: true, operator: true},
+		{name: "default deny, anonymous", r: Resolver{ACLs: true, DefaultDeny: true, Tokens: lookup}, noRead: true},
+		{name: "unknown token", r: Resolver{ACLs: true, Tokens: lookup}, secret: "nope", err: api.ErrACLNotFound},
+		{name: "reader", r: Resolver{ACLs: true, DefaultDeny: true, Tokens: lookup}, secret: "reader"},
+		{name: "agent token", r: Resolver{ACLs: true, DefaultDeny: true, Tokens: lookup}, secret: "agent", node: "host1"},
+		{name: "no lookup", r: Resolver{ACLs: true}, secret: "reader", err: api.ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := tc.r.Resolve(context.Background(), tc.secret)
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("Resolve: %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			ctx := With(context.Background(), id)
+			if got := Register(ctx, &api.PluginInfo{Type: "csi", NodeID: "host9"}) == nil; got != tc.write {
+				t.Errorf("may register: %v, want %v", got, tc.write)
+			}
+			if got := Operator(ctx) == nil; got != tc.operator {
+				t.Errorf("operator: %v, want %v", got, tc.operator)
+			}
+			if id.Node != tc.node {
+				t.Errorf("node %q, want %q", id.Node, tc.node)
+			}
+			if got := Read(ctx, "csi") == nil; got == tc.noRead {
+				t.Errorf("may read: %v, want %v", got, !tc.noRead)
+			}
+		})
+	}
+}
+
+func TestNoIdentityMayDoNothing(t *testing.T) {
+	ctx := context.Background()
+	if Read(ctx, "csi") == nil || ReadCluster(ctx) == nil || Operator(ctx) == nil || DeregisterNode(ctx, "n") == nil {
+		t.Fatal("a context without an identity was allowed")
+	}
+}
+
+func TestNodeBinding(t *testing.T) {
+	write := api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}})
+	csiOnly := api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}}})
+	bound := With(context.Background(), Identity{Grants: write, Node: "h1"})
+	free := With(context.Background(), Identity{Grants: write})
+	bound1Type := With(context.Background(), Identity{Grants: csiOnly, Node: "h1"})
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"register own", Register(bound, &api.PluginInfo{Type: "csi", NodeID: "h1"})},
+		{"register any (unbound)", Register(free, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
+		{"deregister own node", DeregisterNode(bound, "h1")},
+	} {
+		if tc.err != nil {
+			t.Errorf("%s: %v", tc.name, tc.err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"register other", Register(bound, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
+		{"register other type", Register(bound1Type, &api.PluginInfo{Type: "gpu", NodeID: "h1"})},
+		{"deregister other node", DeregisterNode(bound, "h2")},
+		{"deregister own node without write on every type", DeregisterNode(bound1Type, "h1")},
+	} {
+		if !errors.Is(tc.err, api.ErrPermissionDenied) {
+			t.Errorf("%s: %v, want permission denied", tc.name, tc.err)
+		}
+	}
+	req, err := Deregister(bound, api.DeregisterRequest{Type: "csi", Name: "n", AllocID: "a"})
+	if err != nil || req.IfNodeID != "h1" {
+		t.Errorf("a bound deregister is made conditional on its node: %+v %v", req, err)
+	}
+	if _, err := Deregister(bound, api.DeregisterRequest{Type: "csi", Name: "n", AllocID: "a", IfNodeID: "h2"}); !errors.Is(err, api.ErrPermissionDenied) {
+		t.Errorf("a bound deregister on another node's condition: %v", err)
+	}
+	req, err = Deregister(free, api.DeregisterRequest{Type: "csi", Name: "n", AllocID: "a"})
+	if err != nil || req.IfNodeID != "" {
+		t.Errorf("an unbound deregister stays as asked: %+v %v", req, err)
+	}
+}

@@ -1,0 +1,56 @@
+// Package backend is the one contract an agent serves, whatever its role:
+// a server answers from its replica and the Raft log (cluster.Backend), a
+// client agent through a server (agent.Client). The HTTP API and the
+// agent RPC both call it, behind authz.Guard, so a request means the same
+// thing whichever edge it came in by.
+package backend
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Backend is what an agent serves, in api's terms. Errors are api
+// refusals (ErrInvalid, ErrNotFound, ErrConflict, ...) or api.Coded.
+// Callers are authorized before they reach it (authz.Guard): a Backend
+// itself checks no identity.
+type Backend interface {
+	NodeID() string
+	Role() string
+
+	// Writes carry their request ID, if any, in ctx (api.WithRequestID).
+	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
+	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
+	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
+
+	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
+	// Subscribe streams events after *from (nil: from now) and returns the
+	// position it starts at; see registry.Store.WatchWithHeartbeat. The
+	// events (and their records) may be shared with other subscribers:
+	// read them, never modify them.
+	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error)
+
+	Leader() string
+	Peers(ctx context.Context) ([]string, error)
+	Members(ctx context.Context) []api.Member
+	Health() api.Health
+	AutopilotHealth(ctx context.Context) (api.AutopilotHealth, error)
+	TransferLeadership(ctx context.Context) (string, error)
+	RemovePeer(ctx context.Context, id string) error
+
+	// SnapshotSave takes a snapshot (a refusal is the error); write
+	// writes its archive (package snapshot).
+	SnapshotSave(ctx context.Context, stale bool) (write func(io.Writer) error, err error)
+	SnapshotRestore(ctx context.Context, archive []byte) (api.WriteResult, error)
+
+	// ResolveToken returns the token whose secret is secret, or an error
+	// wrapping api.ErrACLNotFound. It never puts secret in an error.
+	ResolveToken(ctx context.Context, secret string) (*api.ACLToken, error)
+	ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error)
+	ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (api.ACLTokenSecret, error)
+	ACLTokens(ctx context.Context) ([]api.ACLToken, error)
+	ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error)
+}
