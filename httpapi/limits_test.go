@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testcluster"
 )
@@ -78,6 +79,12 @@ func limitedAnswer(t *testing.T, what string, resp *http.Response) {
 // room. Past MaxBlockingQueries a blocking read is, while plain reads go
 // on. Before, each held a goroutine and a subscription without bound.
 func TestStreamAndBlockingQueryLimits(t *testing.T) {
+	sink := metrics.NewInmemSink(time.Minute, time.Minute)
+	conf := metrics.DefaultConfig("plugreg")
+	conf.EnableRuntimeMetrics = false // its goroutine would outlive the test
+	if _, err := metrics.NewGlobal(conf, sink); err != nil {
+		t.Fatal(err)
+	}
 	addr := serveWith(t, httpapi.Config{Limits: httpapi.Limits{MaxStreams: 2, MaxBlockingQueries: 1}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -129,6 +136,19 @@ func TestStreamAndBlockingQueryLimits(t *testing.T) {
 	}
 	if resp := get(ctx, "/v1/types"); resp.StatusCode != 200 {
 		t.Fatalf("a plain read beside the blocking one: %d", resp.StatusCode)
+	}
+	counted := map[string]int{}
+	for _, iv := range sink.Data() {
+		for _, c := range iv.Counters {
+			if c.Name == "plugreg.http.limited" {
+				for _, l := range c.Labels {
+					counted[l.Value] += c.Count
+				}
+			}
+		}
+	}
+	if counted["event_streams"] < 1 || counted["blocking_queries"] != 1 {
+		t.Fatalf("refusals counted: %v, want event_streams >= 1 and blocking_queries 1", counted)
 	}
 	cancel()
 	if resp := <-answers; resp != nil {
