@@ -148,7 +148,7 @@ func (d *db) args(n *node) []string {
 			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
 		}
 		if secure != nil {
-			args = append(args, secure.agentArgs(true)...)
+			args = append(args, secure.agentArgs(n)...)
 		}
 		return args
 	}
@@ -162,7 +162,7 @@ func (d *db) args(n *node) []string {
 		args = append(args, "-wal-segment-size", strconv.Itoa(d.walSegment))
 	}
 	if secure != nil {
-		args = append(args, secure.agentArgs(false)...)
+		args = append(args, secure.agentArgs(n)...)
 	}
 	if d.hbFlag {
 		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())

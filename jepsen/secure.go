@@ -20,7 +20,8 @@ import (
 // security is the -secure run's setup: every agent on mutual TLS
 // (-verify-incoming, -verify-server-hostname), gossip encrypted, and ACLs
 // on with default deny; the harness speaks HTTPS with a client certificate and the
-// operator token, the client agents carry an agent token.
+// operator token, each client agent carries an agent token bound to its
+// node (docs/security.md).
 type security struct {
 	caFile             string
 	serverCert, srvKey string
@@ -29,8 +30,8 @@ type security struct {
 	gossipKey          string          // -encrypt of every agent
 
 	mu       sync.Mutex
-	operator string // set by bootstrap
-	agent    string
+	operator string            // set by bootstrap
+	agents   map[string]string // client agent -> its agent token, set by bootstrap
 }
 
 // secure is the run's security, nil for a plaintext run. Set once, before
@@ -83,8 +84,9 @@ func newSecurity(dir string, clientAgents int) (*security, error) {
 	return s, nil
 }
 
-// agentArgs are the security flags of an agent.
-func (s *security) agentArgs(client bool) []string {
+// agentArgs are the security flags of agent n.
+func (s *security) agentArgs(n *node) []string {
+	client := n.Client
 	cert, key := s.serverCert, s.srvKey
 	if client {
 		cert, key = s.clientCert, s.cliKey
@@ -94,7 +96,7 @@ func (s *security) agentArgs(client bool) []string {
 		"-acl-enabled", "-acl-default-policy", "deny", "-encrypt", s.gossipKey}
 	if client {
 		s.mu.Lock()
-		args = append(args, "-acl-agent-token", s.agent)
+		args = append(args, "-acl-agent-token", s.agents[n.Name])
 		s.mu.Unlock()
 	}
 	return args
@@ -106,8 +108,8 @@ func (s *security) operatorToken() string {
 	return s.operator
 }
 
-// bootstrap makes the operator token (the harness's) and the agent token
-// (write on every type) through server i.
+// bootstrap makes the operator token (the harness's) and each client
+// agent's token (write on every type, bound to its node) through server i.
 func (s *security) bootstrap(ctx context.Context, d *db, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -138,12 +140,17 @@ func (s *security) bootstrap(ctx context.Context, d *db, i int) error {
 	s.mu.Lock()
 	s.operator = root.SecretID
 	s.mu.Unlock()
-	agent, err := call("/v1/acl/token", []byte(`{"Description":"jepsen client agents","Policies":[{"Kind":"write"}]}`))
-	if err != nil {
-		return err
+	agents := map[string]string{}
+	for _, n := range d.clients {
+		body, _ := json.Marshal(api.ACLTokenCreateRequest{Description: "agent " + n.Name, Policies: []api.ACLPolicy{{Kind: api.ACLWrite}}, Node: n.Name})
+		t, err := call("/v1/acl/token", body)
+		if err != nil {
+			return err
+		}
+		agents[n.Name] = t.SecretID
 	}
 	s.mu.Lock()
-	s.agent = agent.SecretID
+	s.agents = agents
 	s.mu.Unlock()
 	return nil
 }
