@@ -211,6 +211,7 @@ func runAgent(args []string) error {
 			return err
 		}
 		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
+		warnUnprotected(logger, ao, tlsc, enc)
 		startDone()
 		return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
 	}
@@ -253,8 +254,37 @@ func runAgent(args []string) error {
 		return err
 	}
 	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
+	warnUnprotected(logger, ao, tlsc, enc)
 	startDone()
 	return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
+}
+
+// unprotected says, one line each, what an agent with these settings
+// leaves open to whoever reaches its ports (docs/security.md); the server
+// port's own line comes from the server (cluster).
+func unprotected(ao apiOptions, tlsc *tlsutil.Configurator, enc gossip.Encryption) []string {
+	var out []string
+	switch {
+	case !ao.acl.Enabled && ao.token == "":
+		out = append(out, "no ACLs (-acl-enabled) and no -acl-token: whoever reaches the HTTP API may register, deregister, restore a snapshot and make every operator call")
+	case !ao.acl.Enabled:
+		out = append(out, "no ACLs (-acl-enabled): whoever reaches the HTTP API may read everything; writes need the one shared -acl-token")
+	case !ao.acl.DefaultDeny:
+		out = append(out, "-acl-default-policy allow: a request without a token may do everything")
+	}
+	if !tlsc.ServesTLS() {
+		out = append(out, "the HTTP API is plain HTTP: tokens (X-Plugreg-Token) and the registry cross the network readable; serve HTTPS (-tls-cert-file)")
+	}
+	if enc.Keyring == nil {
+		out = append(out, "gossip is not encrypted (-encrypt): whoever reaches the gossip port may join the pool and claim to be any node")
+	}
+	return out
+}
+
+func warnUnprotected(logger hclog.Logger, ao apiOptions, tlsc *tlsutil.Configurator, enc gossip.Encryption) {
+	for _, w := range unprotected(ao, tlsc, enc) {
+		logger.Warn("unprotected: " + w + " (docs/security.md)")
+	}
 }
 
 // openGossipEncryption opens the agent's gossip keyring: the one in

@@ -6,6 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 func TestParseArgsIntersperses(t *testing.T) {
@@ -94,6 +99,46 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 			}
 			if _, err := os.Stat(data); !os.IsNotExist(err) {
 				t.Fatalf("the data dir was created (%v): the agent started before refusing", err)
+			}
+		})
+	}
+}
+
+// An agent says at start what its settings leave open; with everything of
+// docs/security.md on, nothing.
+func TestUnprotectedAtStart(t *testing.T) {
+	ca := testpki.New(t, "cluster")
+	srv := ca.Server("")
+	tlsc, err := tlsutil.NewConfigurator(tlsutil.Config{CAFile: ca.CAFile, CertFile: srv.Cert, KeyFile: srv.Key, VerifyIncoming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := gossip.NewKeyring("cGx1Z3JlZy10ZXN0LWtleS0zMi1ieXRlcy1sb25nLi4=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secureACL := apiOptions{acl: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}}
+	for _, tc := range []struct {
+		name string
+		ao   apiOptions
+		tls  *tlsutil.Configurator
+		enc  gossip.Encryption
+		want []string
+	}{
+		{"defaults", apiOptions{}, nil, gossip.Encryption{}, []string{"no ACLs", "plain HTTP", "gossip is not encrypted"}},
+		{"shared token", apiOptions{token: "s"}, tlsc, gossip.Encryption{Keyring: kr}, []string{"one shared -acl-token"}},
+		{"default allow", apiOptions{acl: httpapi.ACLConfig{Enabled: true}}, tlsc, gossip.Encryption{Keyring: kr}, []string{"default-policy allow"}},
+		{"everything on", secureACL, tlsc, gossip.Encryption{Keyring: kr}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := unprotected(tc.ao, tc.tls, tc.enc)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%q, want %d lines like %q", got, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("line %d %q, want %q in it", i, got[i], w)
+				}
 			}
 		})
 	}
