@@ -74,6 +74,10 @@ type ServeOptions struct {
 	// zero for a method: DefaultMaxRequestBytes). A peer that sends more
 	// is disconnected: it cannot make the server buffer what it likes.
 	MaxRequestBytes func(method string) int64
+	// ArgsTimeout bounds reading a request's arguments once its header
+	// came (zero: DefaultArgsTimeout): a peer that stops half-way cannot
+	// pin the connection and its buffer.
+	ArgsTimeout time.Duration
 }
 
 // Bounds on what a peer may make a server read.
@@ -81,9 +85,7 @@ const (
 	DefaultIdleTimeout     = 5 * time.Minute
 	DefaultMaxRequestBytes = 64 << 20
 	maxHeaderBytes         = 64 << 10
-	// argsTimeout bounds reading a request's arguments once its header
-	// came: a peer that stops half-way cannot pin the connection.
-	argsTimeout = time.Minute
+	DefaultArgsTimeout     = time.Minute
 	// A refused request's rest is read and dropped for at most this long
 	// and this much before the connection closes.
 	lingerTimeout = 2 * time.Second
@@ -134,6 +136,10 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 	idle := opts.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
+	}
+	argsTimeout := opts.ArgsTimeout
+	if argsTimeout <= 0 {
+		argsTimeout = DefaultArgsTimeout
 	}
 	maxArgs := func(method string) int64 {
 		if opts.MaxRequestBytes != nil {

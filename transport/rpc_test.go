@@ -3,10 +3,13 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"go.uber.org/goleak"
 )
 
@@ -86,7 +89,7 @@ func TestServerBoundsRequests(t *testing.T) {
 		}
 		return len(b), nil
 	}
-	opts := ServeOptions{IdleTimeout: 200 * time.Millisecond, MaxRequestBytes: func(method string) int64 {
+	opts := ServeOptions{IdleTimeout: 200 * time.Millisecond, ArgsTimeout: 300 * time.Millisecond, MaxRequestBytes: func(method string) int64 {
 		if method == "Big" {
 			return 256 << 10
 		}
@@ -127,5 +130,21 @@ func TestServerBoundsRequests(t *testing.T) {
 	var n int
 	if err := p.Call(ctx, addr, "Small", []byte("x"), &n); err != nil || n != 1 {
 		t.Fatalf("after the idle timeout: %d, %v", n, err)
+	}
+
+	// A request whose arguments stop half-way: the server drops the
+	// connection after ArgsTimeout instead of waiting for the rest.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte{protoRPC})
+	enc := codec.NewEncoder(conn, msgpackHandle)
+	enc.Encode(&rpcHeader{Method: "Small"})
+	conn.Write([]byte{0xc5, 0x10, 0x00, 'x'}) // a 4 KiB byte string, 1 byte of it
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("a stalled request's connection: %v; want it closed by the server", err)
 	}
 }
