@@ -3,11 +3,14 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testpki"
 )
 
 // A keep-alive connection that carries no request for IdleTimeout is
@@ -159,51 +163,75 @@ func TestStreamAndBlockingQueryLimits(t *testing.T) {
 // Past MaxConnsPerClient a connection from the same address is answered
 // 429 and closed before a request is read; the others keep working.
 func TestConnectionsPerClientLimit(t *testing.T) {
-	addr := serveWith(t, httpapi.Config{Limits: httpapi.Limits{MaxConnsPerClient: 2}})
-	var conns []net.Conn
-	for i := 0; i < 2; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		conns = append(conns, c)
-	}
-	// Both are served (and so counted) before the third is dialled.
-	for _, c := range conns {
-		fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	third, err := net.Dial("tcp", addr)
+	ca := testpki.New(t, "cluster")
+	srv := ca.Server("")
+	cert, err := tls.LoadX509KeyPair(srv.Cert, srv.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer third.Close()
-	third.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(third), nil)
-	if err != nil {
-		t.Fatalf("the third connection: %v, want a 429", err)
-	}
-	limitedAnswer(t, "a third connection", resp)
-	conns[0].Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v1/health")
-		if err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
-		}
-		if err == nil {
-			resp.Body.Close()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed connection made no room: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	pool := x509.NewCertPool()
+	pem, _ := os.ReadFile(ca.CAFile)
+	pool.AppendCertsFromPEM(pem)
+	for _, tc := range []struct {
+		name   string
+		server *tls.Config
+		client *tls.Config
+	}{
+		{"http", nil, nil},
+		// Counted beneath TLS, answered through it.
+		{"https", &tls.Config{Certificates: []tls.Certificate{cert}}, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveWith(t, httpapi.Config{TLS: tc.server, Limits: httpapi.Limits{MaxConnsPerClient: 2}})
+			dial := func() net.Conn {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				if tc.client != nil {
+					return tls.Client(c, tc.client)
+				}
+				return c
+			}
+			conns := []net.Conn{dial(), dial()}
+			// Both are served (and so counted) before the third is dialled.
+			for _, c := range conns {
+				fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			third := dial()
+			third.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(third), nil)
+			if err != nil {
+				t.Fatalf("the third connection: %v, want a 429", err)
+			}
+			limitedAnswer(t, "a third connection", resp)
+			conns[0].Close()
+			scheme := "http"
+			hc := &http.Client{Timeout: 5 * time.Second}
+			if tc.client != nil {
+				scheme, hc.Transport = "https", &http.Transport{TLSClientConfig: tc.client}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				resp, err := hc.Get(scheme + "://" + addr + "/v1/health")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == 200 {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a closed connection made no room: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
 
