@@ -77,7 +77,7 @@ func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, erro
 		// The server's not-found, with the index of the state it read
 		// (the fault suite caught an index 0 here: a blocking query
 		// from it returned at once, and a checker read it as stale).
-		return res, api.FromWire(api.CodeNotFound, res.NotFound)
+		return res, (&api.WireError{Code: api.CodeNotFound, Msg: res.NotFound}).Err()
 	}
 	return res, nil
 }

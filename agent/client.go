@@ -211,7 +211,7 @@ func (c *Client) wireError(err error) error {
 	var re *transport.RemoteError
 	switch {
 	case errors.As(err, &re):
-		return api.FromWire(re.Code, re.Msg)
+		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
 	case errors.Is(err, transport.ErrUnreachable):
 		return api.NewError(api.CodeNoServer, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

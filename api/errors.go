@@ -122,6 +122,9 @@ func (e *Error) Unwrap() error    { return e.err }
 func (e *Error) Code() string     { return e.code }
 func (e *Error) Outcome() Outcome { return e.outcome }
 
+// WireStatus is what transport sends of an error: its code and outcome.
+func (e *Error) WireStatus() (code, outcome string) { return e.code, string(e.outcome) }
+
 // refusals are the sentinels that carry a deterministic refusal across the
 // wire by code, so errors.Is works on both sides (Consul does the same with
 // structs.ErrNoLeader).
@@ -165,16 +168,65 @@ func ErrorCode(err error) string {
 	return ""
 }
 
-// FromWire rebuilds an error received from another node as code and msg:
-// a refusal wraps its sentinel, anything else is an *Error with the
-// code's outcome. msg is kept as the peer wrote it.
-func FromWire(code, msg string) error {
+// WireError is an error as it crosses between nodes (the internal RPC's
+// status, a stream's end, one reply of a forwarded batch): its code, what
+// it did to a write, and its message. ToWire makes one, Err rebuilds the
+// error on the other side; every wire of plugreg uses this pair.
+type WireError struct {
+	Code    string
+	Outcome Outcome // "" from peers before 2026-11-25: then the code's
+	Msg     string
+}
+
+// ToWire returns err in its wire form (nil for nil): its code (CodeInternal
+// when it has none), its outcome (a Coded error's own, else the code's),
+// its message. A *WireError is what transport encodes as a status.
+func ToWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	var w *WireError
+	if errors.As(err, &w) {
+		return w
+	}
+	w = &WireError{Code: ErrorCode(err), Msg: err.Error()}
+	if e, ok := err.(*Error); ok {
+		// Err puts the code in front again: a message must not grow
+		// by one "code: " at every hop.
+		w.Msg = e.err.Error()
+	}
+	if w.Code == "" {
+		w.Code = CodeInternal
+	}
+	var coded Coded
+	if RefusalCode(err) == "" && errors.As(err, &coded) {
+		w.Outcome = coded.Outcome()
+	} else {
+		w.Outcome = CodeOutcome(w.Code)
+	}
+	return w
+}
+
+func (w *WireError) Error() string { return w.Msg }
+
+// WireStatus is what transport sends of an error: its code and outcome.
+func (w *WireError) WireStatus() (code, outcome string) { return w.Code, string(w.Outcome) }
+
+// Err rebuilds the error a peer sent: a refusal wraps its sentinel (so
+// errors.Is works across the wire), anything else is an *Error with the
+// outcome sent, or the code's when the peer sent none. Msg is kept as the
+// peer wrote it.
+func (w *WireError) Err() error {
 	for _, r := range refusals {
-		if r.code == code {
-			return &remoteRefusal{msg: msg, sentinel: r.err}
+		if r.code == w.Code {
+			return &remoteRefusal{msg: w.Msg, sentinel: r.err}
 		}
 	}
-	return NewError(code, errors.New(msg))
+	outcome := w.Outcome
+	if outcome == "" {
+		outcome = CodeOutcome(w.Code)
+	}
+	return NewErrorOutcome(w.Code, outcome, errors.New(w.Msg))
 }
 
 // remoteRefusal is a refusal received from another node: its message as

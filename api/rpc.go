@@ -5,7 +5,7 @@ import "time"
 // The internal RPC that client agents use to reach servers, on the server
 // port (transport's msgpack RPC). Each method takes the args struct named
 // beside it; errors cross as a code (ErrorCode) and a message and are
-// rebuilt with FromWire.
+// rebuilt with WireError.Err.
 const (
 	RPCRegister       = "Agent.Register"       // RegisterArgs -> WriteResult
 	RPCDeregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult

@@ -11,28 +11,6 @@ import (
 	"github.com/plugreg/plugreg/transport"
 )
 
-// wireError keeps an error's api code across the RPC (transport sends
-// Code() when an error has one).
-type wireError struct {
-	code string
-	err  error
-}
-
-func (e *wireError) Error() string { return e.err.Error() }
-func (e *wireError) Unwrap() error { return e.err }
-func (e *wireError) Code() string  { return e.code }
-
-func toWire(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := api.ErrorCode(err)
-	if code == "" {
-		code = api.CodeInternal
-	}
-	return &wireError{code: code, err: err}
-}
-
 // handleAgentRPC serves the calls of client agents (api.RPC*) with the
 // server's Backend behind authz.Guard, so a request through a client agent
 // means what it means through a server's HTTP API and is checked by the
@@ -82,42 +60,42 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		var args api.RegisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		if args.Plugin == nil {
-			return nil, true, toWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
+			return nil, true, api.ToWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
 		}
 		if err := api.ValidatePlugin(args.Plugin); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.Register(wctx, args.Plugin)
-		return res, true, toWire(err)
+		return res, true, api.ToWire(err)
 	case api.RPCDeregister:
 		var args api.DeregisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		if err := args.Request.Validate(); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.Deregister(wctx, args.Request)
-		return res, true, toWire(err)
+		return res, true, api.ToWire(err)
 	case api.RPCDeregisterNode:
 		var args api.DeregisterNodeArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		if err := api.ValidateIdentifier("node", args.NodeID); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
-		return res, true, toWire(err)
+		return res, true, api.ToWire(err)
 	case api.RPCQuery:
 		var q api.Query
 		if err := decode(&q); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.Query(anyone, q)
 		if errors.Is(err, api.ErrNotFound) && res != nil {
@@ -125,56 +103,56 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return res, true, nil
 		}
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		return res, true, nil
 	case api.RPCSnapshotSave:
 		var args api.SnapshotSaveArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		write, err := g.SnapshotSave(actx, args.Stale)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		// The reply is one message: the client agent streams it on.
 		var buf bytes.Buffer
 		if err := write(&buf); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		return buf.Bytes(), true, nil
 	case api.RPCSnapshotRestore:
 		var args api.SnapshotRestoreArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.SnapshotRestore(wctx, args.Archive)
-		return res, true, toWire(err)
+		return res, true, api.ToWire(err)
 	case api.RPCAutopilotHealth:
 		var args api.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		h, err := g.AutopilotHealth(actx)
-		return h, true, toWire(err)
+		return h, true, api.ToWire(err)
 	case api.RPCStatus:
 		var none struct{}
 		if err := decode(&none); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		return s.status(), true, nil
 	case api.RPCSubscribe:
 		var args api.SubscribeArgs
 		if err := decode(&args); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		return transport.Streamer(func(ctx context.Context, send func(interface{}) error) error {
 			ch, start, err := g.Subscribe(authz.With(ctx, authz.Anyone()), args.Types, args.From, args.Heartbeat)
 			if err != nil {
-				return toWire(err)
+				return api.ToWire(err)
 			}
 			// The first event says where the stream starts.
 			if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
@@ -186,48 +164,48 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 				}
 			}
 			if ctx.Err() == nil {
-				return toWire(unknown(CodeShutdown, ErrShutdown))
+				return api.ToWire(unknown(CodeShutdown, ErrShutdown))
 			}
 			return nil
 		}), true, nil
 	case api.RPCACLResolve:
 		var args api.ACLResolveArgs
 		if err := decode(&args); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		t, err := b.resolveHash(args.SecretHash)
-		return t, true, toWire(err)
+		return t, true, api.ToWire(err)
 	case api.RPCACLBootstrap:
 		var none struct{}
 		if err := decode(&none); err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		t, err := g.ACLBootstrap(ctx)
-		return t, true, toWire(err)
+		return t, true, api.ToWire(err)
 	case api.RPCACLTokenCreate:
 		var args api.ACLTokenCreateArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		t, err := g.ACLTokenCreate(actx, args.Request)
-		return t, true, toWire(err)
+		return t, true, api.ToWire(err)
 	case api.RPCACLTokens:
 		var args api.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		ts, err := g.ACLTokens(actx)
-		return ts, true, toWire(err)
+		return ts, true, api.ToWire(err)
 	case api.RPCACLTokenDelete:
 		var args api.ACLTokenDeleteArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, toWire(err)
+			return nil, true, api.ToWire(err)
 		}
 		res, err := g.ACLTokenDelete(actx, args.AccessorID)
-		return res, true, toWire(err)
+		return res, true, api.ToWire(err)
 	}
 	return nil, false, nil
 }

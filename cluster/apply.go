@@ -156,7 +156,7 @@ func rpcError(err error) error {
 	case errors.Is(err, transport.ErrUnreachable):
 		return notApplied(CodeNoLeader, err)
 	case errors.As(err, &re):
-		return api.NewError(re.Code, errors.New(re.Msg))
+		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
 	default:
 		return unknown(CodeForwardFailed, err)
 	}

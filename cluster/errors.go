@@ -68,7 +68,7 @@ func rejection(code, msg string) error {
 	if code == "" {
 		code = api.CodeInvalid
 	}
-	if err := api.FromWire(code, msg); api.RefusalCode(err) != "" {
+	if err := (&api.WireError{Code: code, Msg: msg}).Err(); api.RefusalCode(err) != "" {
 		return err
 	}
 	return &rejectedError{msg: fmt.Sprintf("%s (code %q)", msg, code)}

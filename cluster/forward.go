@@ -233,7 +233,7 @@ func (s *Server) servesBatches(addr string) bool {
 // returns.
 func (r *applyReply) result() fwdResult {
 	if r.ErrCode != "" {
-		return fwdResult{err: api.NewError(r.ErrCode, errors.New(r.ErrMsg))}
+		return fwdResult{err: (&api.WireError{Code: r.ErrCode, Outcome: api.Outcome(r.ErrOutcome), Msg: r.ErrMsg}).Err()}
 	}
 	res := &fsm.ApplyResult{Index: r.Index, Result: r.Result, Removed: r.Removed, Duplicate: r.Duplicate}
 	if r.Rejected != "" {
@@ -284,9 +284,6 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte) *applyBatch
 
 // fail records a failure of one command of a batch in its wire form.
 func (r *applyReply) fail(err error) {
-	r.ErrCode, r.ErrMsg = "error", err.Error()
-	var coded interface{ Code() string }
-	if errors.As(err, &coded) {
-		r.ErrCode = coded.Code()
-	}
+	w := api.ToWire(err).(*api.WireError)
+	r.ErrCode, r.ErrOutcome, r.ErrMsg = w.Code, w.Outcome, w.Msg
 }

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/transport"
 )
 
 func soloServer(t *testing.T) *Server {
@@ -127,5 +130,47 @@ func TestShutdownRightAfterElection(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("round %d: Shutdown still running after 30s", i)
 		}
+	}
+}
+
+// A leader's not-applied timeout reaches the forwarding follower as not
+// applied, through the Apply RPC's status and through one reply of a
+// forwarded batch, so Server.Apply retries it. Before, the outcome was
+// recomputed from the code ("timeout": unknown) and the follower gave up.
+func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
+	s := soloServer(t)
+	leaderSays := notApplied(CodeTimeout, context.DeadlineExceeded)
+	h := func(_ context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+		var args applyArgs
+		dec(&args)
+		return nil, leaderSays
+	}
+	leader, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close()
+	cmd, _ := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &fsm.PluginInfo{Type: "csi", Name: "a", AllocID: "1", NodeID: "n"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = s.forwardApply(ctx, leader.Addr().String(), cmd)
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Code() != CodeTimeout || ce.Outcome() != NotApplied {
+		t.Fatalf("through the Apply RPC: %v, want a not-applied timeout", err)
+	}
+
+	// One reply of a batch, encoded as the wire encodes it.
+	var sent applyReply
+	sent.fail(leaderSays)
+	var b []byte
+	if err := codec.NewEncoderBytes(&b, &codec.MsgpackHandle{}).Encode(&sent); err != nil {
+		t.Fatal(err)
+	}
+	var got applyReply
+	if err := codec.NewDecoderBytes(b, &codec.MsgpackHandle{}).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if err := got.result().err; !errors.As(err, &ce) || ce.Code() != CodeTimeout || ce.Outcome() != NotApplied || err.Error() != leaderSays.Error() {
+		t.Fatalf("through a batch reply: %v, want %v, not applied", err, leaderSays)
 	}
 }

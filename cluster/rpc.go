@@ -42,8 +42,9 @@ type applyReply struct {
 	// ErrCode and ErrMsg: this command of an ApplyBatch failed (the
 	// error's code and text, as a failed Apply RPC carries them in its
 	// status). Never set in a single Apply's reply.
-	ErrCode string `codec:",omitempty"`
-	ErrMsg  string `codec:",omitempty"`
+	ErrCode    string      `codec:",omitempty"`
+	ErrOutcome api.Outcome `codec:",omitempty"` // omitted before 2026-11-25: the code's
+	ErrMsg     string      `codec:",omitempty"`
 }
 
 // reject records the FSM's refusal err in the reply, in its wire form.
@@ -84,7 +85,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		return nil, notApplied(CodeStarting, ErrStarting)
 	}
 	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
-		return nil, toWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
+		return nil, api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
 	}
 	if reply, ok, err := s.handleAgentRPC(ctx, method, dec); ok {
 		return reply, err

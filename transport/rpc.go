@@ -33,17 +33,21 @@ var msgpackHandle = func() *codec.MsgpackHandle {
 var ErrUnreachable = errors.New("transport: peer unreachable; request not sent")
 
 // RemoteError is an error the peer's handler returned. Code is a stable,
-// machine-readable name.
+// machine-readable name; Outcome, when the peer sent one, says what the
+// call did (see api.WireError, which rebuilds the error from these).
 type RemoteError struct {
-	Code string
-	Msg  string
+	Code    string
+	Outcome string
+	Msg     string
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
 
 // RPCHandler answers one request: it decodes the arguments with dec and
 // returns the reply to encode, or an error. An error implementing
-// interface{ Code() string } keeps its code across the wire. A handler
+// interface{ WireStatus() (code, outcome string) } (api.WireError,
+// api.Error) keeps both across the wire; one implementing
+// interface{ Code() string }, its code. A handler
 // that returns a Streamer answers with a stream (see Pool.Stream); the
 // Streamer runs after the handler returned, with a context of its own.
 type RPCHandler func(ctx context.Context, method string, dec func(v interface{}) error) (interface{}, error)
@@ -57,8 +61,9 @@ type rpcHeader struct {
 }
 
 type rpcStatus struct {
-	Code string // "" on success
-	Msg  string
+	Code    string // "" on success
+	Outcome string `codec:",omitempty"` // omitted before 2026-11-25
+	Msg     string
 }
 
 // ServeOptions tune ServeRPCWith.
@@ -359,7 +364,7 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 		c.Close()
 	}
 	if st.Code != "" {
-		return &RemoteError{Code: st.Code, Msg: st.Msg}
+		return &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
 	}
 	return nil
 }

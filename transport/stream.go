@@ -33,9 +33,10 @@ const CodeNotStream = "not_stream"
 // set, carries the streamer's error (Code "" for a clean end) and no
 // value.
 type streamFrame struct {
-	End  bool   `codec:",omitempty"`
-	Code string `codec:",omitempty"`
-	Msg  string `codec:",omitempty"`
+	End     bool   `codec:",omitempty"`
+	Code    string `codec:",omitempty"`
+	Outcome string `codec:",omitempty"`
+	Msg     string `codec:",omitempty"`
 }
 
 type notStreamError string
@@ -47,8 +48,12 @@ func (e notStreamError) Code() string { return CodeNotStream }
 
 func statusOf(err error) rpcStatus {
 	st := rpcStatus{Code: "error", Msg: err.Error()}
+	var wire interface{ WireStatus() (string, string) }
 	var coded interface{ Code() string }
-	if errors.As(err, &coded) {
+	switch {
+	case errors.As(err, &wire):
+		st.Code, st.Outcome = wire.WireStatus()
+	case errors.As(err, &coded):
 		st.Code = coded.Code()
 	}
 	return st
@@ -110,7 +115,7 @@ func serveStream(base context.Context, hdr rpcHeader, conn net.Conn, r *bufio.Re
 	end := streamFrame{End: true}
 	if err != nil {
 		st := statusOf(err)
-		end.Code, end.Msg = st.Code, st.Msg
+		end.Code, end.Outcome, end.Msg = st.Code, st.Outcome, st.Msg
 	}
 	write(&end)
 }
@@ -191,7 +196,7 @@ func (p *Pool) Stream(ctx context.Context, addr, method string, args interface{}
 	}
 	if st.Code != "" {
 		s.Close()
-		return nil, &RemoteError{Code: st.Code, Msg: st.Msg}
+		return nil, &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
 	}
 	s.mu.Lock()
 	if !s.closed {
@@ -216,7 +221,7 @@ func (s *Stream) Recv(v interface{}) error {
 	if f.End {
 		s.ended = io.EOF
 		if f.Code != "" {
-			s.ended = &RemoteError{Code: f.Code, Msg: f.Msg}
+			s.ended = &RemoteError{Code: f.Code, Outcome: f.Outcome, Msg: f.Msg}
 		}
 		s.Close()
 		return s.ended
