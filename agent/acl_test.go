@@ -13,7 +13,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
 func httpJSON(t *testing.T, method, url, token, body string, out interface{}) int {

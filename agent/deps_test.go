@@ -52,3 +52,42 @@ func TestStubImportsOnlyTheProtocol(t *testing.T) {
 		}
 	}
 }
+
+// The test harness (internal/testing/...) imports the product to start it;
+// no product package, binary or example may import the harness, so the
+// import graph has no arrow running back up into it.
+func TestProductDoesNotImportTheTestHarness(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	// Without -test: the packages as built, not their tests.
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/plugreg/plugreg/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	list, err := exec.Command(goBin, "list", "github.com/plugreg/plugreg/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, list)
+	}
+	harness := "github.com/plugreg/plugreg/internal/testing/"
+	product := 0
+	for _, pkg := range strings.Fields(string(list)) {
+		if strings.HasPrefix(pkg, harness) {
+			continue
+		}
+		product++
+		deps, err := exec.Command(goBin, "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, deps)
+		}
+		for _, dep := range strings.Fields(string(deps)) {
+			if strings.HasPrefix(dep, harness) {
+				t.Errorf("%s imports the test harness %s", pkg, dep)
+			}
+		}
+	}
+	if product < 20 || !strings.Contains(string(out), harness) {
+		t.Fatalf("%d product packages listed, harness listed: %v: the check saw nothing", product, strings.Contains(string(out), harness))
+	}
+}

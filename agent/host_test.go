@@ -8,7 +8,7 @@ import (
 
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
 func hostPlugin(name, alloc string) *api.PluginInfo {

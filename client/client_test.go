@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 )
 

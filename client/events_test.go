@@ -15,7 +15,7 @@ import (
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 )
 

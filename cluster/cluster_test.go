@@ -12,7 +12,7 @@ import (
 
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
 func plugin(name, alloc string) *fsm.PluginInfo {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 )
 

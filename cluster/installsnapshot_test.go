@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
 // hashicorp/raft issue 697 on raft-wal (a MonotonicLogStore): a deposed

@@ -11,8 +11,8 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
-	"github.com/plugreg/plugreg/internal/testcluster"
-	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/transport"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testbackup"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testbackup"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/snapshot"
 )

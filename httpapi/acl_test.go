@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
 func plug(typ, name, alloc string) string {

@@ -16,7 +16,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"google.golang.org/protobuf/encoding/protodelim"
 )
 

@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/proctest"
-	"github.com/plugreg/plugreg/internal/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"go.uber.org/goleak"
 )
 

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/internal/testing/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

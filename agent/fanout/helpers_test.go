@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testlog"
+	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"github.com/plugreg/plugreg/registry"
 )
 

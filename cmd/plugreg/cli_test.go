@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/internal/testing/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 // A deposed leader whose uncommitted tail the new leader truncated is

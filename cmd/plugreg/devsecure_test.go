@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

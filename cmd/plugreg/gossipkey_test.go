@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 // Three servers with -encrypt: a client agent with another key and one

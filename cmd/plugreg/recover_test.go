@@ -21,7 +21,7 @@ import (
 
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 // Servers that snapshot soon, so that a recovery finds a snapshot and log

@@ -13,7 +13,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 // The rolling restart of docs/operations.md, under continuous writes from

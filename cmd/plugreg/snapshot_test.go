@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
-	"github.com/plugreg/plugreg/internal/testbackup"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/internal/testing/testbackup"
 )
 
 // plugreg snapshot save, inspect and restore against three server

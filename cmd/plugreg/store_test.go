@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 // A server whose data dir holds a store it cannot read exits with status

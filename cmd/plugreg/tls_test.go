@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
-	"github.com/plugreg/plugreg/internal/testpki"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/internal/testing/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

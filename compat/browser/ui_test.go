@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/proctest"
+	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }

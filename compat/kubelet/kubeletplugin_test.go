@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testlog"
+	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"github.com/plugreg/plugreg/registry"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
