@@ -3,10 +3,10 @@ package fanout
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/backoff"
 )
 
 // cursor is a resume point (api.Cursor).
@@ -165,9 +165,5 @@ func (h *Hub) drain(ch <-chan *api.Event, cancel context.CancelFunc) {
 
 // backoff is the jittered wait before reopen number attempt (1, 2, ...).
 func (h *Hub) backoff(attempt int) time.Duration {
-	d := h.cfg.RetryMin << min(attempt-1, 16)
-	if d <= 0 || d > h.cfg.RetryMax {
-		d = h.cfg.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Jittered(h.cfg.RetryMin, h.cfg.RetryMax, attempt)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/internal/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -204,13 +204,7 @@ func (w *Watcher) reconcile(ctx context.Context, now time.Time) time.Duration {
 // backoff returns the jittered wait after the n-th consecutive failure:
 // RetryMin doubling up to RetryMax, then a random point in its upper half.
 func (w *Watcher) backoff(n int) time.Duration {
-	d := w.cfg.RetryMin
-	for i := 1; i < n && d < w.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, w.cfg.RetryMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Jittered(w.cfg.RetryMin, w.cfg.RetryMax, n)
 }
 
 // goOp runs op on a goroutine owned by the loop; op's outcome is applied
