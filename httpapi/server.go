@@ -548,7 +548,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.OnLeave == nil {
-		writeJSON(w, http.StatusNotImplemented, ErrorBody{Error: "this agent cannot be asked to leave over HTTP", Code: "unsupported"})
+		writeError(w, fmt.Errorf("%w: this agent cannot be asked to leave over HTTP", api.ErrUnsupported))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"Node": s.be.NodeID(), "Status": "leaving"})
