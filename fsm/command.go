@@ -56,8 +56,8 @@ func (t CommandType) String() string {
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
 
-// Request is a decoded command: one of *RegisterRequest,
-// *DeregisterRequest, *ConditionalDeregisterRequest, *DeregisterNodeRequest.
+// Request is a decoded command: one request type per CommandType (the
+// switch in DecodeCommand is the list).
 type Request interface {
 	CommandType() CommandType
 	// Validate checks the request as it would be checked at the edge.

@@ -18,9 +18,13 @@
 // Outgoing connections bind the node's own address, so nodes on 127.0.0.1,
 // .2 and .3 are distinct hosts to each other and to packet filters.
 //
-// TLS goes in one place when it comes: Mux.accept and Dialer.dial are the
-// only places a net.Conn is created; wrapping both with crypto/tls (and
-// checking the peer) covers Raft and RPC alike.
+// TLS is in one place: Mux.accept and Dialer.dial are the only places a
+// net.Conn is created, and both wrap it with crypto/tls when the node's
+// tlsutil.Configurator says so (a protocol byte goes before the
+// handshake). The mux hands every RPC its peer as the handshake proved it
+// (Peer: whether it holds the server identity), so that server-only
+// methods can refuse a client agent's certificate before reading a byte
+// of their arguments.
 //
 // Caller's duties: call Mux.Close and Pool.Close on shutdown; both wait for
 // the goroutines they own (Pool.Close also closes its open streams). Close
