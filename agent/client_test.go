@@ -12,6 +12,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
@@ -171,7 +172,7 @@ func TestClientAgentIsReapedWhenItDies(t *testing.T) {
 	c.Eventually(30*time.Second, "the agent to be alive again", func() bool {
 		for _, m := range c.Leader().Members() {
 			if m.Name == "client1" {
-				return m.Status == cluster.StatusAlive
+				return m.Status == gossip.StatusAlive
 			}
 		}
 		return false

@@ -1,5 +1,7 @@
 package api
 
+import "errors"
+
 // Cursor is a resume point in an event stream: every event up to Complete
 // has been taken; of the events at Partial (> Complete), the first
 // PartialCount have. Events of one index come in the same order from every
@@ -12,6 +14,25 @@ type Cursor struct {
 	Complete     uint64
 	Partial      uint64
 	PartialCount int
+}
+
+// ErrResetBackwards is a reset below the position already taken: the
+// stream's source is behind its consumer (a server that restarted from an
+// older snapshot than an index the consumer took part of). Reconnect; a
+// source that has caught up sends a reset at or past the position.
+var ErrResetBackwards = errors.New("event stream reset below the position already taken")
+
+// Resumed is the cursor for a stream that was asked to resume after
+// c.Complete and says it starts at start: c itself, unless start is below
+// c.Complete, which a server answers only when the cluster's committed
+// history ends before c.Complete (it was restored from a backup, or
+// rebuilt): then a cursor at start, so that the reset the stream opens
+// with is taken as the new position rather than refused.
+func (c Cursor) Resumed(start uint64) Cursor {
+	if start < c.Complete {
+		return Cursor{Complete: start}
+	}
+	return c
 }
 
 // Clean reports whether no index is half taken: Complete is then the
@@ -30,10 +51,8 @@ func (c Cursor) Skip() int {
 // Next returns the cursor after ev and whether ev is new (a change event
 // not taken before, or a heartbeat or reset, which are always new). *skip
 // counts the events of the partial index still to skip (from Skip). A
-// reset is the whole state at its index and replaces the position, even
-// below it: a server sends one below a consumer's position only once the
-// leader has confirmed that the cluster's history ends before it (it was
-// restored from a backup), never because the server lags.
+// reset below the position is ErrResetBackwards (see Resumed for a stream
+// the cluster itself rewound).
 func (c Cursor) Next(ev *Event, skip *int) (Cursor, bool, error) {
 	switch ev.EventType {
 	case EventHeartbeat:
@@ -42,6 +61,9 @@ func (c Cursor) Next(ev *Event, skip *int) (Cursor, bool, error) {
 		}
 		return c, true, nil
 	case EventReset:
+		if ev.Index < c.Complete || ev.Index < c.Partial {
+			return c, false, ErrResetBackwards
+		}
 		*skip = 0
 		return Cursor{Complete: ev.Index}, true, nil
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/registry"
 )
 
 func plugin(name, alloc string) *client.PluginInfo {
@@ -139,7 +139,7 @@ func TestWatchAcrossFailover(t *testing.T) {
 		for len(seen) < n {
 			select {
 			case ev := <-events:
-				if ev.EventType == registry.EventReset {
+				if ev.EventType == api.EventReset {
 					t.Fatalf("reset at %d: the journal should have covered the failover", ev.Index)
 				}
 				if ev.Index <= last {
@@ -193,7 +193,7 @@ func TestWatchSlowConsumerLosesNothing(t *testing.T) {
 	for len(got) < writes {
 		select {
 		case ev := <-events:
-			if ev.EventType != registry.EventRegistered {
+			if ev.EventType != api.EventRegistered {
 				t.Fatalf("unexpected %s event at %d", ev.EventType, ev.Index)
 			}
 			got = append(got, ev.Index)

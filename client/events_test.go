@@ -14,7 +14,6 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 )
@@ -23,7 +22,7 @@ import (
 // emitted.
 type ackedWrite struct {
 	index  uint64
-	result fsm.Result
+	result api.Result
 	key    string // type/name/alloc, or node:ID
 }
 
@@ -142,9 +141,9 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 		prevWasHeartbeat := false
 		for _, ev := range s {
 			switch ev.EventType {
-			case registry.EventReset:
+			case api.EventReset:
 				t.Fatalf("node %d: reset at %d: the journal covers this run", i, ev.Index)
-			case registry.EventHeartbeat:
+			case api.EventHeartbeat:
 				if ev.Index < prev {
 					t.Fatalf("node %d: heartbeat at %d after an event at %d", i, ev.Index, prev)
 				}
@@ -168,7 +167,7 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 	// nothing else appears.
 	byIndex := map[uint64][]*client.Event{}
 	for _, ev := range streams[0] {
-		if ev.EventType != registry.EventHeartbeat {
+		if ev.EventType != api.EventHeartbeat {
 			byIndex[ev.Index] = append(byIndex[ev.Index], ev)
 		}
 	}
@@ -181,7 +180,7 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 		}
 		seen[a.index] = true
 		switch a.result {
-		case fsm.ResultUnchanged, fsm.ResultAbsent:
+		case api.ResultUnchanged, api.ResultAbsent:
 			if len(evs) != 0 {
 				t.Fatalf("%s (%s) at %d emitted %d events", a.key, a.result, a.index, len(evs))
 			}
@@ -190,7 +189,7 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 		emitting++
 		if strings.HasPrefix(a.key, "node:") {
 			for _, ev := range evs {
-				if ev.EventType != registry.EventDeregistered || "node:"+ev.Info.NodeID != a.key {
+				if ev.EventType != api.EventDeregistered || "node:"+ev.Info.NodeID != a.key {
 					t.Fatalf("deregister %s at %d emitted %s", a.key, a.index, render(ev))
 				}
 			}
@@ -234,7 +233,7 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refEvents []*registry.Event
+	var refEvents []*api.Event
 	refDone := make(chan struct{})
 	var lastIdx uint64
 	cl := newClient(t, c, 0)
@@ -265,13 +264,13 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 	}()
 	c.Eventually(20*time.Second, "the follower to apply everything", func() bool { return n.AppliedIndex() >= lastIdx })
 
-	var lagEvents []*registry.Event
+	var lagEvents []*api.Event
 	resets := 0
 	deadline := time.After(20 * time.Second)
 	for len(lagEvents) == 0 || lagEvents[len(lagEvents)-1].Index < lastIdx {
 		select {
 		case ev := <-lag:
-			if ev.EventType == registry.EventReset {
+			if ev.EventType == api.EventReset {
 				resets++
 			}
 			lagEvents = append(lagEvents, ev)
@@ -284,9 +283,9 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 		t.Fatalf("laggard got %d resets, want exactly 1", resets)
 	}
 	// The state at the reset's index, replayed from the reference stream.
-	var reset *registry.Event
+	var reset *api.Event
 	for _, ev := range lagEvents {
-		if ev.EventType == registry.EventReset {
+		if ev.EventType == api.EventReset {
 			reset = ev
 		}
 	}
@@ -296,7 +295,7 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 			break
 		}
 		k := ev.Info.Type + "/" + ev.Info.Name + "/" + ev.Info.AllocID
-		if ev.EventType == registry.EventDeregistered {
+		if ev.EventType == api.EventDeregistered {
 			delete(state, k)
 		} else {
 			state[k] = fmt.Sprint(ev.Info.ModifyIndex)
@@ -321,7 +320,7 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 		if seenReset {
 			after = append(after, fmt.Sprintf("%d %s %s", ev.Index, ev.EventType, ev.Info.AllocID))
 		}
-		seenReset = seenReset || ev.EventType == registry.EventReset
+		seenReset = seenReset || ev.EventType == api.EventReset
 	}
 	for _, ev := range refEvents {
 		if ev.Index > reset.Index {

@@ -121,6 +121,11 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	if mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) == api.EventStreamProtobuf {
 		dec = newProtobufDecoder(resp.Body)
 	}
+	// A server that starts the stream below our position says the
+	// cluster's history ends before it (api.Cursor.Resumed).
+	if start, err := strconv.ParseUint(resp.Header.Get("X-Plugreg-Index"), 10, 64); err == nil {
+		w.cur = w.cur.Resumed(start)
+	}
 	skip := w.cur.Skip()
 	for {
 		stall.Reset(w.opts.StallTimeout)

@@ -164,7 +164,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 				}
 			}
 			if ctx.Err() == nil {
-				return api.ToWire(unknown(CodeShutdown, ErrShutdown))
+				return api.ToWire(unknown(api.CodeShutdown, ErrShutdown))
 			}
 			return nil
 		}), true, nil

@@ -21,8 +21,8 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 	for attempt := 0; ; attempt++ {
 		if s.IsLeader() {
 			res, err := s.applyLocal(ctx, cmd)
-			var ce *Error
-			if errors.As(err, &ce) && ce.Code() == CodeNotLeader && attempt < 3 {
+			var ce *api.Error
+			if errors.As(err, &ce) && ce.Code() == api.CodeNotLeader && attempt < 3 {
 				continue // lost leadership before enqueueing: forward instead
 			}
 			return res, err
@@ -32,12 +32,12 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 			return nil, err
 		}
 		res, err := s.forward(ctx, leader, cmd)
-		var ce *Error
-		if errors.As(err, &ce) && ce.Outcome() == NotApplied && attempt < 3 {
+		var ce *api.Error
+		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
 			// The leader moved or was unreachable; nothing was applied.
 			select {
 			case <-ctx.Done():
-				return nil, notApplied(CodeNoLeader, ctx.Err())
+				return nil, notApplied(api.CodeNoLeader, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
 			continue
@@ -48,7 +48,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 
 func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, notApplied(CodeTimeout, err)
+		return nil, notApplied(api.CodeTimeout, err)
 	}
 	// No goroutine per write to watch ctx: raft resolves every future
 	// within the enqueue timeout plus, once enqueued, a commit or the
@@ -88,18 +88,18 @@ func (s *Server) applyOutcome(f raft.ApplyFuture) (*fsm.ApplyResult, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):
-		return nil, notApplied(CodeNotLeader, err)
+		return nil, notApplied(api.CodeNotLeader, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return nil, notApplied(CodeEnqueueTimeout, err)
+		return nil, notApplied(api.CodeEnqueueTimeout, err)
 	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		if errors.Is(err, raft.ErrLeadershipTransferInProgress) {
-			return nil, notApplied(CodeNotLeader, err) // refused before enqueue
+			return nil, notApplied(api.CodeNotLeader, err) // refused before enqueue
 		}
-		return nil, unknown(CodeLeadershipLost, err)
+		return nil, unknown(api.CodeLeadershipLost, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return nil, unknown(CodeShutdown, err)
+		return nil, unknown(api.CodeShutdown, err)
 	default:
-		return nil, unknown(CodeLeadershipLost, err)
+		return nil, unknown(api.CodeLeadershipLost, err)
 	}
 	res, ok := f.Response().(*fsm.ApplyResult)
 	if !ok {
@@ -117,13 +117,13 @@ func (s *Server) waitForLeader(ctx context.Context) (string, error) {
 			return addr, nil
 		}
 		if time.Now().After(deadline) {
-			return "", notApplied(CodeNoLeader, ErrNoLeader)
+			return "", notApplied(api.CodeNoLeader, ErrNoLeader)
 		}
 		select {
 		case <-ctx.Done():
-			return "", notApplied(CodeNoLeader, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err()))
+			return "", notApplied(api.CodeNoLeader, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err()))
 		case <-s.ctx.Done():
-			return "", notApplied(CodeShutdown, ErrShutdown)
+			return "", notApplied(api.CodeShutdown, ErrShutdown)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -154,21 +154,13 @@ func rpcError(err error) error {
 	var re *transport.RemoteError
 	switch {
 	case errors.Is(err, transport.ErrUnreachable):
-		return notApplied(CodeNoLeader, err)
+		return notApplied(api.CodeNoLeader, err)
 	case errors.As(err, &re):
 		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
 	default:
-		return unknown(CodeForwardFailed, err)
+		return unknown(api.CodeForwardFailed, err)
 	}
 }
-
-// Consistency of a read (see api).
-type Consistency = api.Consistency
-
-const (
-	Linearizable = api.Linearizable
-	Stale        = api.Stale
-)
 
 // ReadMeta describes the state a read returned.
 type ReadMeta struct {
@@ -177,9 +169,9 @@ type ReadMeta struct {
 }
 
 // Read returns this node's state after applying the consistency rule.
-func (s *Server) Read(ctx context.Context, c Consistency) (*fsm.State, ReadMeta, error) {
+func (s *Server) Read(ctx context.Context, c api.Consistency) (*fsm.State, ReadMeta, error) {
 	meta := ReadMeta{KnownLeader: s.Leader() != "", LastContact: s.LastContact()}
-	if c == Stale {
+	if c == api.Stale {
 		return s.fsm.State(), meta, nil
 	}
 	idx, err := s.ReadIndex(ctx)
@@ -210,8 +202,8 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 			return idx, nil
 		}
 		err = rpcError(err)
-		var ce *Error
-		if errors.As(err, &ce) && ce.Outcome() == NotApplied && attempt < 3 {
+		var ce *api.Error
+		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
 			select {
 			case <-ctx.Done():
 				return 0, err
@@ -225,20 +217,20 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 
 func (s *Server) readIndexLocal(ctx context.Context) (uint64, error) {
 	if !s.IsLeader() {
-		return 0, notApplied(CodeNotLeader, raft.ErrNotLeader)
+		return 0, notApplied(api.CodeNotLeader, raft.ErrNotLeader)
 	}
 	if !s.leaderReady.Load() {
-		return 0, notApplied(CodeNotReady, errors.New("new leader has not yet committed in its term"))
+		return 0, notApplied(api.CodeNotReady, errors.New("new leader has not yet committed in its term"))
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, notApplied(CodeTimeout, err)
+		return 0, notApplied(api.CodeTimeout, err)
 	}
 	idx := s.raft.CommitIndex()
 	// As for writes, no goroutine per read to watch ctx: raft resolves the
 	// future after one round of heartbeats, or when the leader steps down
 	// for want of a quorum (its lease), well inside any request deadline.
 	if err := s.raft.VerifyLeader().Error(); err != nil {
-		return 0, notApplied(CodeNotLeader, err)
+		return 0, notApplied(api.CodeNotLeader, err)
 	}
 	return idx, nil
 }
@@ -260,9 +252,9 @@ func (s *Server) WaitApplied(ctx context.Context, index uint64) error {
 		}
 		select {
 		case <-ctx.Done():
-			return unknown(CodeTimeout, fmt.Errorf("waiting to apply index %d (at %d): %w", index, applied, ctx.Err()))
+			return unknown(api.CodeTimeout, fmt.Errorf("waiting to apply index %d (at %d): %w", index, applied, ctx.Err()))
 		case <-s.ctx.Done():
-			return unknown(CodeShutdown, ErrShutdown)
+			return unknown(api.CodeShutdown, ErrShutdown)
 		case <-t.C:
 		}
 	}

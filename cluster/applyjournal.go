@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -20,7 +21,7 @@ type JournalRecord struct {
 	RequestID string      `json:",omitempty"`
 	Command   string      `json:",omitempty"` // register, deregister, deregister-node
 	Request   fsm.Request `json:",omitempty"`
-	Result    fsm.Result  `json:",omitempty"`
+	Result    api.Result  `json:",omitempty"`
 	Removed   int         `json:",omitempty"`
 	Duplicate bool        `json:",omitempty"`
 	Error     string      `json:",omitempty"`

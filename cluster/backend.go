@@ -242,11 +242,11 @@ func apiError(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, registry.ErrShutdown), errors.Is(err, ErrShutdown):
-		return unknown(CodeShutdown, err)
+		return unknown(api.CodeShutdown, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		var coded api.Coded
 		if !errors.As(err, &coded) {
-			return unknown(CodeTimeout, err)
+			return unknown(api.CodeTimeout, err)
 		}
 	}
 	return err

@@ -4,20 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/registry"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/registry"
 )
 
-func plugin(name, alloc string) *fsm.PluginInfo {
-	return &fsm.PluginInfo{Type: "csi", Name: name, AllocID: alloc, NodeID: "host1",
-		ConnectionInfo: &fsm.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
+func plugin(name, alloc string) *api.PluginInfo {
+	return &api.PluginInfo{Type: "csi", Name: name, AllocID: alloc, NodeID: "host1",
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -40,7 +41,7 @@ func TestWriteAnywhereReadEverywhere(t *testing.T) {
 			t.Fatalf("%s acknowledged index %d but has applied only %d", n.NodeID(), res.Index, got)
 		}
 		for _, m := range c.Nodes {
-			st, _, err := m.Read(ctx, cluster.Linearizable)
+			st, _, err := m.Read(ctx, api.Linearizable)
 			if err != nil {
 				t.Fatalf("linearizable read on %s: %v", m.NodeID(), err)
 			}
@@ -71,7 +72,7 @@ func TestLeaderKilledNewLeaderTakesWrites(t *testing.T) {
 		if _, err := n.Store().RegisterPlugin(ctx, plugin("after-"+n.NodeID(), "a1")); err != nil {
 			t.Fatalf("write through %s after failover: %v", n.NodeID(), err)
 		}
-		st, _, err := n.Read(ctx, cluster.Linearizable)
+		st, _, err := n.Read(ctx, api.Linearizable)
 		if err != nil || st.Instance("csi", "before", "a1") == nil {
 			t.Fatalf("%s lost the write acknowledged before failover (err %v)", n.NodeID(), err)
 		}
@@ -124,7 +125,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 			c.Eventually(20*time.Second, "the restarted follower to catch up", func() bool {
 				return n.AppliedIndex() >= last
 			})
-			st, _, err := n.Read(ctx, cluster.Stale)
+			st, _, err := n.Read(ctx, api.Stale)
 			if err != nil || len(st.List("csi")) != tc.writes {
 				t.Fatalf("follower has %d plugins, want %d (err %v)", len(st.List("csi")), tc.writes, err)
 			}
@@ -163,7 +164,7 @@ func TestRestartKeepsState(t *testing.T) {
 		c.WaitForLeader()
 	}
 	for _, n := range c.Nodes {
-		st, _, err := n.Read(ctx, cluster.Linearizable)
+		st, _, err := n.Read(ctx, api.Linearizable)
 		if err != nil {
 			t.Fatalf("read on %s: %v", n.NodeID(), err)
 		}
@@ -198,14 +199,14 @@ func TestPartitionedMinority(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	_, err = m.Store().RegisterPlugin(short, plugin("lost", "a"))
-	var ce *cluster.Error
-	if !errors.As(err, &ce) || ce.Outcome() != cluster.NotApplied {
+	var ce *api.Error
+	if !errors.As(err, &ce) || ce.Outcome() != api.NotApplied {
 		t.Fatalf("write on the minority: %v, want a not-applied cluster error", err)
 	}
-	if _, _, err := m.Read(short, cluster.Linearizable); !errors.As(err, &ce) {
+	if _, _, err := m.Read(short, api.Linearizable); !errors.As(err, &ce) {
 		t.Fatalf("linearizable read on the minority: %v, want a cluster error", err)
 	}
-	st, meta, err := m.Read(ctx, cluster.Stale)
+	st, meta, err := m.Read(ctx, api.Stale)
 	if err != nil || st.Instance("csi", "before", "a") == nil || meta.KnownLeader {
 		t.Fatalf("stale read on the minority: err %v, meta %+v", err, meta)
 	}
@@ -223,7 +224,7 @@ func TestPartitionedMinority(t *testing.T) {
 	}
 	c.Heal()
 	c.Eventually(20*time.Second, "the healed node to catch up", func() bool { return m.AppliedIndex() >= res.Index })
-	st, _, err = m.Read(ctx, cluster.Linearizable)
+	st, _, err = m.Read(ctx, api.Linearizable)
 	if err != nil || st.Instance("csi", "during", "a") == nil || st.Instance("csi", "lost", "a") != nil {
 		t.Fatalf("after heal: err %v", err)
 	}
@@ -276,7 +277,7 @@ func TestRequestIDAcrossNodes(t *testing.T) {
 			t.Fatalf("retry through %s: %+v, %v; want %+v", n.NodeID(), again, err, first)
 		}
 	}
-	st, _, _ := c.Nodes[2].Read(ctx, cluster.Linearizable)
+	st, _, _ := c.Nodes[2].Read(ctx, api.Linearizable)
 	if p := st.Instance("csi", "once", "a"); p == nil || p.Version == "changed" {
 		t.Fatal("a retried write applied again")
 	}
@@ -346,9 +347,9 @@ func TestForwardedRejectionKeepsItsIdentity(t *testing.T) {
 		cmd  []byte
 		want error
 	}{
-		{"unknown command type", []byte{0x7e, 0x80}, fsm.ErrUnknownCommand},
-		{"malformed body", []byte{byte(fsm.RegisterCommand), 0xc1}, fsm.ErrMalformed},
-		{"empty entry", []byte{}, fsm.ErrMalformed},
+		{"unknown command type", []byte{0x7e, 0x80}, api.ErrUnknownCommand},
+		{"malformed body", []byte{byte(fsm.RegisterCommand), 0xc1}, api.ErrMalformed},
+		{"empty entry", []byte{}, api.ErrMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -404,7 +405,7 @@ func TestForwardedWritesBatch(t *testing.T) {
 		t.Fatalf("no batching under %d concurrent writers: %+v", writers, st)
 	}
 	for _, n := range c.Nodes {
-		s, _, err := n.Read(ctx, cluster.Linearizable)
+		s, _, err := n.Read(ctx, api.Linearizable)
 		if err != nil {
 			t.Fatal(err)
 		}

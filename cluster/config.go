@@ -3,12 +3,13 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/gossip"
 	"net"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/gossip"
+
 	"github.com/hashicorp/go-hclog"
-	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
@@ -143,7 +144,7 @@ func DefaultConfig() *Config {
 // Validate checks fields against each other.
 func (c *Config) Validate() error {
 	var errs []error
-	if err := fsm.ValidateIdentifier("NodeID", c.NodeID); err != nil {
+	if err := api.ValidateIdentifier("NodeID", c.NodeID); err != nil {
 		errs = append(errs, fmt.Errorf("node id: %w", err))
 	}
 	if c.DataDir == "" {

@@ -7,33 +7,12 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// Outcome says what a failed write did to the log (see api).
-type Outcome = api.Outcome
-
-const (
-	NotApplied     = api.NotApplied
-	OutcomeUnknown = api.OutcomeUnknown
-)
-
-// Error codes, stable across the wire and in the HTTP API (see api).
-const (
-	CodeNoLeader       = api.CodeNoLeader
-	CodeEnqueueTimeout = api.CodeEnqueueTimeout
-	CodeNotLeader      = api.CodeNotLeader
-	CodeLeadershipLost = api.CodeLeadershipLost
-	CodeShutdown       = api.CodeShutdown
-	CodeForwardFailed  = api.CodeForwardFailed
-	CodeTimeout        = api.CodeTimeout
-	CodeNotReady       = api.CodeNotReady
-	CodeStarting       = api.CodeStarting
-)
-
-// Error is a cluster-level failure of a write or a read, with a stable
-// code and what it means for the write.
-type Error = api.Error
-
-func notApplied(code string, err error) *Error { return api.NewErrorOutcome(code, NotApplied, err) }
-func unknown(code string, err error) *Error    { return api.NewErrorOutcome(code, OutcomeUnknown, err) }
+func notApplied(code string, err error) *api.Error {
+	return api.NewErrorOutcome(code, api.NotApplied, err)
+}
+func unknown(code string, err error) *api.Error {
+	return api.NewErrorOutcome(code, api.OutcomeUnknown, err)
+}
 
 var (
 	// ErrNoLeader: there is no known leader to serve the request.

@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 )
 
 // collect reads events until one at or past index arrives.
-func collect(t *testing.T, ch <-chan *registry.Event, index uint64) []*registry.Event {
+func collect(t *testing.T, ch <-chan *api.Event, index uint64) []*api.Event {
 	t.Helper()
-	var out []*registry.Event
+	var out []*api.Event
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
@@ -78,7 +79,7 @@ func TestSnapshotInstallResetsSubscribers(t *testing.T) {
 			t.Fatalf("index went back from %d to %d", prev, ev.Index)
 		}
 		prev = ev.Index
-		if ev.EventType == registry.EventReset {
+		if ev.EventType == api.EventReset {
 			resets++
 			if len(ev.Plugins) < 2 {
 				t.Fatalf("reset at %d carries %d plugins", ev.Index, len(ev.Plugins))
@@ -129,7 +130,7 @@ func TestResumeAfterRestartHasNoDuplicates(t *testing.T) {
 			evs := collect(t, sub, res.Index)
 			if snapshot {
 				// The restored snapshot is past mid: one reset, then new events.
-				if evs[0].EventType != registry.EventReset || evs[0].Index <= mid {
+				if evs[0].EventType != api.EventReset || evs[0].Index <= mid {
 					t.Fatalf("first event %s@%d, want a reset past %d", evs[0].EventType, evs[0].Index, mid)
 				}
 				evs = evs[1:]

@@ -67,17 +67,17 @@ func (s *Server) forward(ctx context.Context, leader string, cmd []byte) (*fsm.A
 	select {
 	case s.fwdQueue <- it:
 	case <-ctx.Done():
-		return nil, notApplied(CodeTimeout, ctx.Err())
+		return nil, notApplied(api.CodeTimeout, ctx.Err())
 	case <-s.ctx.Done():
-		return nil, notApplied(CodeShutdown, ErrShutdown)
+		return nil, notApplied(api.CodeShutdown, ErrShutdown)
 	}
 	select {
 	case r := <-it.done:
 		return r.res, r.err
 	case <-ctx.Done():
-		return nil, unknown(CodeTimeout, ctx.Err())
+		return nil, unknown(api.CodeTimeout, ctx.Err())
 	case <-s.ctx.Done():
-		return nil, unknown(CodeShutdown, ErrShutdown)
+		return nil, unknown(api.CodeShutdown, ErrShutdown)
 	}
 }
 
@@ -119,7 +119,7 @@ func (s *Server) failQueued() {
 	for {
 		select {
 		case it := <-s.fwdQueue:
-			it.done <- fwdResult{err: notApplied(CodeShutdown, ErrShutdown)}
+			it.done <- fwdResult{err: notApplied(api.CodeShutdown, ErrShutdown)}
 		default:
 			return
 		}
@@ -131,7 +131,7 @@ func (s *Server) sendBatch(batch []*fwdItem) {
 	live := batch[:0]
 	for _, it := range batch {
 		if err := it.ctx.Err(); err != nil {
-			it.done <- fwdResult{err: notApplied(CodeTimeout, err)}
+			it.done <- fwdResult{err: notApplied(api.CodeTimeout, err)}
 			continue
 		}
 		live = append(live, it)
@@ -179,7 +179,7 @@ func (s *Server) sendBatch(batch []*fwdItem) {
 		return
 	}
 	if len(reply.Replies) != len(live) {
-		err := unknown(CodeForwardFailed, fmt.Errorf("apply batch: %d replies to %d commands", len(reply.Replies), len(live)))
+		err := unknown(api.CodeForwardFailed, fmt.Errorf("apply batch: %d replies to %d commands", len(reply.Replies), len(live)))
 		for _, it := range live {
 			it.done <- fwdResult{err: err}
 		}
@@ -256,11 +256,11 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte) *applyBatch
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			out.Replies[i].fail(notApplied(CodeTimeout, err))
+			out.Replies[i].fail(notApplied(api.CodeTimeout, err))
 			continue
 		}
 		if !s.IsLeader() {
-			out.Replies[i].fail(notApplied(CodeNotLeader, errors.New("not the leader")))
+			out.Replies[i].fail(notApplied(api.CodeNotLeader, errors.New("not the leader")))
 			continue
 		}
 		futures[i] = s.raft.Apply(cmd, s.cfg.ApplyTimeout)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -42,8 +43,8 @@ func soloServer(t *testing.T) *Server {
 
 func registerCmd(t *testing.T, name, alloc string) []byte {
 	t.Helper()
-	cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &fsm.PluginInfo{Type: "csi", Name: name, AllocID: alloc,
-		ConnectionInfo: &fsm.ConnectionInfo{SocketPath: "/run/x.sock"}}})
+	cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: name, AllocID: alloc,
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/x.sock"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +80,13 @@ func TestApplyBatchAnswersEachCommand(t *testing.T) {
 			t.Fatalf("command %d failed: %v", i, res[i].err)
 		}
 	}
-	if res[0].res.Result != fsm.ResultRegistered || res[2].res.Result != fsm.ResultRegistered || res[3].res.Result != fsm.ResultUnchanged {
+	if res[0].res.Result != api.ResultRegistered || res[2].res.Result != api.ResultRegistered || res[3].res.Result != api.ResultUnchanged {
 		t.Fatalf("results %v %v %v", res[0].res.Result, res[2].res.Result, res[3].res.Result)
 	}
 	if !(res[0].res.Index < res[2].res.Index && res[2].res.Index < res[3].res.Index) {
 		t.Fatalf("indexes %d %d %d not in the batch's order", res[0].res.Index, res[2].res.Index, res[3].res.Index)
 	}
-	if !errors.Is(res[1].res.Err, fsm.ErrMalformed) || !errors.Is(res[4].res.Err, fsm.ErrUnknownCommand) {
+	if !errors.Is(res[1].res.Err, api.ErrMalformed) || !errors.Is(res[4].res.Err, api.ErrUnknownCommand) {
 		t.Fatalf("rejections: %v, %v", res[1].res.Err, res[4].res.Err)
 	}
 	// The rejected commands took no log entry between the others.
@@ -139,7 +140,7 @@ func TestShutdownRightAfterElection(t *testing.T) {
 // recomputed from the code ("timeout": unknown) and the follower gave up.
 func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
 	s := soloServer(t)
-	leaderSays := notApplied(CodeTimeout, context.DeadlineExceeded)
+	leaderSays := notApplied(api.CodeTimeout, context.DeadlineExceeded)
 	h := func(_ context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 		var args applyArgs
 		dec(&args)
@@ -150,12 +151,12 @@ func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer leader.Close()
-	cmd, _ := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &fsm.PluginInfo{Type: "csi", Name: "a", AllocID: "1", NodeID: "n"}})
+	cmd, _ := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: "a", AllocID: "1", NodeID: "n"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = s.forwardApply(ctx, leader.Addr().String(), cmd)
-	var ce *Error
-	if !errors.As(err, &ce) || ce.Code() != CodeTimeout || ce.Outcome() != NotApplied {
+	var ce *api.Error
+	if !errors.As(err, &ce) || ce.Code() != api.CodeTimeout || ce.Outcome() != api.NotApplied {
 		t.Fatalf("through the Apply RPC: %v, want a not-applied timeout", err)
 	}
 
@@ -170,7 +171,7 @@ func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
 	if err := codec.NewDecoderBytes(b, &codec.MsgpackHandle{}).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	if err := got.result().err; !errors.As(err, &ce) || ce.Code() != CodeTimeout || ce.Outcome() != NotApplied || err.Error() != leaderSays.Error() {
+	if err := got.result().err; !errors.As(err, &ce) || ce.Code() != api.CodeTimeout || ce.Outcome() != api.NotApplied || err.Error() != leaderSays.Error() {
 		t.Fatalf("through a batch reply: %v, want %v, not applied", err, leaderSays)
 	}
 }

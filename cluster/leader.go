@@ -106,7 +106,7 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 		switch status := m.Status; {
 		case !m.Meta.IsServer():
 			// A client agent is never a voter; it is only reaped.
-		case status == StatusAlive:
+		case status == gossip.StatusAlive:
 			if !ok || string(srv.Address) != m.Meta.RaftAddr {
 				if !s.proofs.due(m.Meta) {
 					break // refused lately: not asked again on every pass
@@ -123,21 +123,21 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 					s.logger.Warn("add voter failed", "id", m.Meta.ID, "error", err)
 				}
 			}
-		case status == StatusLeft:
+		case status == gossip.StatusLeft:
 			if ok && m.Meta.ID != s.cfg.NodeID {
 				s.removeServer(m.Meta.ID, "left")
 				voters--
 			}
-		case status == StatusFailed:
+		case status == gossip.StatusFailed:
 			if ok && s.cfg.DeadServerCleanup > 0 && now.Sub(m.Since) > s.cfg.DeadServerCleanup && voters-1 >= s.cfg.MinQuorum {
 				s.removeServer(m.Meta.ID, "dead")
 				voters--
 			}
 		}
-		if m.Status == StatusAlive {
+		if m.Status == gossip.StatusAlive {
 			delete(reaped, m.Name)
 		}
-		if m.Status != StatusAlive && s.cfg.NodeReapAfter > 0 && now.Sub(m.Since) > s.cfg.NodeReapAfter && !reaped[m.Name] {
+		if m.Status != gossip.StatusAlive && s.cfg.NodeReapAfter > 0 && now.Sub(m.Since) > s.cfg.NodeReapAfter && !reaped[m.Name] {
 			if s.reapNode(m.Name) {
 				reaped[m.Name] = true
 			}

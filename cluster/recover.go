@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/atomicfile"
 )
@@ -60,7 +61,7 @@ func parsePeersJSON(b []byte) (raft.Configuration, error) {
 		if p.ID == "" {
 			return raft.Configuration{}, fmt.Errorf("entry %d has no \"id\"", n)
 		}
-		if err := fsm.ValidateIdentifier("id", p.ID); err != nil {
+		if err := api.ValidateIdentifier("id", p.ID); err != nil {
 			return raft.Configuration{}, fmt.Errorf("entry %d: %q cannot be a node ID: %w", n, p.ID, err)
 		}
 		if p.Address == "" {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/api"
 )
 
 // A node's server port opens before its Raft exists, and peers that still
@@ -22,9 +22,9 @@ func TestRPCBeforeRaftIsNotReady(t *testing.T) {
 	for _, m := range methods {
 		t.Run(m, func(t *testing.T) {
 			_, err := s.handleRPC(context.Background(), m, func(interface{}) error { return nil })
-			var ce *Error
-			if !errors.As(err, &ce) || ce.Code() != CodeStarting || ce.Outcome() != NotApplied || !errors.Is(err, ErrStarting) {
-				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m, err, CodeStarting)
+			var ce *api.Error
+			if !errors.As(err, &ce) || ce.Code() != api.CodeStarting || ce.Outcome() != api.NotApplied || !errors.Is(err, ErrStarting) {
+				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m, err, api.CodeStarting)
 			}
 		})
 	}
@@ -54,8 +54,8 @@ func TestRejectionKeepsItsIdentityOverTheWire(t *testing.T) {
 		code string
 		err  error
 	}{
-		{"invalid", fsm.ErrInvalid}, {"too_large", fsm.ErrTooLarge}, {"malformed", fsm.ErrMalformed},
-		{"unknown_command", fsm.ErrUnknownCommand}, {"conflict", fsm.ErrConflict},
+		{"invalid", api.ErrInvalid}, {"too_large", api.ErrTooLarge}, {"malformed", api.ErrMalformed},
+		{"unknown_command", api.ErrUnknownCommand}, {"conflict", api.ErrConflict},
 	} {
 		t.Run(r.code, func(t *testing.T) {
 			reply := new(applyReply).reject(errors.Join(r.err, errors.New("detail")))
@@ -65,10 +65,10 @@ func TestRejectionKeepsItsIdentityOverTheWire(t *testing.T) {
 			}
 		})
 	}
-	if got := rejection("", "old peer"); !errors.Is(got, fsm.ErrInvalid) {
+	if got := rejection("", "old peer"); !errors.Is(got, api.ErrInvalid) {
 		t.Fatalf("a reply without a code (older peer): %v, want ErrInvalid", got)
 	}
-	if got := rejection("from_the_future", "x"); errors.Is(got, fsm.ErrInvalid) || got.Error() == "" {
+	if got := rejection("from_the_future", "x"); errors.Is(got, api.ErrInvalid) || got.Error() == "" {
 		t.Fatalf("an unknown code: %v", got)
 	}
 }

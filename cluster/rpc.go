@@ -32,7 +32,7 @@ type applyArgs struct {
 
 type applyReply struct {
 	Index     uint64
-	Result    fsm.Result
+	Result    api.Result
 	Removed   int
 	Duplicate bool
 	Rejected  string // the FSM rejected the command (deterministically): its message
@@ -82,7 +82,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 	// as soon as it is back: answer "not ready" until Raft is up, which
 	// callers treat as not applied and retry.
 	if !s.rpcReady.Load() {
-		return nil, notApplied(CodeStarting, ErrStarting)
+		return nil, notApplied(api.CodeStarting, ErrStarting)
 	}
 	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
 		return nil, api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
@@ -104,7 +104,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return new(applyReply).reject(err), nil
 		}
 		if !s.IsLeader() {
-			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
+			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
 		}
 		res, err := s.applyLocal(ctx, cmd)
 		if err != nil {
@@ -124,7 +124,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, fmt.Errorf("%s: %d commands, at most %d", method, len(args.Cmds), maxForwardBatch)
 		}
 		if !s.IsLeader() {
-			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
+			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
 		}
 		return s.applyBatchLocal(ctx, args.Cmds), nil
 	case rpcReadIndex:
@@ -139,7 +139,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, fmt.Errorf("decode %s: %w", method, err)
 		}
 		if !s.IsLeader() {
-			return nil, notApplied(CodeNotLeader, errors.New("not the leader"))
+			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
 		}
 		if err := s.removeLeaving(args.ID); err != nil {
 			return nil, err

@@ -383,7 +383,7 @@ func (s *Server) GossipKeyring() *gossip.Keyring { return s.gossip.Keyring() }
 func (s *Server) LiveServers() int { return len(s.gossip.AliveServers()) }
 
 // Members returns the gossip pool as this node sees it.
-func (s *Server) Members() []Member { return s.gossip.Members() }
+func (s *Server) Members() []gossip.Member { return s.gossip.Members() }
 
 // Leader returns the leader's server address, "" when none is known.
 func (s *Server) Leader() string {

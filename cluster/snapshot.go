@@ -22,9 +22,9 @@ import (
 // streams its archive without holding it in memory. A refusal (no
 // leader, a timeout) comes back as the error, before anything is written.
 func (b *Backend) SnapshotSave(ctx context.Context, stale bool) (write func(io.Writer) error, err error) {
-	c := Linearizable
+	c := api.Linearizable
 	if stale {
-		c = Stale
+		c = api.Stale
 	}
 	st, _, err := b.s.Read(ctx, c)
 	if err != nil {

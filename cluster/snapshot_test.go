@@ -42,7 +42,7 @@ func sameContents(a, b *fsm.State) bool {
 // what a restamped restore keeps.
 func contents(st *fsm.State) string {
 	var b strings.Builder
-	st.Walk(func(ptype, name string, list []*fsm.PluginInfo) bool {
+	st.Walk(func(ptype, name string, list []*api.PluginInfo) bool {
 		for _, p := range list {
 			fmt.Fprintf(&b, "%s/%s/%s@%s:%s;", ptype, name, p.AllocID, p.NodeID, p.Version)
 		}
@@ -186,7 +186,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 // indexedContents lists a state's instances in order, with their indexes.
 func indexedContents(st *fsm.State) string {
 	var b strings.Builder
-	st.Walk(func(ptype, name string, list []*fsm.PluginInfo) bool {
+	st.Walk(func(ptype, name string, list []*api.PluginInfo) bool {
 		for _, p := range list {
 			fmt.Fprintf(&b, "%s/%s/%s@%s:%s[%d,%d];", ptype, name, p.AllocID, p.NodeID, p.Version, p.CreateIndex, p.ModifyIndex)
 		}

@@ -42,11 +42,11 @@ func (t *ACLToken) API() api.ACLToken {
 }
 
 func (t *ACLToken) validate() error {
-	if err := ValidateIdentifier("AccessorID", t.AccessorID); err != nil {
+	if err := api.ValidateIdentifier("AccessorID", t.AccessorID); err != nil {
 		return err
 	}
 	if b, err := hex.DecodeString(t.SecretHash); err != nil || len(b) != 32 {
-		return fmt.Errorf("%w: SecretHash is not a hex SHA-256", ErrInvalid)
+		return fmt.Errorf("%w: SecretHash is not a hex SHA-256", api.ErrInvalid)
 	}
 	// What an operator may ask for is what the log may hold.
 	req := api.ACLTokenCreateRequest{Description: t.Description, Policies: t.Policies, Node: t.Node}
@@ -86,7 +86,7 @@ func (r *ACLBootstrapRequest) Validate() error {
 		return err
 	}
 	if !slices.ContainsFunc(r.Token.Policies, func(p api.ACLPolicy) bool { return p.Kind == api.ACLOperator }) {
-		return fmt.Errorf("%w: the bootstrap token is an operator token", ErrInvalid)
+		return fmt.Errorf("%w: the bootstrap token is an operator token", api.ErrInvalid)
 	}
 	return validateRequestID(r.RequestID)
 }
@@ -99,7 +99,7 @@ func (r *ACLTokenSetRequest) Validate() error {
 }
 
 func (r *ACLTokenDeleteRequest) Validate() error {
-	if err := ValidateIdentifier("AccessorID", r.AccessorID); err != nil {
+	if err := api.ValidateIdentifier("AccessorID", r.AccessorID); err != nil {
 		return err
 	}
 	return validateRequestID(r.RequestID)
@@ -156,7 +156,7 @@ func (s *State) ACLTokens() []*ACLToken {
 
 // applyACL applies an ACL command. Refusals are deterministic: every
 // server sees the same state.
-func (s *State) applyACL(index uint64, req Request) (Result, error) {
+func (s *State) applyACL(index uint64, req Request) (api.Result, error) {
 	switch r := req.(type) {
 	case *ACLBootstrapRequest:
 		if s.ACLBootstrapped() != 0 {
@@ -167,7 +167,7 @@ func (s *State) applyACL(index uint64, req Request) (Result, error) {
 		return s.createToken(index, r.Token, false)
 	case *ACLTokenDeleteRequest:
 		if s.acl == nil || s.acl.tokens[r.AccessorID] == nil {
-			return ResultAbsent, nil
+			return api.ResultAbsent, nil
 		}
 		next := s.acl.clone()
 		t := next.tokens[r.AccessorID]
@@ -176,16 +176,16 @@ func (s *State) applyACL(index uint64, req Request) (Result, error) {
 		s.acl = next
 		return ResultDeleted, nil
 	}
-	return "", fmt.Errorf("%w: %T is not an ACL command", ErrInvalid, req)
+	return "", fmt.Errorf("%w: %T is not an ACL command", api.ErrInvalid, req)
 }
 
-func (s *State) createToken(index uint64, t ACLToken, bootstrap bool) (Result, error) {
+func (s *State) createToken(index uint64, t ACLToken, bootstrap bool) (api.Result, error) {
 	if s.acl != nil {
 		if _, ok := s.acl.tokens[t.AccessorID]; ok {
-			return "", fmt.Errorf("%w: accessor %s exists", ErrConflict, t.AccessorID)
+			return "", fmt.Errorf("%w: accessor %s exists", api.ErrConflict, t.AccessorID)
 		}
 		if _, ok := s.acl.bySecret[t.SecretHash]; ok {
-			return "", fmt.Errorf("%w: that secret is in use", ErrConflict)
+			return "", fmt.Errorf("%w: that secret is in use", api.ErrConflict)
 		}
 	}
 	next := s.acl.clone()

@@ -22,19 +22,19 @@ func TestACLCommands(t *testing.T) {
 	steps := []struct {
 		name string
 		req  Request
-		res  Result
+		res  api.Result
 		err  error
 	}{
 		{"a non-operator bootstrap token is invalid at the edge", nil, "", nil},
 		{"bootstrap", &ACLBootstrapRequest{Token: token("root", "s0", operator)}, ResultCreated, nil},
 		{"bootstrap again", &ACLBootstrapRequest{Token: token("root2", "s1", operator)}, "", api.ErrACLBootstrapped},
 		{"create", &ACLTokenSetRequest{Token: token("reader", "s2", api.ACLPolicy{Kind: api.ACLRead, Types: []string{"csi-*"}})}, ResultCreated, nil},
-		{"same accessor", &ACLTokenSetRequest{Token: token("reader", "s3", operator)}, "", ErrConflict},
-		{"same secret", &ACLTokenSetRequest{Token: token("other", "s2", operator)}, "", ErrConflict},
+		{"same accessor", &ACLTokenSetRequest{Token: token("reader", "s3", operator)}, "", api.ErrConflict},
+		{"same secret", &ACLTokenSetRequest{Token: token("other", "s2", operator)}, "", api.ErrConflict},
 		{"delete", &ACLTokenDeleteRequest{AccessorID: "reader"}, ResultDeleted, nil},
-		{"delete again", &ACLTokenDeleteRequest{AccessorID: "reader"}, ResultAbsent, nil},
+		{"delete again", &ACLTokenDeleteRequest{AccessorID: "reader"}, api.ResultAbsent, nil},
 	}
-	if _, err := EncodeCommand(&ACLBootstrapRequest{Token: token("x", "y", api.ACLPolicy{Kind: api.ACLRead})}); !errors.Is(err, ErrInvalid) {
+	if _, err := EncodeCommand(&ACLBootstrapRequest{Token: token("x", "y", api.ACLPolicy{Kind: api.ACLRead})}); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("a read-only bootstrap token encoded: %v", err)
 	}
 	for _, st := range steps[1:] {

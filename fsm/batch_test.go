@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // TestBatchMatchesSingleApply applies one random log (registers, updates,
@@ -25,10 +26,10 @@ func TestBatchMatchesSingleApply(t *testing.T) {
 		}
 		switch k := rng.Intn(100); {
 		case k < 70:
-			req = &RegisterRequest{RequestID: id, Plugin: &PluginInfo{
+			req = &RegisterRequest{RequestID: id, Plugin: &api.PluginInfo{
 				Type: fmt.Sprintf("t%d", rng.Intn(3)), Name: fmt.Sprintf("n%d", rng.Intn(50)), AllocID: fmt.Sprintf("a%d", rng.Intn(5)),
 				Version: fmt.Sprintf("v%d", rng.Intn(2)), NodeID: fmt.Sprintf("node%d", rng.Intn(4)),
-				ConnectionInfo: &ConnectionInfo{SocketPath: "/s"},
+				ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"},
 			}}
 		case k < 98:
 			req = &DeregisterRequest{RequestID: id, Type: fmt.Sprintf("t%d", rng.Intn(3)), Name: fmt.Sprintf("n%d", rng.Intn(50)), AllocID: fmt.Sprintf("a%d", rng.Intn(5))}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 func benchEntries(b *testing.B, n int) []*raft.Log {
@@ -148,8 +149,8 @@ func BenchmarkHeap1M(b *testing.B) {
 		for a := range allocs {
 			for n := range names {
 				alloc := fmt.Sprintf("c%04d-%07d", a, n)
-				p := &PluginInfo{Type: fmt.Sprintf("type-%d", n%10), Name: fmt.Sprintf("name-%05d", n), AllocID: alloc,
-					Version: "1.4.0", NodeID: "node-0042", ConnectionInfo: &ConnectionInfo{SocketPath: "/run/plugins/" + alloc + "/csi.sock"},
+				p := &api.PluginInfo{Type: fmt.Sprintf("type-%d", n%10), Name: fmt.Sprintf("name-%05d", n), AllocID: alloc,
+					Version: "1.4.0", NodeID: "node-0042", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/plugins/" + alloc + "/csi.sock"},
 					Options: map[string]string{"zone": "eu-west-1a"}}
 				data, err := EncodeCommand(reg(p))
 				if err != nil {

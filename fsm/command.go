@@ -3,9 +3,9 @@ package fsm
 import (
 	"bytes"
 	"fmt"
-	"github.com/plugreg/plugreg/api"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 )
 
 // CommandType is the first byte of every log entry plugreg writes. The log
@@ -68,7 +68,7 @@ type Request interface {
 
 // RegisterRequest adds or updates one plugin instance.
 type RegisterRequest struct {
-	Plugin    *PluginInfo
+	Plugin    *api.PluginInfo
 	RequestID string `json:",omitempty"`
 }
 
@@ -109,7 +109,7 @@ func (r *ConditionalDeregisterRequest) ID() string {
 }
 
 func (r *RegisterRequest) Validate() error {
-	if err := ValidatePlugin(r.Plugin); err != nil {
+	if err := api.ValidatePlugin(r.Plugin); err != nil {
 		return err
 	}
 	return validateRequestID(r.RequestID)
@@ -129,13 +129,13 @@ func (r *ConditionalDeregisterRequest) Validate() error {
 		return err
 	}
 	if !d.Conditional() {
-		return fmt.Errorf("%w: conditional deregister without a condition", ErrInvalid)
+		return fmt.Errorf("%w: conditional deregister without a condition", api.ErrInvalid)
 	}
 	return validateRequestID(r.RequestID)
 }
 
 func (r *DeregisterNodeRequest) Validate() error {
-	if err := ValidateIdentifier("NodeID", r.NodeID); err != nil {
+	if err := api.ValidateIdentifier("NodeID", r.NodeID); err != nil {
 		return err
 	}
 	return validateRequestID(r.RequestID)
@@ -190,7 +190,7 @@ func ReencodeCommand(b []byte) ([]byte, error) {
 // decides whether it may be skipped (see IgnoreUnknownTypeFlag).
 func DecodeCommand(b []byte) (Request, error) {
 	if len(b) == 0 {
-		return nil, fmt.Errorf("%w: empty entry", ErrMalformed)
+		return nil, fmt.Errorf("%w: empty entry", api.ErrMalformed)
 	}
 	t := CommandType(b[0])
 	var req Request
@@ -214,11 +214,11 @@ func DecodeCommand(b []byte) (Request, error) {
 	case PaddingCommand:
 		req = new(PaddingRequest)
 	default:
-		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, uint8(t))
+		return nil, fmt.Errorf("%w: %d", api.ErrUnknownCommand, uint8(t))
 	}
 	dec := codec.NewDecoderBytes(b[1:], msgpackHandle)
 	if err := dec.Decode(req); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, t, err)
+		return nil, fmt.Errorf("%w: %s: %v", api.ErrMalformed, t, err)
 	}
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
@@ -70,12 +71,12 @@ func TestDecodeErrors(t *testing.T) {
 		in   []byte
 		want error
 	}{
-		{"empty", nil, ErrMalformed},
-		{"unknown type", []byte{42, 0x80}, ErrUnknownCommand},
-		{"unknown ignorable type", []byte{byte(IgnoreUnknownTypeFlag | 9), 0x80}, ErrUnknownCommand},
-		{"truncated body", valid[:len(valid)-3], ErrMalformed},
-		{"body not a map", []byte{byte(RegisterCommand), 0x01}, ErrMalformed},
-		{"type byte only", []byte{byte(DeregisterCommand)}, ErrMalformed},
+		{"empty", nil, api.ErrMalformed},
+		{"unknown type", []byte{42, 0x80}, api.ErrUnknownCommand},
+		{"unknown ignorable type", []byte{byte(IgnoreUnknownTypeFlag | 9), 0x80}, api.ErrUnknownCommand},
+		{"truncated body", valid[:len(valid)-3], api.ErrMalformed},
+		{"body not a map", []byte{byte(RegisterCommand), 0x01}, api.ErrMalformed},
+		{"type byte only", []byte{byte(DeregisterCommand)}, api.ErrMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +98,7 @@ func TestApplyRejectsInvalidCommand(t *testing.T) {
 	buf.WriteByte(byte(RegisterCommand))
 	codec.NewEncoder(&buf, msgpackHandle).Encode(&RegisterRequest{Plugin: plugin("csi", "", "a2")})
 	res := a.fsm.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: buf.Bytes()}).(*ApplyResult)
-	if !errors.Is(res.Err, ErrInvalid) {
+	if !errors.Is(res.Err, api.ErrInvalid) {
 		t.Fatalf("error %v, want ErrInvalid", res.Err)
 	}
 	if a.fsm.State().Index() != 2 {

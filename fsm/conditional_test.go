@@ -3,6 +3,8 @@ package fsm
 import (
 	"errors"
 	"testing"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // A conditional deregister removes the instance only while it still
@@ -16,16 +18,16 @@ func TestConditionalDeregister(t *testing.T) {
 	cases := []struct {
 		name    string
 		req     *ConditionalDeregisterRequest
-		want    Result
+		want    api.Result
 		wantErr error
 	}{
-		{"node matches", cond("n1", 0), ResultDeregistered, nil},
-		{"index matches", cond("", 2), ResultDeregistered, nil},
-		{"node and index match", cond("n1", 2), ResultDeregistered, nil},
-		{"another node owns it", cond("n2", 0), "", ErrConflict},
-		{"changed since", cond("", 1), "", ErrConflict},
-		{"node matches, index does not", cond("n1", 1), "", ErrConflict},
-		{"absent instance", &ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "zz", IfNodeID: "n2"}, ResultAbsent, nil},
+		{"node matches", cond("n1", 0), api.ResultDeregistered, nil},
+		{"index matches", cond("", 2), api.ResultDeregistered, nil},
+		{"node and index match", cond("n1", 2), api.ResultDeregistered, nil},
+		{"another node owns it", cond("n2", 0), "", api.ErrConflict},
+		{"changed since", cond("", 1), "", api.ErrConflict},
+		{"node matches, index does not", cond("n1", 1), "", api.ErrConflict},
+		{"absent instance", &ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "zz", IfNodeID: "n2"}, api.ResultAbsent, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +62,7 @@ func TestConditionalDeregister(t *testing.T) {
 
 func TestConditionalDeregisterNeedsACondition(t *testing.T) {
 	_, err := EncodeCommand(&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1"})
-	if !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("err %v, want ErrInvalid", err)
 	}
 }

@@ -10,26 +10,18 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// Result is what a write did (a wire type: see api).
-type Result = api.Result
-
 const (
-	ResultRegistered   = api.ResultRegistered
-	ResultUpdated      = api.ResultUpdated
-	ResultUnchanged    = api.ResultUnchanged
-	ResultDeregistered = api.ResultDeregistered
-	ResultAbsent       = api.ResultAbsent
-	ResultRestored     = api.ResultRestored
+
 	// ResultIgnored answers a command type this binary does not know but
 	// that was flagged as safe to skip.
-	ResultIgnored Result = "ignored"
+	ResultIgnored api.Result = "ignored"
 )
 
 // ApplyResult is the response of Apply for one log entry: what raft hands
 // back through ApplyFuture.Response.
 type ApplyResult struct {
 	Index   uint64
-	Result  Result
+	Result  api.Result
 	Removed int   // instances removed, for deregister and deregister-node
 	Err     error // the command was rejected; the state did not change
 	// Duplicate is set when the command's request ID was already applied:
@@ -38,24 +30,15 @@ type ApplyResult struct {
 	Duplicate bool
 }
 
-// EventType says what happened to a plugin instance (see api).
-type EventType = api.EventType
-
-const (
-	EventRegistered   = api.EventRegistered
-	EventUpdated      = api.EventUpdated
-	EventDeregistered = api.EventDeregistered
-)
-
 // Event is one change to one instance. Info is the instance after the
 // change (the removed instance for EventDeregistered); Current is the newest
 // instance of Info's (Type, Name) after the change, nil when the name is
 // gone. Both are shared with the state: read-only.
 type Event struct {
 	Index     uint64
-	EventType EventType
-	Info      *PluginInfo
-	Current   *PluginInfo
+	EventType api.EventType
+	Info      *api.PluginInfo
+	Current   *api.PluginInfo
 }
 
 // Sink receives what the FSM applied. It is called on the Apply path, in log
@@ -161,7 +144,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 	req, err := DecodeCommand(data)
 	if err != nil {
-		if errors.Is(err, ErrUnknownCommand) {
+		if errors.Is(err, api.ErrUnknownCommand) {
 			if CommandType(data[0])&IgnoreUnknownTypeFlag != 0 {
 				return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 			}
@@ -177,7 +160,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		return &ApplyResult{Index: rec.Index, Result: rec.Result, Removed: rec.Removed, Duplicate: true}, nil
 	}
 	var (
-		res Result
+		res api.Result
 		evs []Event
 	)
 	switch r := req.(type) {
@@ -204,7 +187,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		}
 	}
 	ar := &ApplyResult{Index: index, Result: res}
-	if res == ResultDeregistered {
+	if res == api.ResultDeregistered {
 		ar.Removed = len(evs)
 	}
 	if id != "" {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // FuzzDecodeCommand: arbitrary bytes decode to a valid request or an error,
@@ -14,7 +15,7 @@ import (
 func FuzzDecodeCommand(f *testing.F) {
 	for _, req := range []Request{
 		reg(plugin("csi", "ebs", "a1")),
-		&RegisterRequest{Plugin: &PluginInfo{Type: "t", Name: "n", AllocID: "a", ConnectionInfo: &ConnectionInfo{Address: "x"}, Options: map[string]string{"k": "v"}}, RequestID: "r"},
+		&RegisterRequest{Plugin: &api.PluginInfo{Type: "t", Name: "n", AllocID: "a", ConnectionInfo: &api.ConnectionInfo{Address: "x"}, Options: map[string]string{"k": "v"}}, RequestID: "r"},
 		dereg("csi", "ebs", "a1"),
 		&DeregisterNodeRequest{NodeID: "n1"},
 	} {

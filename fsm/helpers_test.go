@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // recorder is a Sink that keeps everything it is given.
@@ -65,14 +66,14 @@ func (a *applier) snapshot() []byte {
 	return buf.Bytes()
 }
 
-func plugin(ptype, name, alloc string) *PluginInfo {
-	return &PluginInfo{
+func plugin(ptype, name, alloc string) *api.PluginInfo {
+	return &api.PluginInfo{
 		Type: ptype, Name: name, AllocID: alloc, Version: "1.0.0", NodeID: "n1",
-		ConnectionInfo: &ConnectionInfo{SocketPath: "/run/" + name + ".sock"},
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"},
 	}
 }
 
-func reg(p *PluginInfo) *RegisterRequest { return &RegisterRequest{Plugin: p} }
+func reg(p *api.PluginInfo) *RegisterRequest { return &RegisterRequest{Plugin: p} }
 
 func dereg(ptype, name, alloc string) *DeregisterRequest {
 	return &DeregisterRequest{Type: ptype, Name: name, AllocID: alloc}

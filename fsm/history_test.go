@@ -83,8 +83,8 @@ func (h *history) next(t *testing.T, state *State) []byte {
 	switch {
 	case k < 40:
 		alloc := fmt.Sprint("a", h.rng.Intn(6))
-		p := &PluginInfo{Type: typ, Name: name, AllocID: alloc, Version: h.pick("1.0.0", "1.1.0"), NodeID: h.pick("n1", "n2", "n3"),
-			ConnectionInfo: &ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
+		p := &api.PluginInfo{Type: typ, Name: name, AllocID: alloc, Version: h.pick("1.0.0", "1.1.0"), NodeID: h.pick("n1", "n2", "n3"),
+			ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
 		if h.rng.Intn(4) == 0 {
 			p.Options = map[string]string{"zone": h.pick("a", "b")}
 		}
@@ -151,7 +151,7 @@ func (h *history) next(t *testing.T, state *State) []byte {
 // outcome is what an FSM answered for one entry, comparable across FSMs.
 type outcome struct {
 	Index     uint64
-	Result    Result
+	Result    api.Result
 	Removed   int
 	Duplicate bool
 	Err       string

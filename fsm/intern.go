@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"unique"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // Equal values are stored once. At a million instances the state was
@@ -35,7 +37,7 @@ func newInterner() *interner {
 
 // internStrings makes p's repeated strings share one copy per value
 // (unique's table is weak: a value no instance holds any more is freed).
-func internStrings(p *PluginInfo) {
+func internStrings(p *api.PluginInfo) {
 	p.Type = unique.Make(p.Type).Value()
 	p.Name = unique.Make(p.Name).Value()
 	if p.Version != "" {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/benbjohnson/immutable"
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/plugreg/plugreg/api"
 )
 
 // The node index: every instance with a NodeID, keyed
@@ -20,16 +21,16 @@ import (
 // go-immutable-radix spends about 400 bytes on each (a node, a leaf and
 // two channels per key), a B+tree about 100 (the key and a slot in a
 // leaf of 32). At a million instances that was 40% of the state's heap.
-type nodeTree = immutable.SortedMap[string, *PluginInfo]
+type nodeTree = immutable.SortedMap[string, *api.PluginInfo]
 
 // keyOrder orders the index's keys bytewise.
 type keyOrder struct{}
 
 func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
 
-func newNodeTree() *nodeTree { return immutable.NewSortedMap[string, *PluginInfo](keyOrder{}) }
+func newNodeTree() *nodeTree { return immutable.NewSortedMap[string, *api.PluginInfo](keyOrder{}) }
 
-func nodeKey(p *PluginInfo) string {
+func nodeKey(p *api.PluginInfo) string {
 	return p.NodeID + "\x00" + p.Type + "\x00" + p.Name + "\x00" + p.AllocID
 }
 
@@ -50,7 +51,7 @@ func (s *State) reindex(old, new recency) {
 	}
 }
 
-func (r recency) byAlloc(allocID string) *PluginInfo {
+func (r recency) byAlloc(allocID string) *api.PluginInfo {
 	if i := r.find(allocID); i >= 0 {
 		return r[i]
 	}
@@ -59,14 +60,14 @@ func (r recency) byAlloc(allocID string) *PluginInfo {
 
 // nodeInsert and nodeDelete replace the State's tree (a batch's State is
 // private until published, so the batch simply moves its root along).
-func (s *State) nodeInsert(p *PluginInfo) {
+func (s *State) nodeInsert(p *api.PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
 	s.nodes = s.nodes.Set(nodeKey(p), p)
 }
 
-func (s *State) nodeDelete(p *PluginInfo) {
+func (s *State) nodeDelete(p *api.PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
@@ -75,11 +76,11 @@ func (s *State) nodeDelete(p *PluginInfo) {
 
 // NodeInstances returns every instance registered with nodeID, by Type,
 // Name and AllocID. They are the state's own: read-only.
-func (s *State) NodeInstances(nodeID string) []*PluginInfo {
+func (s *State) NodeInstances(nodeID string) []*api.PluginInfo {
 	if nodeID == "" {
 		return nil
 	}
-	var out []*PluginInfo
+	var out []*api.PluginInfo
 	prefix := nodePrefix(nodeID)
 	itr := s.nodes.Iterator()
 	itr.Seek(prefix)
@@ -95,7 +96,7 @@ func (s *State) NodeInstances(nodeID string) []*PluginInfo {
 
 // buildNodeIndex indexes every instance of s (after ReadState).
 func buildNodeIndex(types *iradix.Tree[*nameTree]) *nodeTree {
-	b := immutable.NewSortedMapBuilder[string, *PluginInfo](keyOrder{})
+	b := immutable.NewSortedMapBuilder[string, *api.PluginInfo](keyOrder{})
 	types.Root().Walk(func(_ []byte, names *nameTree) bool {
 		names.Root().Walk(func(_ []byte, r recency) bool {
 			for _, p := range r {

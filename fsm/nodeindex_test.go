@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // bruteNode lists a node's instances by walking the whole state: what the
 // node index must always agree with.
 func bruteNode(s *State, nodeID string) []string {
 	var out []string
-	s.Walk(func(_, _ string, list []*PluginInfo) bool {
+	s.Walk(func(_, _ string, list []*api.PluginInfo) bool {
 		for _, p := range list {
 			if p.NodeID == nodeID {
 				out = append(out, fmt.Sprintf("%s/%s/%s@%d", p.Type, p.Name, p.AllocID, p.ModifyIndex))

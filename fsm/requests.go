@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/plugreg/plugreg/api"
 )
 
 // RequestWindow is how many recent request IDs the state remembers. It is a
@@ -17,7 +18,7 @@ const RequestWindow = 65536
 type RequestRecord struct {
 	ID      string
 	Index   uint64
-	Result  Result
+	Result  api.Result
 	Removed int
 }
 
@@ -132,10 +133,10 @@ func (r requests) walk(fn func(RequestRecord) bool) {
 // snapshot taken after an ACL token deletion with a request ID was
 // unreadable; WriteState now checks each record with checkRequestRecord
 // too, and TestSnapshotOfAnyHistoryReadsBack drives every command type.
-var recordable = map[Result]bool{
-	ResultRegistered: true, ResultUpdated: true, ResultUnchanged: true,
-	ResultDeregistered: true, ResultAbsent: true, ResultIgnored: true,
-	ResultCreated: true, ResultDeleted: true, ResultRestored: true,
+var recordable = map[api.Result]bool{
+	api.ResultRegistered: true, api.ResultUpdated: true, api.ResultUnchanged: true,
+	api.ResultDeregistered: true, api.ResultAbsent: true, ResultIgnored: true,
+	ResultCreated: true, ResultDeleted: true, api.ResultRestored: true,
 }
 
 func checkRequestRecord(rec *RequestRecord, prev uint64, index uint64) error {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // A retried write (same request ID) is answered with the original result
@@ -21,9 +23,9 @@ func TestRequestIDDeduplicates(t *testing.T) {
 		want ApplyResult
 	}{
 		{"same write again", &RegisterRequest{Plugin: plugin("csi", "ebs", "a1"), RequestID: "r1"},
-			ApplyResult{Index: first.Index, Result: ResultRegistered, Duplicate: true}},
+			ApplyResult{Index: first.Index, Result: api.ResultRegistered, Duplicate: true}},
 		{"other command, same id", &DeregisterNodeRequest{NodeID: "n1", RequestID: "r1"},
-			ApplyResult{Index: first.Index, Result: ResultRegistered, Duplicate: true}},
+			ApplyResult{Index: first.Index, Result: api.ResultRegistered, Duplicate: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +43,7 @@ func TestRequestIDDeduplicates(t *testing.T) {
 	}
 	dr := a.apply(&DeregisterNodeRequest{NodeID: "n1", RequestID: "r2"})
 	again := a.apply(&DeregisterNodeRequest{NodeID: "n1", RequestID: "r2"})
-	if again.Index != dr.Index || again.Result != ResultAbsent || !again.Duplicate {
+	if again.Index != dr.Index || again.Result != api.ResultAbsent || !again.Duplicate {
 		t.Fatalf("deregister-node retry: %+v", again)
 	}
 }
@@ -89,9 +91,9 @@ func TestRequestWindowMovesAnIDAddedAgain(t *testing.T) {
 			if batched {
 				s.requests.begin()
 			}
-			s.requests.add(RequestRecord{ID: "a", Index: 5, Result: ResultRegistered})
-			s.requests.add(RequestRecord{ID: "b", Index: 6, Result: ResultRegistered})
-			s.requests.add(RequestRecord{ID: "a", Index: 9, Result: ResultRestored})
+			s.requests.add(RequestRecord{ID: "a", Index: 5, Result: api.ResultRegistered})
+			s.requests.add(RequestRecord{ID: "b", Index: 6, Result: api.ResultRegistered})
+			s.requests.add(RequestRecord{ID: "a", Index: 9, Result: api.ResultRestored})
 			s.requests.commit()
 			s.index = 9
 			var got []string

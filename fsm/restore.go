@@ -8,6 +8,7 @@ import (
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // RestoreCommand replaces the whole state with an operator's backup (a
@@ -50,10 +51,10 @@ func (r *RestoreRequest) ID() string { return r.RequestID }
 // command).
 func (r *RestoreRequest) Validate() error {
 	if len(r.StateGzip) == 0 {
-		return fmt.Errorf("%w: restore: no state", ErrInvalid)
+		return fmt.Errorf("%w: restore: no state", api.ErrInvalid)
 	}
 	if len(r.StateGzip) > MaxRestoreSize {
-		return fmt.Errorf("%w: restore: %d bytes of compressed state, more than %d", ErrInvalid, len(r.StateGzip), MaxRestoreSize)
+		return fmt.Errorf("%w: restore: %d bytes of compressed state, more than %d", api.ErrInvalid, len(r.StateGzip), MaxRestoreSize)
 	}
 	return validateRequestID(r.RequestID)
 }
@@ -65,7 +66,7 @@ func (r *RestoreRequest) Validate() error {
 func NewRestoreRequest(stream []byte, requestID string) (*RestoreRequest, *State, error) {
 	st, err := ReadState(bytes.NewReader(stream))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: restore: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: restore: %v", api.ErrInvalid, err)
 	}
 	var buf bytes.Buffer
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
@@ -111,7 +112,7 @@ func restoredState(cur *State, l *raft.Log) (*State, *ApplyResult) {
 	}
 	gz, err := gzip.NewReader(bytes.NewReader(req.StateGzip))
 	if err != nil {
-		return nil, &ApplyResult{Index: l.Index, Err: fmt.Errorf("apply entry %d: restore: %w: %v", l.Index, ErrInvalid, err)}
+		return nil, &ApplyResult{Index: l.Index, Err: fmt.Errorf("apply entry %d: restore: %w: %v", l.Index, api.ErrInvalid, err)}
 	}
 	s, err := ReadState(io.LimitReader(gz, 4<<30))
 	if err != nil {
@@ -129,16 +130,16 @@ func restoredState(cur *State, l *raft.Log) (*State, *ApplyResult) {
 	}
 	s = s.Rebased(l.Index)
 	if req.RequestID != "" {
-		s.requests.add(RequestRecord{ID: req.RequestID, Index: l.Index, Result: ResultRestored})
+		s.requests.add(RequestRecord{ID: req.RequestID, Index: l.Index, Result: api.ResultRestored})
 	}
-	return s, &ApplyResult{Index: l.Index, Result: ResultRestored}
+	return s, &ApplyResult{Index: l.Index, Result: api.ResultRestored}
 }
 
 // LongestRecency is the length of s's longest recency list: a restore of
 // s restamps it (see restamped) only at an index above it.
 func (s *State) LongestRecency() int {
 	n := 0
-	s.Walk(func(_, _ string, list []*PluginInfo) bool {
+	s.Walk(func(_, _ string, list []*api.PluginInfo) bool {
 		n = max(n, len(list))
 		return true
 	})
@@ -154,7 +155,7 @@ func (s *State) LongestRecency() int {
 // pads the log first (cluster.Backend.SnapshotRestore).
 func (s *State) restamped(index uint64) (*State, error) {
 	if n := s.LongestRecency(); uint64(n) >= index {
-		return nil, fmt.Errorf("%w: a recency list of %d instances cannot be placed below index %d", ErrInvalid, n, index)
+		return nil, fmt.Errorf("%w: a recency list of %d instances cannot be placed below index %d", api.ErrInvalid, n, index)
 	}
 	types := iradix.New[*nameTree]().Txn()
 	var (
@@ -166,7 +167,7 @@ func (s *State) restamped(index uint64) (*State, error) {
 			types.Insert([]byte(curType), names.Commit())
 		}
 	}
-	s.Walk(func(ptype, name string, list []*PluginInfo) bool {
+	s.Walk(func(ptype, name string, list []*api.PluginInfo) bool {
 		if names == nil || ptype != curType {
 			flush()
 			curType, names = ptype, iradix.New[recency]().Txn()

@@ -28,7 +28,7 @@ func TestRestoreCommand(t *testing.T) {
 
 	build := func(a *applier) []*raft.Log {
 		var logs []*raft.Log
-		for _, p := range []*PluginInfo{plugin("dra", "x", "1"), plugin("dra", "y", "1"), plugin("csi", "ebs", "old")} {
+		for _, p := range []*api.PluginInfo{plugin("dra", "x", "1"), plugin("dra", "y", "1"), plugin("csi", "ebs", "old")} {
 			logs = append(logs, a.entry(reg(p)))
 		}
 		logs = append(logs, a.entry(req))
@@ -42,10 +42,10 @@ func TestRestoreCommand(t *testing.T) {
 	if len(out) != len(logs) {
 		t.Fatalf("%d responses for %d entries", len(out), len(logs))
 	}
-	if r := out[3].(*ApplyResult); r.Err != nil || r.Result != ResultRestored || r.Index != 4 {
+	if r := out[3].(*ApplyResult); r.Err != nil || r.Result != api.ResultRestored || r.Index != 4 {
 		t.Fatalf("restore's response: %+v", r)
 	}
-	if r := out[4].(*ApplyResult); r.Err != nil || r.Result != ResultRegistered || r.Index != 5 {
+	if r := out[4].(*ApplyResult); r.Err != nil || r.Result != api.ResultRegistered || r.Index != 5 {
 		t.Fatalf("the write after it: %+v", r)
 	}
 	for name, a := range map[string]*applier{"one by one": one, "batched": batched} {
@@ -69,10 +69,10 @@ func TestRestoreCommand(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	if _, _, err := NewRestoreRequest([]byte("not a state"), ""); !errors.Is(err, ErrInvalid) {
+	if _, _, err := NewRestoreRequest([]byte("not a state"), ""); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("a bad stream: %v", err)
 	}
-	if _, err := EncodeCommand(&RestoreRequest{}); !errors.Is(err, ErrInvalid) {
+	if _, err := EncodeCommand(&RestoreRequest{}); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("an empty restore: %v", err)
 	}
 	// A restore whose state does not decode (which the edge never sends)
@@ -190,12 +190,12 @@ func TestRestoreWithRequestIDAppliesOnce(t *testing.T) {
 	a := newApplier(t)
 	a.apply(reg(plugin("dra", "x", "1")))
 	first := a.apply(req)
-	if first.Result != ResultRestored || first.Duplicate {
+	if first.Result != api.ResultRestored || first.Duplicate {
 		t.Fatalf("first restore: %+v", first)
 	}
 	a.apply(reg(plugin("csi", "efs", "after")))
 	again := a.apply(req)
-	if !again.Duplicate || again.Index != first.Index || again.Result != ResultRestored {
+	if !again.Duplicate || again.Index != first.Index || again.Result != api.ResultRestored {
 		t.Fatalf("the retry: %+v, want the first's result at %d", again, first.Index)
 	}
 	s := a.fsm.State()
@@ -209,7 +209,7 @@ func TestRestoreWithRequestIDAppliesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snapshot after a restore with a request ID: %v", err)
 	}
-	if rec, ok := read.Request("restore-1"); !ok || rec.Result != ResultRestored || rec.Index != first.Index {
+	if rec, ok := read.Request("restore-1"); !ok || rec.Result != api.ResultRestored || rec.Index != first.Index {
 		t.Fatalf("restored window: %+v %v", rec, ok)
 	}
 }

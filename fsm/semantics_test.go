@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/plugreg/plugreg/api"
 )
 
-func withVersion(p *PluginInfo, v string) *PluginInfo { p.Version = v; return p }
-func onNode(p *PluginInfo, n string) *PluginInfo      { p.NodeID = n; return p }
+func withVersion(p *api.PluginInfo, v string) *api.PluginInfo { p.Version = v; return p }
+func onNode(p *api.PluginInfo, n string) *api.PluginInfo      { p.NodeID = n; return p }
 
 // allocs renders a recency list as "alloc@modifyIndex ..." for comparison.
-func allocs(list []*PluginInfo) string {
+func allocs(list []*api.PluginInfo) string {
 	var parts []string
 	for _, p := range list {
 		parts = append(parts, fmt.Sprintf("%s@%d", p.AllocID, p.ModifyIndex))
@@ -35,7 +37,7 @@ func renderEvents(evs []Event) string {
 func TestRegistrySemantics(t *testing.T) {
 	type step struct {
 		req    Request
-		result Result
+		result api.Result
 		events string // events of this step only
 	}
 	cases := []struct {
@@ -49,86 +51,86 @@ func TestRegistrySemantics(t *testing.T) {
 		{
 			name: "register new instance goes to the front",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("csi", "ebs", "a2")), ResultRegistered, "registered:a2@2>a2"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("csi", "ebs", "a2")), api.ResultRegistered, "registered:a2@2>a2"},
 			},
 			list: "a2@2", instances: "a2@2 a1@1", types: "csi",
 		},
 		{
 			name: "identical re-register is a no-op without event",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("csi", "ebs", "a2")), ResultRegistered, "registered:a2@2>a2"},
-				{reg(plugin("csi", "ebs", "a1")), ResultUnchanged, ""},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("csi", "ebs", "a2")), api.ResultRegistered, "registered:a2@2>a2"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultUnchanged, ""},
 			},
 			list: "a2@2", instances: "a2@2 a1@1", types: "csi",
 		},
 		{
 			name: "changed re-register updates in place and moves to front",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("csi", "ebs", "a2")), ResultRegistered, "registered:a2@2>a2"},
-				{reg(withVersion(plugin("csi", "ebs", "a1"), "2.0.0")), ResultUpdated, "updated:a1@3>a1"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("csi", "ebs", "a2")), api.ResultRegistered, "registered:a2@2>a2"},
+				{reg(withVersion(plugin("csi", "ebs", "a1"), "2.0.0")), api.ResultUpdated, "updated:a1@3>a1"},
 			},
 			list: "a1@3", instances: "a1@3 a2@2", types: "csi",
 		},
 		{
 			name: "deregister unknown type, name or alloc is a no-op without event",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{dereg("device", "ebs", "a1"), ResultAbsent, ""},
-				{dereg("csi", "efs", "a1"), ResultAbsent, ""},
-				{dereg("csi", "ebs", "zz"), ResultAbsent, ""},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{dereg("device", "ebs", "a1"), api.ResultAbsent, ""},
+				{dereg("csi", "efs", "a1"), api.ResultAbsent, ""},
+				{dereg("csi", "ebs", "zz"), api.ResultAbsent, ""},
 			},
 			list: "a1@1", instances: "a1@1", types: "csi",
 		},
 		{
 			name: "deregister the newest: an older one takes over and Current says so",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("csi", "ebs", "a2")), ResultRegistered, "registered:a2@2>a2"},
-				{dereg("csi", "ebs", "a2"), ResultDeregistered, "deregistered:a2@3>a1"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("csi", "ebs", "a2")), api.ResultRegistered, "registered:a2@2>a2"},
+				{dereg("csi", "ebs", "a2"), api.ResultDeregistered, "deregistered:a2@3>a1"},
 			},
 			list: "a1@1", instances: "a1@1", types: "csi",
 		},
 		{
 			name: "last instance removes the name, last name removes the type",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("device", "gpu", "g1")), ResultRegistered, "registered:g1@2>g1"},
-				{dereg("csi", "ebs", "a1"), ResultDeregistered, "deregistered:a1@3>-"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("device", "gpu", "g1")), api.ResultRegistered, "registered:g1@2>g1"},
+				{dereg("csi", "ebs", "a1"), api.ResultDeregistered, "deregistered:a1@3>-"},
 			},
 			list: "", instances: "", types: "device",
 		},
 		{
 			name: "list is the newest of every name, sorted by name",
 			steps: []step{
-				{reg(plugin("csi", "zfs", "z1")), ResultRegistered, "registered:z1@1>z1"},
-				{reg(plugin("csi", "ebs", "e1")), ResultRegistered, "registered:e1@2>e1"},
-				{reg(plugin("csi", "gce", "g1")), ResultRegistered, "registered:g1@3>g1"},
-				{reg(plugin("csi", "ebs", "e2")), ResultRegistered, "registered:e2@4>e2"},
+				{reg(plugin("csi", "zfs", "z1")), api.ResultRegistered, "registered:z1@1>z1"},
+				{reg(plugin("csi", "ebs", "e1")), api.ResultRegistered, "registered:e1@2>e1"},
+				{reg(plugin("csi", "gce", "g1")), api.ResultRegistered, "registered:g1@3>g1"},
+				{reg(plugin("csi", "ebs", "e2")), api.ResultRegistered, "registered:e2@4>e2"},
 			},
 			list: "e2@4 g1@3 z1@1", instances: "e2@4 e1@2", types: "csi",
 		},
 		{
 			name: "deregister node removes every instance on it in one entry",
 			steps: []step{
-				{reg(onNode(plugin("csi", "ebs", "a1"), "n1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(onNode(plugin("csi", "ebs", "a2"), "n2")), ResultRegistered, "registered:a2@2>a2"},
-				{reg(onNode(plugin("csi", "ebs", "a3"), "n1")), ResultRegistered, "registered:a3@3>a3"},
-				{reg(onNode(plugin("csi", "gce", "g1"), "n1")), ResultRegistered, "registered:g1@4>g1"},
-				{&DeregisterNodeRequest{NodeID: "n1"}, ResultDeregistered,
+				{reg(onNode(plugin("csi", "ebs", "a1"), "n1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(onNode(plugin("csi", "ebs", "a2"), "n2")), api.ResultRegistered, "registered:a2@2>a2"},
+				{reg(onNode(plugin("csi", "ebs", "a3"), "n1")), api.ResultRegistered, "registered:a3@3>a3"},
+				{reg(onNode(plugin("csi", "gce", "g1"), "n1")), api.ResultRegistered, "registered:g1@4>g1"},
+				{&DeregisterNodeRequest{NodeID: "n1"}, api.ResultDeregistered,
 					"deregistered:a3@5>a2 deregistered:a1@5>a2 deregistered:g1@5>-"},
-				{&DeregisterNodeRequest{NodeID: "n1"}, ResultAbsent, ""},
+				{&DeregisterNodeRequest{NodeID: "n1"}, api.ResultAbsent, ""},
 			},
 			list: "a2@2", instances: "a2@2", types: "csi",
 		},
 		{
 			name: "types are independent namespaces",
 			steps: []step{
-				{reg(plugin("csi", "ebs", "a1")), ResultRegistered, "registered:a1@1>a1"},
-				{reg(plugin("device", "ebs", "a1")), ResultRegistered, "registered:a1@2>a1"},
-				{dereg("device", "ebs", "a1"), ResultDeregistered, "deregistered:a1@3>-"},
+				{reg(plugin("csi", "ebs", "a1")), api.ResultRegistered, "registered:a1@1>a1"},
+				{reg(plugin("device", "ebs", "a1")), api.ResultRegistered, "registered:a1@2>a1"},
+				{dereg("device", "ebs", "a1"), api.ResultDeregistered, "deregistered:a1@3>-"},
 			},
 			list: "a1@1", instances: "a1@1", types: "csi",
 		},
@@ -196,41 +198,41 @@ func TestStateOwnsItsCopies(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
-	long := strings.Repeat("x", MaxFieldBytes+1)
+	long := strings.Repeat("x", api.MaxFieldBytes+1)
 	manyOpts := map[string]string{}
-	for i := 0; i <= MaxOptions; i++ {
+	for i := 0; i <= api.MaxOptions; i++ {
 		manyOpts[fmt.Sprint(i)] = "v"
 	}
 	bigOpts := map[string]string{}
 	for i := 0; i < 10; i++ {
 		bigOpts[fmt.Sprint(i)] = strings.Repeat("v", 8000)
 	}
-	mod := func(f func(p *PluginInfo)) *PluginInfo { p := plugin("csi", "ebs", "a1"); f(p); return p }
+	mod := func(f func(p *api.PluginInfo)) *api.PluginInfo { p := plugin("csi", "ebs", "a1"); f(p); return p }
 	cases := []struct {
 		name string
 		req  Request
 		want error // nil: valid
 	}{
 		{"valid", reg(plugin("csi", "ebs", "a1")), nil},
-		{"valid with address only", reg(mod(func(p *PluginInfo) { p.ConnectionInfo = &ConnectionInfo{Address: "10.0.0.1:9000"} })), nil},
-		{"nil plugin", &RegisterRequest{}, ErrInvalid},
-		{"empty type", reg(plugin("", "ebs", "a1")), ErrInvalid},
-		{"empty name", reg(plugin("csi", "", "a1")), ErrInvalid},
-		{"empty alloc", reg(plugin("csi", "ebs", "")), ErrInvalid},
-		{"no connection info", reg(mod(func(p *PluginInfo) { p.ConnectionInfo = nil })), ErrInvalid},
-		{"empty connection info", reg(mod(func(p *PluginInfo) { p.ConnectionInfo = &ConnectionInfo{} })), ErrInvalid},
-		{"slash in name", reg(plugin("csi", "a/b", "a1")), ErrInvalid},
-		{"control character", reg(plugin("csi", "a\nb", "a1")), ErrInvalid},
-		{"invalid utf-8", reg(plugin("csi", "\xff", "a1")), ErrInvalid},
-		{"long type", reg(plugin(long, "ebs", "a1")), ErrTooLarge},
-		{"long version", reg(mod(func(p *PluginInfo) { p.Version = long })), ErrTooLarge},
-		{"too many options", reg(mod(func(p *PluginInfo) { p.Options = manyOpts })), ErrTooLarge},
-		{"over 64 KiB", reg(mod(func(p *PluginInfo) { p.Options = bigOpts })), ErrTooLarge},
-		{"empty option key", reg(mod(func(p *PluginInfo) { p.Options = map[string]string{"": "v"} })), ErrInvalid},
-		{"deregister empty alloc", dereg("csi", "ebs", ""), ErrInvalid},
-		{"deregister empty type", dereg("", "ebs", "a1"), ErrInvalid},
-		{"deregister node empty", &DeregisterNodeRequest{}, ErrInvalid},
-		{"long request id", &DeregisterNodeRequest{NodeID: "n1", RequestID: strings.Repeat("r", MaxRequestIDLen+1)}, ErrTooLarge},
+		{"valid with address only", reg(mod(func(p *api.PluginInfo) { p.ConnectionInfo = &api.ConnectionInfo{Address: "10.0.0.1:9000"} })), nil},
+		{"nil plugin", &RegisterRequest{}, api.ErrInvalid},
+		{"empty type", reg(plugin("", "ebs", "a1")), api.ErrInvalid},
+		{"empty name", reg(plugin("csi", "", "a1")), api.ErrInvalid},
+		{"empty alloc", reg(plugin("csi", "ebs", "")), api.ErrInvalid},
+		{"no connection info", reg(mod(func(p *api.PluginInfo) { p.ConnectionInfo = nil })), api.ErrInvalid},
+		{"empty connection info", reg(mod(func(p *api.PluginInfo) { p.ConnectionInfo = &api.ConnectionInfo{} })), api.ErrInvalid},
+		{"slash in name", reg(plugin("csi", "a/b", "a1")), api.ErrInvalid},
+		{"control character", reg(plugin("csi", "a\nb", "a1")), api.ErrInvalid},
+		{"invalid utf-8", reg(plugin("csi", "\xff", "a1")), api.ErrInvalid},
+		{"long type", reg(plugin(long, "ebs", "a1")), api.ErrTooLarge},
+		{"long version", reg(mod(func(p *api.PluginInfo) { p.Version = long })), api.ErrTooLarge},
+		{"too many options", reg(mod(func(p *api.PluginInfo) { p.Options = manyOpts })), api.ErrTooLarge},
+		{"over 64 KiB", reg(mod(func(p *api.PluginInfo) { p.Options = bigOpts })), api.ErrTooLarge},
+		{"empty option key", reg(mod(func(p *api.PluginInfo) { p.Options = map[string]string{"": "v"} })), api.ErrInvalid},
+		{"deregister empty alloc", dereg("csi", "ebs", ""), api.ErrInvalid},
+		{"deregister empty type", dereg("", "ebs", "a1"), api.ErrInvalid},
+		{"deregister node empty", &DeregisterNodeRequest{}, api.ErrInvalid},
+		{"long request id", &DeregisterNodeRequest{NodeID: "n1", RequestID: strings.Repeat("r", api.MaxRequestIDLen+1)}, api.ErrTooLarge},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 )
 
 // maxSnapshotACLTokens bounds the header's token count, so a hostile
@@ -42,7 +43,7 @@ type RegistryState struct {
 type NameList struct {
 	Type      string
 	Name      string
-	Instances []*PluginInfo
+	Instances []*api.PluginInfo
 }
 
 // WriteState streams s to w in the snapshot format. It checks every record
@@ -72,7 +73,7 @@ func WriteState(w io.Writer, s *State) error {
 		return fmt.Errorf("write snapshot header: %w", err)
 	}
 	var err error
-	s.Walk(func(t, n string, list []*PluginInfo) bool {
+	s.Walk(func(t, n string, list []*api.PluginInfo) bool {
 		rec := NameList{Type: t, Name: n, Instances: list}
 		if cerr := checkRecord(&rec, s.index); cerr != nil {
 			err = fmt.Errorf("%w: would not read back: %s/%s: %v", ErrBadSnapshot, t, n, cerr)
@@ -202,10 +203,10 @@ func ReadState(r io.Reader) (*State, error) {
 }
 
 func checkRecord(rec *NameList, index uint64) error {
-	if err := ValidateIdentifier("Type", rec.Type); err != nil {
+	if err := api.ValidateIdentifier("Type", rec.Type); err != nil {
 		return err
 	}
-	if err := ValidateIdentifier("Name", rec.Name); err != nil {
+	if err := api.ValidateIdentifier("Name", rec.Name); err != nil {
 		return err
 	}
 	if len(rec.Instances) == 0 {
@@ -213,7 +214,7 @@ func checkRecord(rec *NameList, index uint64) error {
 	}
 	seen := make(map[string]bool, len(rec.Instances))
 	for j, p := range rec.Instances {
-		if err := ValidatePlugin(p); err != nil {
+		if err := api.ValidatePlugin(p); err != nil {
 			return err
 		}
 		if p.Type != rec.Type || p.Name != rec.Name {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 )
 
 // randomLog builds a log of n commands over a small key space so that it
@@ -125,7 +126,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		}
 		return buf.Bytes()
 	}
-	p := func(alloc string, create, modify uint64) *PluginInfo {
+	p := func(alloc string, create, modify uint64) *api.PluginInfo {
 		x := plugin("csi", "ebs", alloc)
 		x.CreateIndex, x.ModifyIndex = create, modify
 		return x
@@ -141,20 +142,20 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		{"truncated", good[:len(good)-5]},
 		{"trailing data", append(append([]byte{}, good...), 0x01)},
 		{"wrong version", encode(&RegistryState{Version: 99})},
-		{"fewer records than header", encode(hdr(2, 1), &NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 1)}})},
-		{"instance count mismatch", encode(hdr(1, 2), &NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 1)}})},
+		{"fewer records than header", encode(hdr(2, 1), &NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 1)}})},
+		{"instance count mismatch", encode(hdr(1, 2), &NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 1)}})},
 		{"empty list", encode(hdr(1, 1), &NameList{"csi", "ebs", nil})},
 		{"out of order", encode(hdr(2, 2),
-			&NameList{"csi", "gce", []*PluginInfo{{Type: "csi", Name: "gce", AllocID: "g", ConnectionInfo: &ConnectionInfo{Address: "x"}, CreateIndex: 1, ModifyIndex: 1}}},
-			&NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 1)}})},
+			&NameList{"csi", "gce", []*api.PluginInfo{{Type: "csi", Name: "gce", AllocID: "g", ConnectionInfo: &api.ConnectionInfo{Address: "x"}, CreateIndex: 1, ModifyIndex: 1}}},
+			&NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 1)}})},
 		{"duplicate name", encode(hdr(2, 2),
-			&NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 1)}},
-			&NameList{"csi", "ebs", []*PluginInfo{p("a2", 2, 2)}})},
-		{"duplicate alloc", encode(hdr(1, 2), &NameList{"csi", "ebs", []*PluginInfo{p("a1", 2, 2), p("a1", 1, 1)}})},
-		{"not newest first", encode(hdr(1, 2), &NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 1), p("a2", 2, 2)}})},
-		{"index past state", encode(hdr(1, 1), &NameList{"csi", "ebs", []*PluginInfo{p("a1", 1, 11)}})},
-		{"instance of another name", encode(hdr(1, 1), &NameList{"csi", "gce", []*PluginInfo{p("a1", 1, 1)}})},
-		{"invalid instance", encode(hdr(1, 1), &NameList{"csi", "ebs", []*PluginInfo{{Type: "csi", Name: "ebs", AllocID: "a1", CreateIndex: 1, ModifyIndex: 1}}})},
+			&NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 1)}},
+			&NameList{"csi", "ebs", []*api.PluginInfo{p("a2", 2, 2)}})},
+		{"duplicate alloc", encode(hdr(1, 2), &NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 2, 2), p("a1", 1, 1)}})},
+		{"not newest first", encode(hdr(1, 2), &NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 1), p("a2", 2, 2)}})},
+		{"index past state", encode(hdr(1, 1), &NameList{"csi", "ebs", []*api.PluginInfo{p("a1", 1, 11)}})},
+		{"instance of another name", encode(hdr(1, 1), &NameList{"csi", "gce", []*api.PluginInfo{p("a1", 1, 1)}})},
+		{"invalid instance", encode(hdr(1, 1), &NameList{"csi", "ebs", []*api.PluginInfo{{Type: "csi", Name: "ebs", AllocID: "a1", CreateIndex: 1, ModifyIndex: 1}}})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/plugreg/plugreg/api"
 )
 
 // recency is one (Type, Name)'s instances, newest registration first. A
 // recency slice is never modified once it is in a State: changes build a
 // new slice (lists are short; a name has one instance per allocation).
-type recency []*PluginInfo
+type recency []*api.PluginInfo
 
 func (r recency) find(allocID string) int {
 	for i, p := range r {
@@ -29,7 +30,7 @@ func (r recency) without(i int) recency {
 
 // withFront returns a new list with p in front, dropping position skip
 // (-1 drops nothing).
-func (r recency) withFront(p *PluginInfo, skip int) recency {
+func (r recency) withFront(p *api.PluginInfo, skip int) recency {
 	out := make(recency, 0, len(r)+1)
 	out = append(out, p)
 	for i, q := range r {
@@ -131,12 +132,12 @@ func (s *State) Types() []string {
 }
 
 // List returns the newest instance of every name of ptype, sorted by name.
-func (s *State) List(ptype string) []*PluginInfo {
+func (s *State) List(ptype string) []*api.PluginInfo {
 	names, ok := s.types.Get([]byte(ptype))
 	if !ok {
 		return nil
 	}
-	out := make([]*PluginInfo, 0, names.Len())
+	out := make([]*api.PluginInfo, 0, names.Len())
 	names.Root().Walk(func(_ []byte, r recency) bool {
 		out = append(out, r[0])
 		return false
@@ -145,16 +146,16 @@ func (s *State) List(ptype string) []*PluginInfo {
 }
 
 // Instances returns the recency list of (ptype, name), newest first, or nil.
-func (s *State) Instances(ptype, name string) []*PluginInfo {
+func (s *State) Instances(ptype, name string) []*api.PluginInfo {
 	r := s.recency(ptype, name)
 	if r == nil {
 		return nil
 	}
-	return append([]*PluginInfo(nil), r...)
+	return append([]*api.PluginInfo(nil), r...)
 }
 
 // Newest returns the newest instance of (ptype, name), or nil.
-func (s *State) Newest(ptype, name string) *PluginInfo {
+func (s *State) Newest(ptype, name string) *api.PluginInfo {
 	if r := s.recency(ptype, name); r != nil {
 		return r[0]
 	}
@@ -162,7 +163,7 @@ func (s *State) Newest(ptype, name string) *PluginInfo {
 }
 
 // Instance returns one instance, or nil.
-func (s *State) Instance(ptype, name, allocID string) *PluginInfo {
+func (s *State) Instance(ptype, name, allocID string) *api.PluginInfo {
 	r := s.recency(ptype, name)
 	if i := r.find(allocID); i >= 0 {
 		return r[i]
@@ -172,13 +173,13 @@ func (s *State) Instance(ptype, name, allocID string) *PluginInfo {
 
 // Walk calls fn for every (type, name) in order with its recency list,
 // newest first, until fn returns false. fn must not keep or change list.
-func (s *State) Walk(fn func(ptype, name string, list []*PluginInfo) bool) {
+func (s *State) Walk(fn func(ptype, name string, list []*api.PluginInfo) bool) {
 	s.WalkTypes(nil, fn)
 }
 
 // WalkTypes is Walk restricted to the given types (all when types is
 // empty), still in (type, name) order.
-func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*PluginInfo) bool) {
+func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*api.PluginInfo) bool) {
 	want := func(string) bool { return true }
 	if len(types) > 0 {
 		set := make(map[string]bool, len(types))
@@ -268,11 +269,11 @@ func (s *State) put(ptype, name string, old, r recency) {
 // batch) being applied and has not yet published. They replace tree roots;
 // they never modify a tree, list or PluginInfo another State can see.
 
-func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
+func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event) {
 	r := s.recency(in.Type, in.Name)
 	pos := r.find(in.AllocID)
-	if pos >= 0 && sameContent(r[pos], in) {
-		return ResultUnchanged, nil
+	if pos >= 0 && api.SameContent(r[pos], in) {
+		return api.ResultUnchanged, nil
 	}
 	// in was decoded from this entry by apply and nobody else holds it:
 	// the state keeps it as it is (no copy), and its Options map may
@@ -281,10 +282,10 @@ func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
 	p.Options = s.interned.optionsOf(p.Options)
 	internStrings(p)
 	p.ModifyIndex = index
-	res, ev := ResultRegistered, EventRegistered
+	res, ev := api.ResultRegistered, api.EventRegistered
 	if pos >= 0 {
 		p.CreateIndex = r[pos].CreateIndex
-		res, ev = ResultUpdated, EventUpdated
+		res, ev = api.ResultUpdated, api.EventUpdated
 	} else {
 		p.CreateIndex = index
 		s.instances++
@@ -293,17 +294,17 @@ func (s *State) register(index uint64, in *PluginInfo) (Result, []Event) {
 	return res, []Event{{Index: index, EventType: ev, Info: p, Current: p}}
 }
 
-func (s *State) deregister(index uint64, ptype, name, allocID string) (Result, []Event) {
+func (s *State) deregister(index uint64, ptype, name, allocID string) (api.Result, []Event) {
 	r := s.recency(ptype, name)
 	pos := r.find(allocID)
 	if pos < 0 {
-		return ResultAbsent, nil
+		return api.ResultAbsent, nil
 	}
 	removed := r[pos]
 	rest := r.without(pos)
 	s.put(ptype, name, r, rest)
 	s.instances--
-	return ResultDeregistered, []Event{{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()}}
+	return api.ResultDeregistered, []Event{{Index: index, EventType: api.EventDeregistered, Info: removed, Current: rest.front()}}
 }
 
 // checkCondition refuses a conditional deregister whose instance exists
@@ -317,15 +318,15 @@ func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
 	}
 	cur := p[pos]
 	if r.IfNodeID != "" && cur.NodeID != r.IfNodeID {
-		return fmt.Errorf("deregister %s/%s/%s: %w: it belongs to node %q, not %q", r.Type, r.Name, r.AllocID, ErrConflict, cur.NodeID, r.IfNodeID)
+		return fmt.Errorf("deregister %s/%s/%s: %w: it belongs to node %q, not %q", r.Type, r.Name, r.AllocID, api.ErrConflict, cur.NodeID, r.IfNodeID)
 	}
 	if r.IfModifyIndex != 0 && cur.ModifyIndex != r.IfModifyIndex {
-		return fmt.Errorf("deregister %s/%s/%s: %w: last changed at index %d, not %d", r.Type, r.Name, r.AllocID, ErrConflict, cur.ModifyIndex, r.IfModifyIndex)
+		return fmt.Errorf("deregister %s/%s/%s: %w: last changed at index %d, not %d", r.Type, r.Name, r.AllocID, api.ErrConflict, cur.ModifyIndex, r.IfModifyIndex)
 	}
 	return nil
 }
 
-func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
+func (s *State) deregisterNode(index uint64, nodeID string) (api.Result, []Event) {
 	// The node's (Type, Name)s, from the node index, in order.
 	type tn struct{ ptype, name string }
 	var hits []tn
@@ -335,7 +336,7 @@ func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
 		}
 	}
 	if len(hits) == 0 {
-		return ResultAbsent, nil
+		return api.ResultAbsent, nil
 	}
 	var events []Event
 	for _, h := range hits {
@@ -349,14 +350,14 @@ func (s *State) deregisterNode(index uint64, nodeID string) (Result, []Event) {
 			removed := rest[i]
 			rest = rest.without(i)
 			s.instances--
-			events = append(events, Event{Index: index, EventType: EventDeregistered, Info: removed, Current: rest.front()})
+			events = append(events, Event{Index: index, EventType: api.EventDeregistered, Info: removed, Current: rest.front()})
 		}
 		s.put(h.ptype, h.name, old, rest)
 	}
-	return ResultDeregistered, events
+	return api.ResultDeregistered, events
 }
 
-func (r recency) front() *PluginInfo {
+func (r recency) front() *api.PluginInfo {
 	if len(r) == 0 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -15,7 +16,7 @@ import (
 // would be answered with the first attempt's result while the caller
 // holds the retry's secret, which was never stored. A retried create
 // makes a second token (or finds the cluster bootstrapped) instead.
-func (s *Store) ACLBootstrap(ctx context.Context, t fsm.ACLToken) (WriteResult, error) {
+func (s *Store) ACLBootstrap(ctx context.Context, t fsm.ACLToken) (api.WriteResult, error) {
 	res, err := s.write(ctx, &fsm.ACLBootstrapRequest{Token: t})
 	if err != nil {
 		return res, fmt.Errorf("acl bootstrap: %w", err)
@@ -24,7 +25,7 @@ func (s *Store) ACLBootstrap(ctx context.Context, t fsm.ACLToken) (WriteResult, 
 }
 
 // ACLTokenSet proposes a new token.
-func (s *Store) ACLTokenSet(ctx context.Context, t fsm.ACLToken) (WriteResult, error) {
+func (s *Store) ACLTokenSet(ctx context.Context, t fsm.ACLToken) (api.WriteResult, error) {
 	res, err := s.write(ctx, &fsm.ACLTokenSetRequest{Token: t})
 	if err != nil {
 		return res, fmt.Errorf("acl token create %s: %w", t.AccessorID, err)
@@ -33,7 +34,7 @@ func (s *Store) ACLTokenSet(ctx context.Context, t fsm.ACLToken) (WriteResult, e
 }
 
 // ACLTokenDelete proposes deleting a token.
-func (s *Store) ACLTokenDelete(ctx context.Context, accessorID string) (WriteResult, error) {
+func (s *Store) ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
 	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: RequestID(ctx)})
 	if err != nil {
 		return res, fmt.Errorf("acl token delete %s: %w", accessorID, err)

@@ -47,7 +47,7 @@ func TestWatchDeliversInOrder(t *testing.T) {
 			"deregistered:csi/ebs/a1@8>a2", "deregistered:csi/ebs/a2@8>-", "deregistered:device/gpu/g1@8>-",
 		},
 	}
-	for name, ch := range map[string]<-chan *Event{"all": all, "csi": csi, "two": two} {
+	for name, ch := range map[string]<-chan *api.Event{"all": all, "csi": csi, "two": two} {
 		t.Run(name, func(t *testing.T) {
 			for i, w := range want[name] {
 				if got := describe(next(t, ch)); got != w {
@@ -115,7 +115,7 @@ func TestWatchFromTrimmedIndexResets(t *testing.T) {
 
 	ch, _ := s.Watch(ctx, Filter{Types: []string{"csi"}}, 2)
 	ev := next(t, ch)
-	if ev.EventType != EventReset || ev.Index != 11 || len(ev.Plugins) != 10 {
+	if ev.EventType != api.EventReset || ev.Index != 11 || len(ev.Plugins) != 10 {
 		t.Fatalf("got %s, want reset@11 with 10 csi plugins", describe(ev))
 	}
 	for _, p := range ev.Plugins {
@@ -148,7 +148,7 @@ func TestTrimmedEntryIsNeverHalfDelivered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, _ := s.Watch(ctx, Filter{}, 5)
-	if ev := next(t, ch); ev.EventType != EventReset || ev.Index != 6 || len(ev.Plugins) != 0 {
+	if ev := next(t, ch); ev.EventType != api.EventReset || ev.Index != 6 || len(ev.Plugins) != 0 {
 		t.Fatalf("got %s, want reset@6 with nothing", describe(ev))
 	}
 }
@@ -175,7 +175,7 @@ func TestRestoreResetsSubscribers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := next(t, ch)
-	if ev.EventType != EventReset || ev.Index != 20 || len(ev.Plugins) != 20 {
+	if ev.EventType != api.EventReset || ev.Index != 20 || len(ev.Plugins) != 20 {
 		t.Fatalf("after restore: %s, want reset@20(20)", describe(ev))
 	}
 	mustRegister(t, s, plugin("csi", "new", "a"))
@@ -220,7 +220,7 @@ func TestStuckSubscriberDoesNotBlock(t *testing.T) {
 	go func() {
 		var last uint64
 		for ev := range live {
-			if ev.EventType != EventRegistered || ev.Index != last+1 {
+			if ev.EventType != api.EventRegistered || ev.Index != last+1 {
 				liveErr <- fmt.Errorf("live subscriber got %s after %d", describe(ev), last)
 				return
 			}
@@ -253,7 +253,7 @@ func TestStuckSubscriberDoesNotBlock(t *testing.T) {
 	var last uint64
 	for {
 		ev := next(t, stuck)
-		if ev.EventType == EventReset {
+		if ev.EventType == api.EventReset {
 			if ev.Index != writes || len(ev.Plugins) != writes {
 				t.Fatalf("reset at %d with %d plugins, want %d/%d", ev.Index, len(ev.Plugins), writes, writes)
 			}

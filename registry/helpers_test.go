@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/plugreg/plugreg/api"
 )
 
-func plugin(ptype, name, alloc string) *PluginInfo {
-	return &PluginInfo{
+func plugin(ptype, name, alloc string) *api.PluginInfo {
+	return &api.PluginInfo{
 		Type: ptype, Name: name, AllocID: alloc, Version: "1", NodeID: "n1",
-		ConnectionInfo: &ConnectionInfo{SocketPath: "/run/" + name + ".sock"},
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"},
 	}
 }
 
@@ -21,7 +23,7 @@ func newStore(t testing.TB, journalSize int) *Store {
 	return s
 }
 
-func mustRegister(t testing.TB, s Registry, p *PluginInfo) WriteResult {
+func mustRegister(t testing.TB, s Registry, p *api.PluginInfo) api.WriteResult {
 	t.Helper()
 	res, err := s.RegisterPlugin(context.Background(), p)
 	if err != nil {
@@ -31,7 +33,7 @@ func mustRegister(t testing.TB, s Registry, p *PluginInfo) WriteResult {
 }
 
 // next receives one event or fails after a deadline.
-func next(t testing.TB, ch <-chan *Event) *Event {
+func next(t testing.TB, ch <-chan *api.Event) *api.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
@@ -46,7 +48,7 @@ func next(t testing.TB, ch <-chan *Event) *Event {
 }
 
 // none asserts nothing arrives within a short grace period.
-func none(t testing.TB, ch <-chan *Event) {
+func none(t testing.TB, ch <-chan *api.Event) {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
@@ -58,11 +60,11 @@ func none(t testing.TB, ch <-chan *Event) {
 	}
 }
 
-func describe(ev *Event) string {
+func describe(ev *api.Event) string {
 	switch ev.EventType {
-	case EventReset:
+	case api.EventReset:
 		return fmt.Sprintf("reset@%d(%d)", ev.Index, len(ev.Plugins))
-	case EventHeartbeat:
+	case api.EventHeartbeat:
 		return fmt.Sprintf("heartbeat@%d", ev.Index)
 	}
 	cur := "-"

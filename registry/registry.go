@@ -3,48 +3,39 @@ package registry
 import (
 	"context"
 	"fmt"
-	"github.com/plugreg/plugreg/api"
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
-// PluginInfo is the registry's plugin instance record.
-type PluginInfo = fsm.PluginInfo
-
-// ConnectionInfo says how to reach a plugin instance.
-type ConnectionInfo = fsm.ConnectionInfo
-
 // PluginDispenser turns an instance into a client for it (Nomad's
 // dynamicplugins.PluginDispenser). It runs outside every registry lock.
-type PluginDispenser func(info *PluginInfo) (interface{}, error)
-
-// WriteResult is what a write did and the index of its log entry.
-type WriteResult = api.WriteResult
+type PluginDispenser func(info *api.PluginInfo) (interface{}, error)
 
 // Registry is the cluster-wide plugin registry. Reads are served from this
 // node's applied state and return the index they reflect; writes return
 // once applied on this node, so a read or watch here afterwards sees them.
 type Registry interface {
-	RegisterPlugin(ctx context.Context, info *PluginInfo) (WriteResult, error)
-	DeregisterPlugin(ctx context.Context, ptype, name, allocID string) (WriteResult, error)
-	DeregisterNode(ctx context.Context, nodeID string) (WriteResult, error)
+	RegisterPlugin(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error)
+	DeregisterPlugin(ctx context.Context, ptype, name, allocID string) (api.WriteResult, error)
+	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
 
 	Types() ([]string, uint64)
-	ListPlugins(ptype string) ([]*PluginInfo, uint64)
-	Instances(ptype, name string) ([]*PluginInfo, uint64)
-	PluginForAlloc(ptype, name, allocID string) (*PluginInfo, uint64, error)
+	ListPlugins(ptype string) ([]*api.PluginInfo, uint64)
+	Instances(ptype, name string) ([]*api.PluginInfo, uint64)
+	PluginForAlloc(ptype, name, allocID string) (*api.PluginInfo, uint64, error)
 
 	DispensePlugin(ptype, name string) (interface{}, error)
 	StubDispenserForType(ptype string, dispenser PluginDispenser)
 
 	// PluginsUpdatedCh streams ptype's events from now on. The channel is
 	// closed only when ctx is done or the registry shuts down.
-	PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *Event
+	PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *api.Event
 	// Watch streams the events after fromIndex that pass filter, or a
 	// reset first when they are no longer all in the journal.
-	Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *Event, error)
+	Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *api.Event, error)
 
 	Shutdown()
 }
@@ -125,9 +116,9 @@ func (s *Store) FSM() *fsm.FSM { return s.fsm }
 // Journal returns the Store's event journal.
 func (s *Store) Journal() *Journal { return s.journal }
 
-func (s *Store) RegisterPlugin(ctx context.Context, info *PluginInfo) (WriteResult, error) {
+func (s *Store) RegisterPlugin(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error) {
 	if info == nil {
-		return WriteResult{}, fmt.Errorf("register: %w: plugin is missing", fsm.ErrInvalid)
+		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
 	}
 	res, err := s.write(ctx, &fsm.RegisterRequest{Plugin: info, RequestID: RequestID(ctx)})
 	if err != nil {
@@ -136,7 +127,7 @@ func (s *Store) RegisterPlugin(ctx context.Context, info *PluginInfo) (WriteResu
 	return res, nil
 }
 
-func (s *Store) DeregisterPlugin(ctx context.Context, ptype, name, allocID string) (WriteResult, error) {
+func (s *Store) DeregisterPlugin(ctx context.Context, ptype, name, allocID string) (api.WriteResult, error) {
 	res, err := s.write(ctx, &fsm.DeregisterRequest{Type: ptype, Name: name, AllocID: allocID, RequestID: RequestID(ctx)})
 	if err != nil {
 		return res, fmt.Errorf("deregister %s/%s/%s: %w", ptype, name, allocID, err)
@@ -147,7 +138,7 @@ func (s *Store) DeregisterPlugin(ctx context.Context, ptype, name, allocID strin
 // Deregister removes one instance, conditionally when req carries a
 // condition (see api.DeregisterRequest): a refused condition is an error
 // wrapping api.ErrConflict, and nothing changed.
-func (s *Store) Deregister(ctx context.Context, req api.DeregisterRequest) (WriteResult, error) {
+func (s *Store) Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
 	if !req.Conditional() {
 		return s.DeregisterPlugin(ctx, req.Type, req.Name, req.AllocID)
 	}
@@ -161,7 +152,7 @@ func (s *Store) Deregister(ctx context.Context, req api.DeregisterRequest) (Writ
 	return res, nil
 }
 
-func (s *Store) DeregisterNode(ctx context.Context, nodeID string) (WriteResult, error) {
+func (s *Store) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
 	res, err := s.write(ctx, &fsm.DeregisterNodeRequest{NodeID: nodeID, RequestID: RequestID(ctx)})
 	if err != nil {
 		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
@@ -171,25 +162,25 @@ func (s *Store) DeregisterNode(ctx context.Context, nodeID string) (WriteResult,
 
 // write validates and encodes req (a bad request never reaches the log),
 // proposes it, and waits until this node has applied its index.
-func (s *Store) write(ctx context.Context, req fsm.Request) (WriteResult, error) {
+func (s *Store) write(ctx context.Context, req fsm.Request) (api.WriteResult, error) {
 	if s.isShutdown() {
-		return WriteResult{}, ErrShutdown
+		return api.WriteResult{}, ErrShutdown
 	}
 	cmd, err := fsm.EncodeCommand(req)
 	if err != nil {
-		return WriteResult{}, err
+		return api.WriteResult{}, err
 	}
 	res, err := s.applier.Apply(ctx, cmd)
 	if err != nil {
-		return WriteResult{}, err
+		return api.WriteResult{}, err
 	}
 	if res.Err != nil {
-		return WriteResult{Index: res.Index}, res.Err
+		return api.WriteResult{Index: res.Index}, res.Err
 	}
 	if _, err := s.journal.WaitForIndex(ctx, res.Index); err != nil {
-		return WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
+		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
 	}
-	return WriteResult{Index: res.Index, Result: res.Result}, nil
+	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
 }
 
 func (s *Store) Types() ([]string, uint64) {
@@ -197,27 +188,27 @@ func (s *Store) Types() ([]string, uint64) {
 	return st.Types(), st.Index()
 }
 
-func (s *Store) ListPlugins(ptype string) ([]*PluginInfo, uint64) {
+func (s *Store) ListPlugins(ptype string) ([]*api.PluginInfo, uint64) {
 	st := s.fsm.State()
 	return copies(st.List(ptype)), st.Index()
 }
 
-func (s *Store) Instances(ptype, name string) ([]*PluginInfo, uint64) {
+func (s *Store) Instances(ptype, name string) ([]*api.PluginInfo, uint64) {
 	st := s.fsm.State()
 	return copies(st.Instances(ptype, name)), st.Index()
 }
 
-func (s *Store) PluginForAlloc(ptype, name, allocID string) (*PluginInfo, uint64, error) {
+func (s *Store) PluginForAlloc(ptype, name, allocID string) (*api.PluginInfo, uint64, error) {
 	st := s.fsm.State()
 	p := st.Instance(ptype, name, allocID)
 	if p == nil {
-		return nil, st.Index(), fmt.Errorf("plugin %s/%s/%s: %w", ptype, name, allocID, ErrNotFound)
+		return nil, st.Index(), fmt.Errorf("plugin %s/%s/%s: %w", ptype, name, allocID, api.ErrNotFound)
 	}
 	return p.Copy(), st.Index(), nil
 }
 
-func copies(in []*PluginInfo) []*PluginInfo {
-	out := make([]*PluginInfo, len(in))
+func copies(in []*api.PluginInfo) []*api.PluginInfo {
+	out := make([]*api.PluginInfo, len(in))
 	for i, p := range in {
 		out[i] = p.Copy()
 	}
@@ -239,7 +230,7 @@ func (s *Store) DispensePlugin(ptype, name string) (interface{}, error) {
 	}
 	p := s.fsm.State().Newest(ptype, name)
 	if p == nil {
-		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, ErrNotFound)
+		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, api.ErrNotFound)
 	}
 	v, err := d(p.Copy())
 	if err != nil {
@@ -255,24 +246,24 @@ func (s *Store) StubDispenserForType(ptype string, d PluginDispenser) {
 	s.stubs[ptype] = d
 }
 
-func (s *Store) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *Event {
+func (s *Store) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *api.Event {
 	ch, err := s.Watch(ctx, Filter{Types: []string{ptype}}, s.journal.State().Index())
 	if err != nil {
-		closed := make(chan *Event)
+		closed := make(chan *api.Event)
 		close(closed)
 		return closed
 	}
 	return ch
 }
 
-func (s *Store) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *Event, error) {
+func (s *Store) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *api.Event, error) {
 	return s.WatchWithHeartbeat(ctx, filter, fromIndex, 0)
 }
 
 // WatchWithHeartbeat is Watch with an EventHeartbeat, carrying the
 // subscription's position, whenever nothing was sent for every (zero: no
 // heartbeats).
-func (s *Store) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan *Event, error) {
+func (s *Store) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan *api.Event, error) {
 	return s.watch(ctx, &subscription{filter: filter, cursor: fromIndex, heartbeat: every})
 }
 
@@ -280,17 +271,17 @@ func (s *Store) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex
 // node's history does not hold (a cluster restored from a backup is behind
 // it): the stream begins with a reset of the state as it is now, then the
 // events after it.
-func (s *Store) WatchFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan *Event, error) {
+func (s *Store) WatchFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan *api.Event, error) {
 	return s.watch(ctx, &subscription{filter: filter, heartbeat: every, fromState: true})
 }
 
-func (s *Store) watch(ctx context.Context, sub *subscription) (<-chan *Event, error) {
+func (s *Store) watch(ctx context.Context, sub *subscription) (<-chan *api.Event, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.shutdown {
 		return nil, ErrShutdown
 	}
-	sub.j, sub.out, sub.lastSent = s.journal, make(chan *Event, s.buffer), time.Now()
+	sub.j, sub.out, sub.lastSent = s.journal, make(chan *api.Event, s.buffer), time.Now()
 	s.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	go func() {
 		defer s.subs.Done()

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/api"
 )
 
 func TestReadsAndWrites(t *testing.T) {
@@ -14,19 +14,19 @@ func TestReadsAndWrites(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name   string
-		do     func() (WriteResult, error)
-		result fsm.Result
+		do     func() (api.WriteResult, error)
+		result api.Result
 		err    error
 	}{
-		{"register a1", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a1")) }, fsm.ResultRegistered, nil},
-		{"register a2", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, fsm.ResultRegistered, nil},
-		{"register again", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, fsm.ResultUnchanged, nil},
-		{"register gce", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "gce", "g1")) }, fsm.ResultRegistered, nil},
-		{"invalid never reaches the log", func() (WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "", "a1")) }, "", fsm.ErrInvalid},
-		{"nil plugin", func() (WriteResult, error) { return s.RegisterPlugin(ctx, nil) }, "", fsm.ErrInvalid},
-		{"deregister unknown", func() (WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "ebs", "zz") }, fsm.ResultAbsent, nil},
-		{"deregister empty", func() (WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "", "a1") }, "", fsm.ErrInvalid},
-		{"deregister node empty", func() (WriteResult, error) { return s.DeregisterNode(ctx, "") }, "", fsm.ErrInvalid},
+		{"register a1", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a1")) }, api.ResultRegistered, nil},
+		{"register a2", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, api.ResultRegistered, nil},
+		{"register again", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")) }, api.ResultUnchanged, nil},
+		{"register gce", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "gce", "g1")) }, api.ResultRegistered, nil},
+		{"invalid never reaches the log", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, plugin("csi", "", "a1")) }, "", api.ErrInvalid},
+		{"nil plugin", func() (api.WriteResult, error) { return s.RegisterPlugin(ctx, nil) }, "", api.ErrInvalid},
+		{"deregister unknown", func() (api.WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "ebs", "zz") }, api.ResultAbsent, nil},
+		{"deregister empty", func() (api.WriteResult, error) { return s.DeregisterPlugin(ctx, "csi", "", "a1") }, "", api.ErrInvalid},
+		{"deregister node empty", func() (api.WriteResult, error) { return s.DeregisterNode(ctx, "") }, "", api.ErrInvalid},
 	}
 	var last uint64
 	for _, tc := range cases {
@@ -56,7 +56,7 @@ func TestReadsAndWrites(t *testing.T) {
 	if len(inst) != 2 || inst[0].AllocID != "a2" || inst[1].AllocID != "a1" {
 		t.Fatalf("Instances = %v", inst)
 	}
-	if _, _, err := s.PluginForAlloc("csi", "ebs", "zz"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.PluginForAlloc("csi", "ebs", "zz"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("PluginForAlloc unknown: %v", err)
 	}
 	p, _, err := s.PluginForAlloc("csi", "ebs", "a1")
@@ -89,13 +89,13 @@ func TestHandsOutCopies(t *testing.T) {
 func TestDispense(t *testing.T) {
 	var calls []string
 	s := NewLocal(0, map[string]PluginDispenser{
-		"csi": func(p *PluginInfo) (interface{}, error) {
+		"csi": func(p *api.PluginInfo) (interface{}, error) {
 			calls = append(calls, "real:"+p.AllocID)
 			return p.AllocID, nil
 		},
 	})
 	defer s.Shutdown()
-	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("dispense absent: %v", err)
 	}
 	if _, err := s.DispensePlugin("device", "gpu"); !errors.Is(err, ErrNoDispenser) {
@@ -106,12 +106,12 @@ func TestDispense(t *testing.T) {
 	if v, err := s.DispensePlugin("csi", "ebs"); err != nil || v != "a2" {
 		t.Fatalf("dispense = %v, %v; want the newest, a2", v, err)
 	}
-	s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) { return "stub:" + p.AllocID, nil })
+	s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) { return "stub:" + p.AllocID, nil })
 	if v, _ := s.DispensePlugin("csi", "ebs"); v != "stub:a2" {
 		t.Fatalf("stub did not win: %v", v)
 	}
 	wantErr := errors.New("boom")
-	s.StubDispenserForType("csi", func(*PluginInfo) (interface{}, error) { return nil, wantErr })
+	s.StubDispenserForType("csi", func(*api.PluginInfo) (interface{}, error) { return nil, wantErr })
 	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, wantErr) {
 		t.Fatalf("dispenser error lost: %v", err)
 	}
@@ -123,8 +123,8 @@ func TestDispense(t *testing.T) {
 func TestDispenserOutsideLocksAndRaceFree(t *testing.T) {
 	s := newStore(t, 0)
 	mustRegister(t, s, plugin("csi", "ebs", "a1"))
-	s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) {
-		s.StubDispenserForType("other", func(*PluginInfo) (interface{}, error) { return nil, nil })
+	s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) {
+		s.StubDispenserForType("other", func(*api.PluginInfo) (interface{}, error) { return nil, nil })
 		_, err := s.RegisterPlugin(context.Background(), plugin("device", "d", p.AllocID))
 		return "ok", err
 	})
@@ -137,7 +137,7 @@ func TestDispenserOutsideLocksAndRaceFree(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 200; j++ {
-				s.StubDispenserForType("csi", func(p *PluginInfo) (interface{}, error) { return p.Name, nil })
+				s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) { return p.Name, nil })
 			}
 		}()
 		go func() {
@@ -156,7 +156,7 @@ func TestDispenserOutsideLocksAndRaceFree(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	s := NewLocal(0, nil)
 	ctx := context.Background()
-	var chans []<-chan *Event
+	var chans []<-chan *api.Event
 	for i := 0; i < 10; i++ {
 		ch, err := s.Watch(ctx, Filter{}, 0)
 		if err != nil {

@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"time"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // readBatch bounds how many events a subscription copies out of the
@@ -17,7 +19,7 @@ type subscription struct {
 	j         *Journal
 	filter    Filter
 	cursor    uint64
-	out       chan *Event
+	out       chan *api.Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
 	// fromState: begin with a reset of the state as it is when the
@@ -54,7 +56,7 @@ func (s *subscription) run(ctx context.Context) {
 		// below it is already in the channel, so a heartbeat never runs
 		// ahead of an event the consumer has yet to see.
 		if s.heartbeat > 0 && time.Since(s.lastSent) >= s.heartbeat {
-			if !s.send(ctx, &Event{Index: s.cursor, EventType: EventHeartbeat}) {
+			if !s.send(ctx, &api.Event{Index: s.cursor, EventType: api.EventHeartbeat}) {
 				return
 			}
 		}
@@ -66,7 +68,7 @@ func (s *subscription) run(ctx context.Context) {
 	}
 }
 
-func (s *subscription) send(ctx context.Context, ev *Event) bool {
+func (s *subscription) send(ctx context.Context, ev *api.Event) bool {
 	select {
 	case s.out <- ev:
 		s.lastSent = time.Now()

@@ -300,7 +300,7 @@ type TypeCount struct{ Names, Instances int }
 // Summarize counts state's contents per type.
 func Summarize(meta *Meta, state *fsm.State) Summary {
 	s := Summary{Meta: *meta, Types: map[string]TypeCount{}, Instances: state.Len(), ACLTokens: len(state.ACLTokens())}
-	state.Walk(func(ptype, _ string, list []*fsm.PluginInfo) bool {
+	state.Walk(func(ptype, _ string, list []*api.PluginInfo) bool {
 		c := s.Types[ptype]
 		c.Names++
 		c.Instances += len(list)

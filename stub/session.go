@@ -143,6 +143,8 @@ func (s *Stub) connect(ctx context.Context) (*session, error) {
 	s.registered = true
 	if !known {
 		s.cur = api.Cursor{Complete: ready.GetStartIndex()}
+	} else {
+		s.cur = s.cur.Resumed(ready.GetStartIndex()) // a rewound cluster's stream
 	}
 	s.mu.Unlock()
 	if ready.GetPending() != "" {

@@ -77,7 +77,7 @@ func (f *feed) run() {
 }
 
 // take records one upstream event.
-func (f *feed) take(ev *api.Event, next cursor) bool {
+func (f *feed) take(ev *api.Event, next api.Cursor) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.started {

@@ -9,16 +9,13 @@ import (
 	"github.com/plugreg/plugreg/internal/backoff"
 )
 
-// cursor is a resume point (api.Cursor).
-type cursor = api.Cursor
-
 // follower reads one filter's upstream from its cursor and reopens it
 // when it breaks, so that handle sees one sequence with no gap and no
 // duplicate across reconnects. It runs in its owner's goroutine.
 type follower struct {
 	h     *Hub
 	types []string
-	cur   cursor
+	cur   api.Cursor
 	// known: cur is a position. False only for a feed opened "from now",
 	// until the upstream's first heartbeat.
 	known bool
@@ -33,7 +30,7 @@ type follower struct {
 // handler receives each new event (heartbeats included) and the cursor
 // after it; the follower moves its cursor only when handler returns true.
 // false stops the follower.
-type handler func(ev *api.Event, next cursor) bool
+type handler func(ev *api.Event, next api.Cursor) bool
 
 // run follows until ctx ends, handle or onTick returns false.
 func (fl *follower) run(ctx context.Context, handle handler) {
@@ -109,12 +106,19 @@ func (fl *follower) once(ctx context.Context, handle handler) (progressed bool, 
 			if !first {
 				progressed = true
 			}
+			if first && fl.known && ev.EventType == api.EventHeartbeat {
+				// The upstream's first heartbeat is where it starts:
+				// below the position only when the cluster's history
+				// ends before it (api.Cursor.Resumed).
+				fl.cur = fl.cur.Resumed(ev.Index)
+				skip = fl.cur.Skip()
+			}
 			first = false
 			if !fl.known {
 				if ev.EventType != api.EventHeartbeat && ev.EventType != api.EventReset {
 					return progressed, errors.New("upstream's first event is no heartbeat")
 				}
-				c := cursor{Complete: ev.Index}
+				c := api.Cursor{Complete: ev.Index}
 				if !handle(ev, c) {
 					return progressed, errStop
 				}

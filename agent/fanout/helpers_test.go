@@ -134,7 +134,7 @@ func writeRange(t *testing.T, s *registry.Store, from, end int, types ...string)
 	ctx := context.Background()
 	var last uint64
 	for i := from; i < end; i++ {
-		var res registry.WriteResult
+		var res api.WriteResult
 		var err error
 		if i%10 == 9 {
 			res, err = s.DeregisterNode(ctx, fmt.Sprintf("node%d", i/10))

@@ -130,7 +130,7 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 		defer t.Stop()
 		tick = t.C
 	}
-	fl := &follower{h: s.h, types: s.f.types, cur: cursor{Complete: s.start}, known: true, tick: tick}
+	fl := &follower{h: s.h, types: s.f.types, cur: api.Cursor{Complete: s.start}, known: true, tick: tick}
 	fl.onTick = func() bool {
 		if !fl.cur.Clean() {
 			return true
@@ -148,7 +148,7 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 		}
 		return ok
 	}
-	fl.run(ctx, func(ev *api.Event, next cursor) bool {
+	fl.run(ctx, func(ev *api.Event, next api.Cursor) bool {
 		switch {
 		case ev.EventType == api.EventHeartbeat:
 			return !(next.Clean() && switchTo(next.Complete))

@@ -26,7 +26,7 @@
 //     deregistered, and registered again once it answers);
 //   - the registration's content: Type and Name from GetInfo, NodeID, a
 //     stable AllocID (see AllocID), the endpoint, the versions and the
-//     source marker (SourceKey = SourceKubelet) in Options.
+//     source marker (api.OptionSource = api.SourceKubelet) in Options.
 //
 // Caller's duties:
 //

@@ -25,12 +25,8 @@ type Registrar interface {
 
 // Keys and values of the Options the watcher puts on every registration.
 const (
-	// SourceKey marks who registered an instance; with NodeID it tells the
-	// host's agent which instances are its own (api.OptionSource).
-	SourceKey = api.OptionSource
-	// SourceKubelet is SourceKey's value on instances registered by this
-	// package (api.SourceKubelet).
-	SourceKubelet = api.SourceKubelet
+	// (api.OptionSource marks who registered an instance: api.SourceKubelet
+	// on instances registered by this package.)
 	// OptionVersions holds the plugin's supported versions as GetInfo
 	// reported them, comma-separated, in its order.
 	OptionVersions = "versions"
@@ -62,7 +58,7 @@ func buildInfo(nodeID, socketPath, typ, name, endpoint, version string, versions
 		Options: map[string]string{
 			OptionVersions:           strings.Join(versions, ","),
 			OptionRegistrationSocket: socketPath,
-			SourceKey:                SourceKubelet,
+			api.OptionSource:         api.SourceKubelet,
 		},
 	}
 }

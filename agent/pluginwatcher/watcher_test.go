@@ -126,7 +126,7 @@ func TestRegisterAndDeregister(t *testing.T) {
 				Options: map[string]string{
 					OptionVersions:           strings.Join(k.info.SupportedVersions, ","),
 					OptionRegistrationSocket: p.path,
-					SourceKey:                SourceKubelet,
+					api.OptionSource:         api.SourceKubelet,
 				},
 			}
 			if !infoEqual(got, want) {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
@@ -390,7 +389,7 @@ func runWatch(args []string) error {
 }
 
 func printEvent(ev *client.Event) {
-	if ev.EventType == registry.EventReset {
+	if ev.EventType == api.EventReset {
 		fmt.Printf("%-8d %-13s (%d instances follow)\n", ev.Index, ev.EventType, len(ev.Plugins))
 		for _, p := range ev.Plugins {
 			fmt.Printf("%-8s %-13s %-12s %-16s %-10s\n", "", "", p.Type, p.Name, p.AllocID)

@@ -217,7 +217,7 @@ func TestHelperRegistersAndDeregisters(t *testing.T) {
 	if got.NodeID != nodeID || got.ConnectionInfo == nil || got.ConnectionInfo.SocketPath != filepath.Join(e.dataDir, "dra.sock") {
 		t.Fatalf("registered %+v %+v", got, got.ConnectionInfo)
 	}
-	if got.Version != "v1.DRAPlugin" || got.Options[pluginwatcher.SourceKey] != pluginwatcher.SourceKubelet {
+	if got.Version != "v1.DRAPlugin" || got.Options[api.OptionSource] != api.SourceKubelet {
 		t.Fatalf("registered version %q, options %v", got.Version, got.Options)
 	}
 	h.Stop()
