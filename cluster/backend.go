@@ -152,17 +152,15 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 }
 
 // aheadOfCluster reports whether index is past the cluster's committed
-// index (the leader's, through a read barrier, which this server then has
-// applied), or only past this server's applied index: a follower that
-// lags catches up and serves the stream from index as asked.
+// index (the leader's, through a read barrier), or only past this server's
+// applied index: a follower that lags serves the stream from index as
+// asked, as it catches up. (No wait for the apply here: the last committed
+// entries may be Raft's own, which the FSM never sees.)
 func (b *Backend) aheadOfCluster(ctx context.Context, index uint64) (bool, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.s.cfg.ApplyTimeout)
 	defer cancel()
 	committed, err := b.s.ReadIndex(ctx)
 	if err != nil {
-		return false, 0, err
-	}
-	if _, err := b.s.journal.WaitForIndex(ctx, committed); err != nil {
 		return false, 0, err
 	}
 	return index > committed, committed, nil
