@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/backend"
 )
@@ -51,7 +52,7 @@ func (c *Client) ResolveToken(ctx context.Context, secret string) (*api.ACLToken
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
 	t := new(api.ACLToken)
-	if err := c.call(ctx, api.RPCACLResolve, &api.ACLResolveArgs{SecretHash: h}, t); err != nil {
+	if err := c.call(ctx, agentrpc.ACLResolve, &agentrpc.ACLResolveArgs{SecretHash: h}, t); err != nil {
 		return nil, err
 	}
 	c.tokens.mu.Lock()
@@ -66,7 +67,7 @@ func (c *Client) ResolveToken(ctx context.Context, secret string) (*api.ACLToken
 // ACLBootstrap bootstraps through a server.
 func (c *Client) ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error) {
 	var out api.ACLTokenSecret
-	err := c.call(ctx, api.RPCACLBootstrap, &struct{}{}, &out)
+	err := c.call(ctx, agentrpc.ACLBootstrap, &struct{}{}, &out)
 	return out, err
 }
 
@@ -74,21 +75,21 @@ func (c *Client) ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error) {
 // caller's token again.
 func (c *Client) ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (api.ACLTokenSecret, error) {
 	var out api.ACLTokenSecret
-	err := c.call(ctx, api.RPCACLTokenCreate, &api.ACLTokenCreateArgs{Token: api.Token(ctx), Request: req}, &out)
+	err := c.call(ctx, agentrpc.ACLTokenCreate, &agentrpc.ACLTokenCreateArgs{Token: api.Token(ctx), Request: req}, &out)
 	return out, err
 }
 
 // ACLTokens lists the tokens through a server.
 func (c *Client) ACLTokens(ctx context.Context) ([]api.ACLToken, error) {
 	var out []api.ACLToken
-	err := c.call(ctx, api.RPCACLTokens, &api.ACLCallerArgs{Token: api.Token(ctx)}, &out)
+	err := c.call(ctx, agentrpc.ACLTokens, &agentrpc.ACLCallerArgs{Token: api.Token(ctx)}, &out)
 	return out, err
 }
 
 // ACLTokenDelete deletes a token through a server, and forgets it here.
 func (c *Client) ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
 	var out api.WriteResult
-	err := c.call(ctx, api.RPCACLTokenDelete, &api.ACLTokenDeleteArgs{Token: api.Token(ctx), AccessorID: accessorID, RequestID: api.RequestID(ctx)}, &out)
+	err := c.call(ctx, agentrpc.ACLTokenDelete, &agentrpc.ACLTokenDeleteArgs{Token: api.Token(ctx), AccessorID: accessorID, RequestID: api.RequestID(ctx)}, &out)
 	if err == nil {
 		c.tokens.mu.Lock()
 		clear(c.tokens.m) // its hash is not known here; drop them all

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/agent/fanout"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -38,7 +39,7 @@ func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 	if err := api.ValidatePlugin(p); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCRegister, &api.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
+	return c.write(ctx, agentrpc.Register, &agentrpc.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		fmt.Sprintf("register %s/%s/%s", p.Type, p.Name, p.AllocID))
 }
 
@@ -48,7 +49,7 @@ func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api
 	if err := req.Validate(); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCDeregister, &api.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
+	return c.write(ctx, agentrpc.Deregister, &agentrpc.DeregisterArgs{Request: req, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		fmt.Sprintf("deregister %s/%s/%s", req.Type, req.Name, req.AllocID))
 }
 
@@ -57,7 +58,7 @@ func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteRe
 	if err := api.ValidateIdentifier("node", nodeID); err != nil {
 		return api.WriteResult{}, err
 	}
-	return c.write(ctx, api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
+	return c.write(ctx, agentrpc.DeregisterNode, &agentrpc.DeregisterNodeArgs{NodeID: nodeID, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		"deregister node "+nodeID)
 }
 
@@ -70,7 +71,7 @@ func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, erro
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+q.Wait)
 	defer cancel()
 	res := new(api.QueryResult)
-	if err := c.call(ctx, api.RPCQuery, &q, res); err != nil {
+	if err := c.call(ctx, agentrpc.Query, &q, res); err != nil {
 		return nil, err
 	}
 	if res.NotFound != "" {
@@ -109,11 +110,11 @@ func (c *Client) EventStats() fanout.Stats { return c.hub.Stats() }
 // the stream breaks or ctx ends; its first event is a heartbeat at the
 // stream's starting position.
 func (c *Client) upstream(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, error) {
-	args := &api.SubscribeArgs{Types: types, From: from, Heartbeat: heartbeat}
+	args := &agentrpc.SubscribeArgs{Types: types, From: from, Heartbeat: heartbeat}
 	var st *transport.Stream
 	var addr string
 	err := c.tryServers(ctx, func(a string) (err error) {
-		st, err = c.pool.Stream(ctx, a, api.RPCSubscribe, args)
+		st, err = c.pool.Stream(ctx, a, agentrpc.Subscribe, args)
 		addr = a
 		return err
 	})
@@ -147,11 +148,11 @@ func (c *Client) upstream(ctx context.Context, types []string, from *uint64, hea
 }
 
 // status asks a server for its view of the Raft cluster.
-func (c *Client) status(ctx context.Context) (*api.StatusReply, error) {
+func (c *Client) status(ctx context.Context) (*agentrpc.StatusReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var st api.StatusReply
-	if err := c.call(ctx, api.RPCStatus, struct{}{}, &st); err != nil {
+	var st agentrpc.StatusReply
+	if err := c.call(ctx, agentrpc.Status, struct{}{}, &st); err != nil {
 		return nil, err
 	}
 	return &st, nil

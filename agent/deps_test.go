@@ -36,6 +36,26 @@ func TestHostSideDoesNotImportTheServer(t *testing.T) {
 	}
 }
 
+// The internal RPC between client agents and servers (agentrpc) is not
+// the public wire vocabulary: the Go client and the SDK do not link it.
+func TestClientAndStubDoNotImportTheInternalRPC(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	for _, pkg := range []string{"client", "stub", "api", "api/pluginpb"} {
+		out, err := exec.Command(goBin, "list", "-deps", "github.com/plugreg/plugreg/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "github.com/plugreg/plugreg/agentrpc" {
+				t.Errorf("%s imports %s", pkg, dep)
+			}
+		}
+	}
+}
+
 // The plugin SDK is linked into plugins: of plugreg it takes the wire types
 // and the protocol, nothing of the agent.
 func TestStubImportsOnlyTheProtocol(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -13,7 +14,7 @@ func (c *Client) AutopilotHealth(ctx context.Context) (api.AutopilotHealth, erro
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
 	var h api.AutopilotHealth
-	if err := c.call(ctx, api.RPCAutopilotHealth, &api.ACLCallerArgs{Token: api.Token(ctx)}, &h); err != nil {
+	if err := c.call(ctx, agentrpc.AutopilotHealth, &agentrpc.ACLCallerArgs{Token: api.Token(ctx)}, &h); err != nil {
 		return h, fmt.Errorf("autopilot health: %w", err)
 	}
 	return h, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -21,7 +22,7 @@ func (c *Client) SnapshotSave(ctx context.Context, stale bool) (func(io.Writer) 
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 	var archive []byte
-	if err := c.call(ctx, api.RPCSnapshotSave, &api.SnapshotSaveArgs{Token: api.Token(ctx), Stale: stale}, &archive); err != nil {
+	if err := c.call(ctx, agentrpc.SnapshotSave, &agentrpc.SnapshotSaveArgs{Token: api.Token(ctx), Stale: stale}, &archive); err != nil {
 		return nil, fmt.Errorf("snapshot save: %w", err)
 	}
 	return func(w io.Writer) error {
@@ -38,7 +39,7 @@ func (c *Client) SnapshotRestore(ctx context.Context, archive []byte) (api.Write
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 	var res api.WriteResult
-	if err := c.call(ctx, api.RPCSnapshotRestore, &api.SnapshotRestoreArgs{Token: api.Token(ctx), Archive: archive, RequestID: api.RequestID(ctx)}, &res); err != nil {
+	if err := c.call(ctx, agentrpc.SnapshotRestore, &agentrpc.SnapshotRestoreArgs{Token: api.Token(ctx), Archive: archive, RequestID: api.RequestID(ctx)}, &res); err != nil {
 		return res, fmt.Errorf("snapshot restore: %w", err)
 	}
 	return res, nil

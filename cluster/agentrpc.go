@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/transport"
@@ -56,8 +57,8 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 	}
 	anyone := authz.With(ctx, authz.Anyone())
 	switch method {
-	case api.RPCRegister:
-		var args api.RegisterArgs
+	case agentrpc.Register:
+		var args agentrpc.RegisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, api.ToWire(err)
@@ -70,8 +71,8 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		res, err := g.Register(wctx, args.Plugin)
 		return res, true, api.ToWire(err)
-	case api.RPCDeregister:
-		var args api.DeregisterArgs
+	case agentrpc.Deregister:
+		var args agentrpc.DeregisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, api.ToWire(err)
@@ -81,8 +82,8 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		res, err := g.Deregister(wctx, args.Request)
 		return res, true, api.ToWire(err)
-	case api.RPCDeregisterNode:
-		var args api.DeregisterNodeArgs
+	case agentrpc.DeregisterNode:
+		var args agentrpc.DeregisterNodeArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, api.ToWire(err)
@@ -92,7 +93,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
 		return res, true, api.ToWire(err)
-	case api.RPCQuery:
+	case agentrpc.Query:
 		var q api.Query
 		if err := decode(&q); err != nil {
 			return nil, true, api.ToWire(err)
@@ -106,8 +107,8 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, api.ToWire(err)
 		}
 		return res, true, nil
-	case api.RPCSnapshotSave:
-		var args api.SnapshotSaveArgs
+	case agentrpc.SnapshotSave:
+		var args agentrpc.SnapshotSaveArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
 			return nil, true, api.ToWire(err)
@@ -122,30 +123,30 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, api.ToWire(err)
 		}
 		return buf.Bytes(), true, nil
-	case api.RPCSnapshotRestore:
-		var args api.SnapshotRestoreArgs
+	case agentrpc.SnapshotRestore:
+		var args agentrpc.SnapshotRestoreArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		res, err := g.SnapshotRestore(wctx, args.Archive)
 		return res, true, api.ToWire(err)
-	case api.RPCAutopilotHealth:
-		var args api.ACLCallerArgs
+	case agentrpc.AutopilotHealth:
+		var args agentrpc.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		h, err := g.AutopilotHealth(actx)
 		return h, true, api.ToWire(err)
-	case api.RPCStatus:
+	case agentrpc.Status:
 		var none struct{}
 		if err := decode(&none); err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		return s.status(), true, nil
-	case api.RPCSubscribe:
-		var args api.SubscribeArgs
+	case agentrpc.Subscribe:
+		var args agentrpc.SubscribeArgs
 		if err := decode(&args); err != nil {
 			return nil, true, api.ToWire(err)
 		}
@@ -168,38 +169,38 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			}
 			return nil
 		}), true, nil
-	case api.RPCACLResolve:
-		var args api.ACLResolveArgs
+	case agentrpc.ACLResolve:
+		var args agentrpc.ACLResolveArgs
 		if err := decode(&args); err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		t, err := b.resolveHash(args.SecretHash)
 		return t, true, api.ToWire(err)
-	case api.RPCACLBootstrap:
+	case agentrpc.ACLBootstrap:
 		var none struct{}
 		if err := decode(&none); err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		t, err := g.ACLBootstrap(ctx)
 		return t, true, api.ToWire(err)
-	case api.RPCACLTokenCreate:
-		var args api.ACLTokenCreateArgs
+	case agentrpc.ACLTokenCreate:
+		var args agentrpc.ACLTokenCreateArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		t, err := g.ACLTokenCreate(actx, args.Request)
 		return t, true, api.ToWire(err)
-	case api.RPCACLTokens:
-		var args api.ACLCallerArgs
+	case agentrpc.ACLTokens:
+		var args agentrpc.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		ts, err := g.ACLTokens(actx)
 		return ts, true, api.ToWire(err)
-	case api.RPCACLTokenDelete:
-		var args api.ACLTokenDeleteArgs
+	case agentrpc.ACLTokenDelete:
+		var args agentrpc.ACLTokenDeleteArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
 			return nil, true, api.ToWire(err)
@@ -216,8 +217,8 @@ func (s *Server) resolver() authz.Resolver {
 }
 
 // status is this server's view of the Raft cluster, for client agents.
-func (s *Server) status() *api.StatusReply {
-	out := &api.StatusReply{Leader: s.Leader(), LeaderID: s.LeaderID()}
+func (s *Server) status() *agentrpc.StatusReply {
+	out := &agentrpc.StatusReply{Leader: s.Leader(), LeaderID: s.LeaderID()}
 	if servers, err := s.RaftConfiguration(); err == nil {
 		for _, srv := range servers {
 			out.Peers = append(out.Peers, string(srv.Address))

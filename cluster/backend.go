@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/registry"
 )
@@ -111,8 +112,8 @@ func (b *Backend) block(ctx context.Context, types []string, index uint64, wait 
 func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
 	// A client agent chooses its stream's heartbeat: 1 ns was a busy
 	// loop on the server.
-	if heartbeat != 0 && heartbeat < api.MinHeartbeat {
-		return nil, 0, fmt.Errorf("%w: heartbeat %v: at least %v (or 0 for none)", api.ErrInvalid, heartbeat, api.MinHeartbeat)
+	if heartbeat != 0 && heartbeat < agentrpc.MinHeartbeat {
+		return nil, 0, fmt.Errorf("%w: heartbeat %v: at least %v (or 0 for none)", api.ErrInvalid, heartbeat, agentrpc.MinHeartbeat)
 	}
 	for _, t := range types {
 		if err := api.ValidateIdentifier("type", t); err != nil {

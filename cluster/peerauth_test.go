@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
@@ -87,7 +88,7 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 }
 
 // A stream's heartbeat is chosen by its client agent: below
-// api.MinHeartbeat it is refused as invalid (1 ns was a busy loop on the
+// agentrpc.MinHeartbeat it is refused as invalid (1 ns was a busy loop on the
 // server); zero (none) and the floor itself are served.
 func TestSubscribeHeartbeatFloor(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.Options{})
@@ -95,7 +96,7 @@ func TestSubscribeHeartbeatFloor(t *testing.T) {
 	for _, tc := range []struct {
 		every time.Duration
 		ok    bool
-	}{{time.Nanosecond, false}, {api.MinHeartbeat - 1, false}, {0, true}, {api.MinHeartbeat, true}} {
+	}{{time.Nanosecond, false}, {agentrpc.MinHeartbeat - 1, false}, {0, true}, {agentrpc.MinHeartbeat, true}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		_, _, err := b.Subscribe(ctx, nil, nil, tc.every)
 		cancel()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/transport"
@@ -68,7 +69,7 @@ var serverOnly = map[string]bool{
 // transport's 64 MiB for everything else.
 func rpcRequestBound(method string) int64 {
 	switch method {
-	case api.RPCSnapshotRestore:
+	case agentrpc.SnapshotRestore:
 		return 520 << 20
 	case rpcApplyBatch:
 		return 128 << 20

@@ -52,7 +52,7 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 	ctx = authz.With(r.Context(), id)
 	if secret != "" && s.cfg.ACL.Enabled {
 		// A client agent forwards writes to a server, which checks the
-		// caller's token again (api.RegisterArgs.Token).
+		// caller's token again (agentrpc.RegisterArgs.Token).
 		ctx = api.WithToken(ctx, secret)
 	}
 	return r.WithContext(ctx), true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -16,20 +17,20 @@ import (
 // agent RPC's own types, as a hostile peer's bytes meet them.
 func argsOf(method string) interface{} {
 	switch method {
-	case api.RPCRegister:
-		return new(api.RegisterArgs)
-	case api.RPCDeregister:
-		return new(api.DeregisterArgs)
-	case api.RPCDeregisterNode:
-		return new(api.DeregisterNodeArgs)
-	case api.RPCQuery:
+	case agentrpc.Register:
+		return new(agentrpc.RegisterArgs)
+	case agentrpc.Deregister:
+		return new(agentrpc.DeregisterArgs)
+	case agentrpc.DeregisterNode:
+		return new(agentrpc.DeregisterNodeArgs)
+	case agentrpc.Query:
 		return new(api.Query)
-	case api.RPCSubscribe:
-		return new(api.SubscribeArgs)
-	case api.RPCSnapshotRestore:
-		return new(api.SnapshotRestoreArgs)
-	case api.RPCACLTokenCreate:
-		return new(api.ACLTokenCreateArgs)
+	case agentrpc.Subscribe:
+		return new(agentrpc.SubscribeArgs)
+	case agentrpc.SnapshotRestore:
+		return new(agentrpc.SnapshotRestoreArgs)
+	case agentrpc.ACLTokenCreate:
+		return new(agentrpc.ACLTokenCreateArgs)
 	}
 	return new(struct{})
 }
@@ -45,12 +46,12 @@ func FuzzServeRPC(f *testing.F) {
 		enc.Encode(args)
 		return b.Bytes()
 	}
-	f.Add(seed(api.RPCRegister, &api.RegisterArgs{Plugin: &api.PluginInfo{Type: "csi", Name: "a", AllocID: "1", NodeID: "n"}}))
-	f.Add(seed(api.RPCDeregister, &api.DeregisterArgs{Request: api.DeregisterRequest{Type: "csi", Name: "a", AllocID: "1"}}))
-	f.Add(seed(api.RPCQuery, &api.Query{Kind: api.QueryList, Type: "csi"}))
-	f.Add(seed(api.RPCSubscribe, &api.SubscribeArgs{Types: []string{"csi"}, Heartbeat: time.Second}))
-	f.Add(seed(api.RPCACLTokenCreate, &api.ACLTokenCreateArgs{Request: api.ACLTokenCreateRequest{Policies: []api.ACLPolicy{{Kind: api.ACLRead}}}}))
-	f.Add(append(seed(api.RPCRegister, &api.RegisterArgs{}), 0xdb, 0xff, 0xff, 0xff, 0xff)) // a huge string length
+	f.Add(seed(agentrpc.Register, &agentrpc.RegisterArgs{Plugin: &api.PluginInfo{Type: "csi", Name: "a", AllocID: "1", NodeID: "n"}}))
+	f.Add(seed(agentrpc.Deregister, &agentrpc.DeregisterArgs{Request: api.DeregisterRequest{Type: "csi", Name: "a", AllocID: "1"}}))
+	f.Add(seed(agentrpc.Query, &api.Query{Kind: api.QueryList, Type: "csi"}))
+	f.Add(seed(agentrpc.Subscribe, &agentrpc.SubscribeArgs{Types: []string{"csi"}, Heartbeat: time.Second}))
+	f.Add(seed(agentrpc.ACLTokenCreate, &agentrpc.ACLTokenCreateArgs{Request: api.ACLTokenCreateRequest{Policies: []api.ACLPolicy{{Kind: api.ACLRead}}}}))
+	f.Add(append(seed(agentrpc.Register, &agentrpc.RegisterArgs{}), 0xdb, 0xff, 0xff, 0xff, 0xff)) // a huge string length
 	f.Add([]byte{0x81, 0xa6, 'M', 'e', 't', 'h', 'o', 'd', 0xc6, 0x7f, 0xff, 0xff, 0xff})
 	handler := func(_ context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 		args := argsOf(method)
@@ -58,15 +59,15 @@ func FuzzServeRPC(f *testing.F) {
 			return nil, err
 		}
 		switch a := args.(type) {
-		case *api.RegisterArgs:
+		case *agentrpc.RegisterArgs:
 			if a.Plugin != nil {
 				api.ValidatePlugin(a.Plugin)
 			}
-		case *api.DeregisterArgs:
+		case *agentrpc.DeregisterArgs:
 			a.Request.Validate()
 		case *api.Query:
 			a.Validate()
-		case *api.ACLTokenCreateArgs:
+		case *agentrpc.ACLTokenCreateArgs:
 			a.Request.Validate()
 		}
 		return struct{}{}, nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/fsm"
@@ -230,10 +231,10 @@ func TestHostileSuite(t *testing.T) {
 			return refusedRPC("Leave", struct{ ID string }{c.Servers[1].Node}, api.CodePermissionDenied)
 		}},
 		{"client certificate", "register over the agent RPC without a token", func() error {
-			return refusedRPC(api.RPCRegister, &api.RegisterArgs{Plugin: plugin("host-9", "x1")}, api.CodePermissionDenied)
+			return refusedRPC(agentrpc.Register, &agentrpc.RegisterArgs{Plugin: plugin("host-9", "x1")}, api.CodePermissionDenied)
 		}},
 		{"client certificate", "a busy-loop heartbeat on an event stream", func() error {
-			s, err := rpc.Stream(ctx, raftAddrs[0], api.RPCSubscribe, &api.SubscribeArgs{Heartbeat: time.Nanosecond})
+			s, err := rpc.Stream(ctx, raftAddrs[0], agentrpc.Subscribe, &agentrpc.SubscribeArgs{Heartbeat: time.Nanosecond})
 			if err == nil {
 				var ev api.Event
 				err = s.Recv(&ev)
@@ -259,7 +260,7 @@ func TestHostileSuite(t *testing.T) {
 			return isErr(err, client.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "deregister host-2 over the agent RPC", func() error {
-			return refusedRPC(api.RPCDeregisterNode, &api.DeregisterNodeArgs{NodeID: "host-2", Token: tok1.SecretID}, api.CodePermissionDenied)
+			return refusedRPC(agentrpc.DeregisterNode, &agentrpc.DeregisterNodeArgs{NodeID: "host-2", Token: tok1.SecretID}, api.CodePermissionDenied)
 		}},
 		{"host-1's agent token", "create itself an operator token", func() error {
 			_, err := h1API.ACLTokenCreate(ctx, "mine", []client.ACLPolicy{{Kind: api.ACLOperator}})

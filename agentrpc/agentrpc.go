@@ -1,30 +1,36 @@
-package api
+// Package agentrpc is the internal RPC that client agents use to reach
+// servers, on the server port (transport's msgpack RPC): its method names
+// and argument types. Each method takes the args struct named beside it;
+// errors cross as api.WireError. It is not the public wire vocabulary
+// (package api): the Go client and the plugin SDK do not import it.
+package agentrpc
 
-import "time"
+import (
+	"time"
 
-// The internal RPC that client agents use to reach servers, on the server
-// port (transport's msgpack RPC). Each method takes the args struct named
-// beside it; errors cross as a code (ErrorCode) and a message and are
-// rebuilt with WireError.Err.
+	"github.com/plugreg/plugreg/api"
+)
+
+// Methods.
 const (
-	RPCRegister       = "Agent.Register"       // RegisterArgs -> WriteResult
-	RPCDeregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult
-	RPCDeregisterNode = "Agent.DeregisterNode" // DeregisterNodeArgs -> WriteResult
-	RPCQuery          = "Agent.Query"          // Query -> QueryResult
-	RPCSubscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
-	RPCStatus         = "Agent.Status"         // struct{} -> StatusReply
+	Register       = "Agent.Register"       // RegisterArgs -> WriteResult
+	Deregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult
+	DeregisterNode = "Agent.DeregisterNode" // DeregisterNodeArgs -> WriteResult
+	Query          = "Agent.Query"          // Query -> QueryResult
+	Subscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
+	Status         = "Agent.Status"         // struct{} -> StatusReply
 
 	// ACLs, for client agents: tokens are resolved and managed on servers.
-	RPCACLResolve     = "ACL.Resolve"     // ACLResolveArgs -> ACLToken
-	RPCACLBootstrap   = "ACL.Bootstrap"   // struct{} -> ACLTokenSecret
-	RPCACLTokenCreate = "ACL.TokenCreate" // ACLTokenCreateArgs -> ACLTokenSecret
-	RPCACLTokens      = "ACL.Tokens"      // ACLCallerArgs -> []ACLToken
-	RPCACLTokenDelete = "ACL.TokenDelete" // ACLTokenDeleteArgs -> WriteResult
+	ACLResolve     = "ACL.Resolve"     // ACLResolveArgs -> ACLToken
+	ACLBootstrap   = "ACL.Bootstrap"   // struct{} -> ACLTokenSecret
+	ACLTokenCreate = "ACL.TokenCreate" // ACLTokenCreateArgs -> ACLTokenSecret
+	ACLTokens      = "ACL.Tokens"      // ACLCallerArgs -> []ACLToken
+	ACLTokenDelete = "ACL.TokenDelete" // ACLTokenDeleteArgs -> WriteResult
 
 	// Operator calls client agents pass on for their HTTP caller.
-	RPCSnapshotSave    = "Operator.SnapshotSave"    // SnapshotSaveArgs -> []byte (the archive)
-	RPCSnapshotRestore = "Operator.SnapshotRestore" // SnapshotRestoreArgs -> WriteResult
-	RPCAutopilotHealth = "Operator.AutopilotHealth" // ACLCallerArgs -> AutopilotHealth
+	SnapshotSave    = "Operator.SnapshotSave"    // SnapshotSaveArgs -> []byte (the archive)
+	SnapshotRestore = "Operator.SnapshotRestore" // SnapshotRestoreArgs -> WriteResult
+	AutopilotHealth = "Operator.AutopilotHealth" // ACLCallerArgs -> AutopilotHealth
 )
 
 // SnapshotSaveArgs asks for a backup archive (package snapshot) on behalf
@@ -52,7 +58,7 @@ type ACLCallerArgs struct{ Token string }
 // ACLTokenCreateArgs creates a token on behalf of Token's holder.
 type ACLTokenCreateArgs struct {
 	Token   string
-	Request ACLTokenCreateRequest
+	Request api.ACLTokenCreateRequest
 }
 
 // ACLTokenDeleteArgs deletes a token on behalf of Token's holder.
@@ -64,7 +70,7 @@ type ACLTokenDeleteArgs struct {
 
 // RegisterArgs carries a registration and its request ID.
 type RegisterArgs struct {
-	Plugin    *PluginInfo
+	Plugin    *api.PluginInfo
 	RequestID string `codec:",omitempty"`
 	// Token is the writer's ACL secret; servers with ACLs on check it as
 	// their HTTP API would (older agents send none).
@@ -73,7 +79,7 @@ type RegisterArgs struct {
 
 // DeregisterArgs carries a (possibly conditional) deregistration.
 type DeregisterArgs struct {
-	Request   DeregisterRequest
+	Request   api.DeregisterRequest
 	RequestID string `codec:",omitempty"`
 	Token     string `codec:",omitempty"`
 }
