@@ -107,7 +107,7 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wd, _ := os.Getwd(); filepath.Join(root, "internal", "proctest") != wd {
+	if wd, _ := os.Getwd(); filepath.Join(root, "internal", "testing", "proctest") != wd {
 		t.Fatalf("repository root %s for %s", root, wd)
 	}
 	bin := Build(t, "./examples/stub-plugin")
