@@ -49,7 +49,7 @@ type Config struct {
 	// the leader's. Zero: 5ms (raft's own default is 50ms).
 	CommitTimeout time.Duration
 	// NoCommitNotify turns off telling followers the commit index as soon
-	// as the leader applied an entry (see commitNotifier); followers then
+	// as the leader applied an entry (see raftx.CommitNotifier); followers then
 	// learn it only from raft's own AppendEntries. For measuring what the
 	// notices buy, and as an escape hatch.
 	NoCommitNotify bool

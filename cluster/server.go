@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/atomicfile"
@@ -42,10 +43,10 @@ type Server struct {
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
-	applyJournal *journalFSM     // nil unless Config.ApplyJournal
-	commits      *commitNotifier // nil with Config.NoCommitNotify
-	restores     restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
-	proofs       proofs          // members' refused claims to be servers (proofs.go)
+	applyJournal *journalFSM           // nil unless Config.ApplyJournal
+	commits      *raftx.CommitNotifier // nil with Config.NoCommitNotify
+	restores     restoreFailures       // the FSM's failed restores, for autopilot (autopilot.go)
+	proofs       proofs                // members' refused claims to be servers (proofs.go)
 
 	gossip *gossip.Pool
 
@@ -227,13 +228,12 @@ func (s *Server) setupRaft() error {
 		}
 		machine = s.applyJournal
 	}
-	var trans raft.Transport = heartbeatsInOrder{s.trans}
+	var trans raft.Transport = raftx.HeartbeatsInOrder{NetworkTransport: s.trans}
 	if !cfg.NoCommitNotify {
-		s.commits = newCommitNotifier(s.ctx, s.trans, raft.RPCHeader{
+		s.commits = raftx.NewCommitNotifier(s.ctx, s.trans, raft.RPCHeader{
 			ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: s.trans.EncodePeer(rc.LocalID, s.trans.LocalAddr()),
 		}, s.IsLeader)
-		machine = notifyingFSM{BatchingFSM: machine, n: s.commits}
-		trans = notifyingTransport{heartbeatsInOrder: heartbeatsInOrder{s.trans}, n: s.commits}
+		trans, machine = raftx.Watch(s.commits, s.trans, machine)
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {
@@ -566,7 +566,7 @@ func (s *Server) Shutdown() error {
 			s.pool.Close()
 		}
 		if s.commits != nil {
-			s.commits.wait() // its sends end with the transport
+			s.commits.Wait() // its sends end with the transport
 		}
 		s.wg.Wait()
 		if raftStopped {

@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// commitNotifier tells followers the leader's commit index as soon as the
+// CommitNotifier tells followers the leader's commit index as soon as the
 // leader has applied an entry.
 //
 // hashicorp/raft sends the commit index only inside AppendEntries that
@@ -32,7 +32,7 @@ import (
 // node's term as raft itself last sent it, and never when raft already
 // told the follower that commit index. One request in flight per
 // follower; later commits coalesce into the next one.
-type commitNotifier struct {
+type CommitNotifier struct {
 	trans    raft.Transport
 	header   raft.RPCHeader // carries this node's ID and address (Addr)
 	isLeader func() bool
@@ -59,16 +59,16 @@ type commitPeer struct {
 	wake      chan struct{}
 }
 
-func newCommitNotifier(ctx context.Context, trans raft.Transport, header raft.RPCHeader, isLeader func() bool) *commitNotifier {
-	return &commitNotifier{
+func NewCommitNotifier(ctx context.Context, trans raft.Transport, header raft.RPCHeader, isLeader func() bool) *CommitNotifier {
+	return &CommitNotifier{
 		trans: trans, header: header, isLeader: isLeader, ctx: ctx,
 		peers: map[raft.ServerAddress]*commitPeer{},
 	}
 }
 
-// wait returns when every follower goroutine has stopped (once ctx ends);
+// Wait returns when every follower goroutine has stopped (once ctx ends);
 // none starts after it.
-func (n *commitNotifier) wait() {
+func (n *CommitNotifier) Wait() {
 	n.mu.Lock()
 	n.stopped = true
 	n.mu.Unlock()
@@ -76,7 +76,7 @@ func (n *commitNotifier) wait() {
 }
 
 // appliedUpTo records that this node applied up to index (of term).
-func (n *commitNotifier) appliedUpTo(index, term uint64) {
+func (n *CommitNotifier) appliedUpTo(index, term uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if index <= n.applied {
@@ -92,7 +92,7 @@ func (n *commitNotifier) appliedUpTo(index, term uint64) {
 
 // observe learns from an AppendEntries exchange raft (or the notifier)
 // had with target.
-func (n *commitNotifier) observe(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+func (n *CommitNotifier) observe(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.term = max(n.term, req.Term)
@@ -138,7 +138,7 @@ func (n *commitNotifier) observe(id raft.ServerID, target raft.ServerAddress, re
 }
 
 // run sends the notices to one follower until the notifier stops.
-func (n *commitNotifier) run(target raft.ServerAddress, p *commitPeer) {
+func (n *CommitNotifier) run(target raft.ServerAddress, p *commitPeer) {
 	defer n.wg.Done()
 	for {
 		select {
@@ -180,16 +180,23 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// notifyingTransport is raft's transport, watched: every AppendEntries
+// Watch returns trans (without raft's heartbeat fast path: see
+// HeartbeatsInOrder) and fsm, each telling n what it needs: the
+// AppendEntries raft exchanges, and what this node applied.
+func Watch(n *CommitNotifier, trans *raft.NetworkTransport, fsm raft.BatchingFSM) (raft.Transport, raft.BatchingFSM) {
+	return NotifyingTransport{HeartbeatsInOrder: HeartbeatsInOrder{trans}, n: n}, NotifyingFSM{BatchingFSM: fsm, n: n}
+}
+
+// NotifyingTransport is raft's transport, watched: every AppendEntries
 // raft exchanges tells the commit notifier what the follower holds and was
 // told. Everything else passes through (the embedded transport's Close,
 // pre-vote and the rest included).
-type notifyingTransport struct {
-	heartbeatsInOrder
-	n *commitNotifier
+type NotifyingTransport struct {
+	HeartbeatsInOrder
+	n *CommitNotifier
 }
 
-func (t notifyingTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t NotifyingTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := t.NetworkTransport.AppendEntries(id, target, req, resp)
 	if err == nil {
 		t.n.observe(id, target, req, resp)
@@ -197,17 +204,17 @@ func (t notifyingTransport) AppendEntries(id raft.ServerID, target raft.ServerAd
 	return err
 }
 
-// notifyingFSM tells the commit notifier what this node applied.
-type notifyingFSM struct {
+// NotifyingFSM tells the commit notifier what this node applied.
+type NotifyingFSM struct {
 	raft.BatchingFSM
-	n *commitNotifier
+	n *CommitNotifier
 }
 
-func (f notifyingFSM) Apply(l *raft.Log) interface{} {
+func (f NotifyingFSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-func (f notifyingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+func (f NotifyingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := f.BatchingFSM.ApplyBatch(logs)
 	if k := len(logs); k > 0 {
 		f.n.appliedUpTo(logs[k-1].Index, logs[k-1].Term)

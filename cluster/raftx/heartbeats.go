@@ -1,8 +1,8 @@
-package cluster
+package raftx
 
 import "github.com/hashicorp/raft"
 
-// heartbeatsInOrder is raft's network transport without its heartbeat fast
+// HeartbeatsInOrder is raft's network transport without its heartbeat fast
 // path: raft hands a heartbeat to a handler that runs on the transport's
 // connection goroutine, and when the heartbeat carries a newer term it
 // raises the node's term and makes it a follower there, unsynchronised
@@ -16,7 +16,7 @@ import "github.com/hashicorp/raft"
 // no handler set, the transport delivers heartbeats to raft's main loop
 // like every other AppendEntries, in order with the leader loop's work;
 // the price is that a heartbeat waits behind the follower's disk writes.
-type heartbeatsInOrder struct{ *raft.NetworkTransport }
+type HeartbeatsInOrder struct{ *raft.NetworkTransport }
 
-// SetHeartbeatHandler refuses the fast path (see heartbeatsInOrder).
-func (heartbeatsInOrder) SetHeartbeatHandler(func(raft.RPC)) {}
+// SetHeartbeatHandler refuses the fast path (see HeartbeatsInOrder).
+func (HeartbeatsInOrder) SetHeartbeatHandler(func(raft.RPC)) {}

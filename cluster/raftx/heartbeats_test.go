@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // A heartbeat reaches raft's main loop (the transport's consumer), never
 // a handler on the connection goroutine: raft's fast path raised the term
 // there while the leader loop went on stamping entries with it
-// (hashicorp/raft issue 695; see heartbeatsInOrder).
+// (hashicorp/raft issue 695; see HeartbeatsInOrder).
 func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 	newTrans := func() *raft.NetworkTransport {
 		tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 2, time.Second, hclog.NewNullLogger())
@@ -22,7 +22,7 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 		return tr
 	}
 	follower, leader := newTrans(), newTrans()
-	var trans raft.Transport = heartbeatsInOrder{follower}
+	var trans raft.Transport = HeartbeatsInOrder{follower}
 	fast := make(chan raft.RPC, 1)
 	trans.SetHeartbeatHandler(func(rpc raft.RPC) { fast <- rpc; rpc.Respond(&raft.AppendEntriesResponse{Term: 5}, nil) })
 

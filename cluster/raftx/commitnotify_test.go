@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"context"
@@ -25,8 +25,8 @@ func TestCommitNoticeRules(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var leading atomic.Bool
 	leading.Store(true)
-	n := newCommitNotifier(ctx, leaderTrans, raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("leader")}, leading.Load)
-	defer func() { cancel(); n.wait() }()
+	n := NewCommitNotifier(ctx, leaderTrans, raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("leader")}, leading.Load)
+	defer func() { cancel(); n.Wait() }()
 
 	got := make(chan *raft.AppendEntriesRequest, 16)
 	done := make(chan struct{})
