@@ -95,11 +95,11 @@ type Config struct {
 	// GossipEncryption encrypts gossip (zero: plaintext).
 	GossipEncryption gossip.Encryption
 
-	// ApplyJournal, when set, is a file to which the node appends one JSON
+	// ApplyLog, when set, is a file to which the node appends one JSON
 	// line per log entry its FSM applies (index, term, request ID, command,
 	// result): ground truth for the fault-injection suite. Off in
 	// production.
-	ApplyJournal string
+	ApplyLog string
 
 	// JournalSize is the number of events the node's journal keeps (zero:
 	// registry.DefaultJournalSize).

@@ -43,10 +43,10 @@ type Server struct {
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
-	applyJournal *journalFSM           // nil unless Config.ApplyJournal
-	commits      *raftx.CommitNotifier // nil with Config.NoCommitNotify
-	restores     restoreFailures       // the FSM's failed restores, for autopilot (autopilot.go)
-	proofs       proofs                // members' refused claims to be servers (proofs.go)
+	applyLog *applyLogFSM          // nil unless Config.ApplyLog
+	commits  *raftx.CommitNotifier // nil with Config.NoCommitNotify
+	restores restoreFailures       // the FSM's failed restores, for autopilot (autopilot.go)
+	proofs   proofs                // members' refused claims to be servers (proofs.go)
 
 	gossip *gossip.Pool
 
@@ -222,11 +222,11 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("inspect raft state: %w", err)
 	}
 	var machine raft.BatchingFSM = s.fsm
-	if cfg.ApplyJournal != "" {
-		if s.applyJournal, err = openJournalFSM(s.fsm, cfg.ApplyJournal); err != nil {
+	if cfg.ApplyLog != "" {
+		if s.applyLog, err = openApplyLogFSM(s.fsm, cfg.ApplyLog); err != nil {
 			return err
 		}
-		machine = s.applyJournal
+		machine = s.applyLog
 	}
 	var trans raft.Transport = raftx.HeartbeatsInOrder{NetworkTransport: s.trans}
 	if !cfg.NoCommitNotify {
@@ -571,8 +571,8 @@ func (s *Server) Shutdown() error {
 		s.wg.Wait()
 		if raftStopped {
 			// Only once Raft is gone: its goroutines use the stores.
-			if s.applyJournal != nil {
-				errs = append(errs, s.applyJournal.Close())
+			if s.applyLog != nil {
+				errs = append(errs, s.applyLog.Close())
 			}
 			if s.storeCloser != nil {
 				errs = append(errs, s.storeCloser.Close())

@@ -165,9 +165,9 @@ type result struct {
 func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end endOfRun, logf func(string, ...interface{})) *result {
 	conv := end.conv
 	res := &result{}
-	journals := map[string][]check.JournalRecord{}
+	journals := map[string][]check.ApplyRecord{}
 	for _, n := range d.nodes {
-		recs, err := check.ReadJSONL[check.JournalRecord](n.Journal)
+		recs, err := check.ReadJSONL[check.ApplyRecord](n.Journal)
 		if err != nil {
 			res.violations = append(res.violations, check.Violation{Checker: "ground-truth", Detail: err.Error()})
 		}

@@ -59,7 +59,7 @@ func TestClientAgentArgs(t *testing.T) {
 	}
 	args := strings.Join(d.args(c), " ")
 	for _, f := range []string{"-server-port", "-bootstrap-expect", "-snapshot-threshold", "-snapshot-interval", "-trailing-logs",
-		"-node-reap-after", "-journal-size", "-apply-journal", "-heartbeat-timeout"} {
+		"-node-reap-after", "-journal-size", "-apply-log", "-heartbeat-timeout"} {
 		if strings.Contains(args, f+" ") {
 			t.Errorf("client agent args %q have the server flag %s", args, f)
 		}

@@ -154,7 +154,7 @@ func (d *db) args(n *node) []string {
 	}
 	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
 		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
-		"-bootstrap-expect", "3", "-retry-join", "-apply-journal", n.Journal,
+		"-bootstrap-expect", "3", "-retry-join", "-apply-log", n.Journal,
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
 	args = append(args, "-log-store", d.logStore)

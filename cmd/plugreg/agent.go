@@ -71,7 +71,7 @@ func runAgent(args []string) error {
 		maxBlock  = fs.Int("http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
 		bodyRead  = fs.Duration("http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
 		aclPolicy = fs.String("acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
-		applyLog  = fs.String("apply-journal", "", "test instrument: append a JSON line per applied log entry to this file")
+		applyLog  = fs.String("apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
 		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
 		logStore  = fs.String("log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
 		walSeg    = fs.Int("wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
@@ -232,7 +232,7 @@ func runAgent(args []string) error {
 	if *hbTimeout > 0 {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = *hbTimeout, *hbTimeout, *hbTimeout/2
 	}
-	cfg.ApplyJournal = *applyLog
+	cfg.ApplyLog = *applyLog
 	if *cmTime > 0 {
 		cfg.CommitTimeout = *cmTime
 	}
@@ -412,7 +412,7 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 // serverOnly are the flags that mean nothing to a client agent: setting
 // one with -client is a mistake worth saying.
 var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
-	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-journal",
+	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-log",
 	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
 
 func clientOnlyFlags(fs *flag.FlagSet) error {

@@ -11,14 +11,14 @@ import (
 // journal builds a node's apply journal from commands, one per index
 // starting at 1: "reg t n a v", "dereg t n a", "node N", and "cdereg t n a
 // N" (conditional on node h1's N, as agents write).
-func journal(t *testing.T, cmds ...string) []JournalRecord {
+func journal(t *testing.T, cmds ...string) []ApplyRecord {
 	t.Helper()
-	var out []JournalRecord
+	var out []ApplyRecord
 	model := NewRegistry()
 	for i, c := range cmds {
 		f := strings.Fields(c)
 		idx := uint64(i + 1)
-		rec := JournalRecord{Index: idx, Term: 1, Kind: "command", RequestID: fmt.Sprintf("r%d", idx)}
+		rec := ApplyRecord{Index: idx, Term: 1, Kind: "command", RequestID: fmt.Sprintf("r%d", idx)}
 		var req interface{}
 		switch f[0] {
 		case "reg":
@@ -44,7 +44,7 @@ func journal(t *testing.T, cmds ...string) []JournalRecord {
 
 func truth(t *testing.T, cmds ...string) *Truth {
 	t.Helper()
-	tr, vs := Merge(map[string][]JournalRecord{"n1": journal(t, cmds...), "n2": journal(t, cmds...)})
+	tr, vs := Merge(map[string][]ApplyRecord{"n1": journal(t, cmds...), "n2": journal(t, cmds...)})
 	if len(vs) > 0 {
 		t.Fatalf("consistent journals flagged: %v", vs)
 	}
@@ -84,7 +84,7 @@ func TestGroundTruthDisagreement(t *testing.T) {
 	a := journal(t, baseLog...)
 	b := journal(t, baseLog...)
 	b[2] = journal(t, "reg t x a1 v1", "reg t x a2 v2", "reg t z a9 v9")[2]
-	_, vs := Merge(map[string][]JournalRecord{"n1": a, "n2": b})
+	_, vs := Merge(map[string][]ApplyRecord{"n1": a, "n2": b})
 	expectFlagged(t, "disagreeing journals", vs, "index 3")
 }
 
@@ -105,7 +105,7 @@ func TestWritesChecker(t *testing.T) {
 	recs := journal(t, baseLog...)
 	dup := recs[3]
 	dup.Index, dup.RequestID = 5, "r2"
-	tr2, _ := Merge(map[string][]JournalRecord{"n1": append(recs, dup)})
+	tr2, _ := Merge(map[string][]ApplyRecord{"n1": append(recs, dup)})
 	expectFlagged(t, "duplicated write", Writes(writeOps(), tr2), "duplicated")
 
 	unknown := writeOps()
@@ -121,7 +121,7 @@ func TestWritesStubPluginsExempt(t *testing.T) {
 		for i := len(baseLog); i < len(recs); i++ {
 			recs[i].RequestID = ""
 		}
-		tr, vs := Merge(map[string][]JournalRecord{"n1": recs})
+		tr, vs := Merge(map[string][]ApplyRecord{"n1": recs})
 		expectClean(t, "journal", vs)
 		return tr
 	}
@@ -268,12 +268,12 @@ func TestJoinedSessions(t *testing.T) {
 // command the model must agree with; nodes must still agree on it.
 func TestACLCommandsExempt(t *testing.T) {
 	recs := journal(t, baseLog...)
-	acl := JournalRecord{Index: uint64(len(recs) + 1), Term: recs[len(recs)-1].Term, Kind: "command", Command: "acl-bootstrap", Result: "created"}
-	tr, vs := Merge(map[string][]JournalRecord{"n1": append(append([]JournalRecord(nil), recs...), acl), "n2": append(append([]JournalRecord(nil), recs...), acl)})
+	acl := ApplyRecord{Index: uint64(len(recs) + 1), Term: recs[len(recs)-1].Term, Kind: "command", Command: "acl-bootstrap", Result: "created"}
+	tr, vs := Merge(map[string][]ApplyRecord{"n1": append(append([]ApplyRecord(nil), recs...), acl), "n2": append(append([]ApplyRecord(nil), recs...), acl)})
 	expectClean(t, "journals with an ACL command", vs)
 	expectClean(t, "writes around an ACL command", Writes(writeOps(), tr))
 	other := acl
 	other.Result = "absent"
-	_, vs = Merge(map[string][]JournalRecord{"n1": append(append([]JournalRecord(nil), recs...), acl), "n2": append(append([]JournalRecord(nil), recs...), other)})
+	_, vs = Merge(map[string][]ApplyRecord{"n1": append(append([]ApplyRecord(nil), recs...), acl), "n2": append(append([]ApplyRecord(nil), recs...), other)})
 	expectFlagged(t, "nodes disagreeing on an ACL command", vs, "index 5")
 }

@@ -86,8 +86,8 @@ type Session struct {
 	EndReason  string
 }
 
-// Journal records are what the agents' -apply-journal writes.
-type JournalRecord struct {
+// Journal records are what the agents' -apply-log writes.
+type ApplyRecord struct {
 	Index     uint64
 	Term      uint64
 	Kind      string

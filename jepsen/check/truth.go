@@ -7,7 +7,7 @@ import (
 
 // Entry is one log entry as the merged apply journals know it.
 type Entry struct {
-	JournalRecord
+	ApplyRecord
 	Nodes []string // the nodes that journaled it
 }
 
@@ -24,7 +24,7 @@ type Truth struct {
 
 // Merge builds the ground truth from each node's journal and reports every
 // index at which two records disagree (a safety violation of Raft).
-func Merge(journals map[string][]JournalRecord) (*Truth, []Violation) {
+func Merge(journals map[string][]ApplyRecord) (*Truth, []Violation) {
 	var vs []Violation
 	t := &Truth{byIndex: map[uint64]*Entry{}, Restores: map[string][]uint64{}, results: map[uint64]string{}, evAt: map[uint64][]ModelEvent{}}
 	nodes := make([]string, 0, len(journals))
@@ -40,10 +40,10 @@ func Merge(journals map[string][]JournalRecord) (*Truth, []Violation) {
 			}
 			e, ok := t.byIndex[rec.Index]
 			if !ok {
-				t.byIndex[rec.Index] = &Entry{JournalRecord: rec, Nodes: []string{node}}
+				t.byIndex[rec.Index] = &Entry{ApplyRecord: rec, Nodes: []string{node}}
 				continue
 			}
-			if !sameRecord(&e.JournalRecord, &rec) {
+			if !sameRecord(&e.ApplyRecord, &rec) {
 				vs = append(vs, violation("ground-truth", "index %d: %v says %s %s %s (term %d), %s says %s %s %s (term %d)",
 					rec.Index, e.Nodes, e.Command, e.RequestID, e.Result, e.Term, node, rec.Command, rec.RequestID, rec.Result, rec.Term))
 				continue
@@ -85,7 +85,7 @@ func Merge(journals map[string][]JournalRecord) (*Truth, []Violation) {
 // alike.
 func IsACLCommand(command string) bool { return strings.HasPrefix(command, "acl-") }
 
-func sameRecord(a, b *JournalRecord) bool {
+func sameRecord(a, b *ApplyRecord) bool {
 	return a.Term == b.Term && a.Kind == b.Kind && a.RequestID == b.RequestID && a.Command == b.Command &&
 		string(a.Request) == string(b.Request) && a.Result == b.Result && a.Duplicate == b.Duplicate && a.Removed == b.Removed
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/plugreg/plugreg/fsm"
 )
 
-// JournalRecord is one line of an apply journal.
-type JournalRecord struct {
+// ApplyRecord is one line of an apply log.
+type ApplyRecord struct {
 	Index     uint64
 	Term      uint64
 	Kind      string      // "command", "configuration", or "restore" (a snapshot replaced the state)
@@ -27,41 +27,41 @@ type JournalRecord struct {
 	Error     string      `json:",omitempty"`
 }
 
-// journalFSM records every entry the FSM applies to a file, then lets the
+// applyLogFSM records every entry the FSM applies to a file, then lets the
 // real FSM answer. It is a test instrument: raft's FSM goroutine is its only
 // writer, and it writes (to the OS, not fsync'ed) before raft hands the
 // response back, so a kill -9 loses nothing that was acknowledged. Each
 // batch is one write: a kill -9 leaves all of it in the file or none,
 // never a torn line that the next process would append to (a bufio.Writer
 // wrote out a full buffer in the middle of a record: the fault suite's
-// deposed-leader family killed a server applying a batch, and its journal
+// deposed-leader family killed a server applying a batch, and its apply log
 // no longer parsed).
-type journalFSM struct {
+type applyLogFSM struct {
 	*fsm.FSM
 	mu sync.Mutex     // guards f (Close may race with the FSM goroutine)
 	f  io.WriteCloser // the file; nil once closed
 }
 
-var _ raft.BatchingFSM = (*journalFSM)(nil)
+var _ raft.BatchingFSM = (*applyLogFSM)(nil)
 
-func openJournalFSM(inner *fsm.FSM, path string) (*journalFSM, error) {
+func openApplyLogFSM(inner *fsm.FSM, path string) (*applyLogFSM, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open apply journal: %w", err)
+		return nil, fmt.Errorf("open apply log: %w", err)
 	}
-	return &journalFSM{FSM: inner, f: f}, nil
+	return &applyLogFSM{FSM: inner, f: f}, nil
 }
 
-func (j *journalFSM) Apply(l *raft.Log) interface{} {
+func (j *applyLogFSM) Apply(l *raft.Log) interface{} {
 	return j.ApplyBatch([]*raft.Log{l})[0]
 }
 
-func (j *journalFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+func (j *applyLogFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := j.FSM.ApplyBatch(logs)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for i, l := range logs {
-		rec := JournalRecord{Index: l.Index, Term: l.Term, Kind: "configuration"}
+		rec := ApplyRecord{Index: l.Index, Term: l.Term, Kind: "configuration"}
 		if l.Type == raft.LogCommand {
 			rec.Kind = "command"
 			if req, err := fsm.DecodeCommand(l.Data); err == nil {
@@ -80,8 +80,8 @@ func (j *journalFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-// write appends b to the journal in one write, unless it is closed.
-func (j *journalFSM) write(b []byte) {
+// write appends b to the apply log in one write, unless it is closed.
+func (j *applyLogFSM) write(b []byte) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f != nil {
@@ -89,16 +89,16 @@ func (j *journalFSM) write(b []byte) {
 	}
 }
 
-func (j *journalFSM) Restore(rc io.ReadCloser) error {
+func (j *applyLogFSM) Restore(rc io.ReadCloser) error {
 	if err := j.FSM.Restore(rc); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(&JournalRecord{Index: j.FSM.State().Index(), Kind: "restore"})
+	b, _ := json.Marshal(&ApplyRecord{Index: j.FSM.State().Index(), Kind: "restore"})
 	j.write(append(b, '\n'))
 	return nil
 }
 
-func (j *journalFSM) Close() error {
+func (j *applyLogFSM) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {

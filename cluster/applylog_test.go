@@ -24,9 +24,9 @@ func (w *writes) Close() error { return nil }
 // A batch goes to the journal in one write, however large: a kill -9
 // between two writes then leaves whole lines only, never a torn one that
 // the next process would append to.
-func TestApplyJournalWritesABatchAtOnce(t *testing.T) {
+func TestApplyLogWritesABatchAtOnce(t *testing.T) {
 	w := &writes{}
-	j := &journalFSM{FSM: fsm.New(nil), f: w}
+	j := &applyLogFSM{FSM: fsm.New(nil), f: w}
 	var logs []*raft.Log
 	for i := 1; i <= 100; i++ { // about 30 KB of records, past any buffer's size
 		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprintf("a%d", i),
@@ -45,7 +45,7 @@ func TestApplyJournalWritesABatchAtOnce(t *testing.T) {
 		t.Fatalf("%d lines for %d entries", len(lines), len(logs))
 	}
 	for i, l := range lines {
-		var rec struct { // JournalRecord's Request is an interface
+		var rec struct { // ApplyRecord's Request is an interface
 			Index     uint64
 			RequestID string
 		}
