@@ -38,14 +38,38 @@ func newTestUpstream(t *testing.T, journalSize int) *testUpstream {
 	return u
 }
 
+// store is the registry the upstream serves now (rewind swaps it).
+func (u *testUpstream) store() *registry.Store {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.s
+}
+
+// rewind makes the upstream serve s, a registry whose history ends before
+// what it served (a cluster restored from a backup), and breaks every
+// upstream open.
+func (u *testUpstream) rewind(s *registry.Store) {
+	u.mu.Lock()
+	u.s = s
+	u.mu.Unlock()
+	u.breakAll()
+}
+
 func (u *testUpstream) open(ctx context.Context, types []string, from *uint64) (<-chan *api.Event, error) {
 	u.opens.Add(1)
-	start := u.s.Journal().State().Index()
-	if from != nil {
+	s := u.store()
+	start := s.Journal().State().Index()
+	rewound := from != nil && *from > start
+	if from != nil && !rewound {
 		start = *from
 	}
 	ictx, cancel := context.WithCancel(ctx)
-	in, err := u.s.WatchWithHeartbeat(ictx, registry.Filter{Types: types}, start, u.hb)
+	in, err := s.WatchWithHeartbeat(ictx, registry.Filter{Types: types}, start, u.hb)
+	if rewound {
+		// As a server does for a position past the cluster's history:
+		// it starts below it, with a reset.
+		in, err = s.WatchFromState(ictx, registry.Filter{Types: types}, u.hb)
+	}
 	if err != nil {
 		cancel()
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/registry"
 )
 
 // Many local subscribers with one filter (spelled differently) share one
@@ -355,5 +356,46 @@ func TestMaxUpstreams(t *testing.T) {
 	}
 	if got := u.opens.Load(); got != 2 {
 		t.Fatalf("%d upstreams opened, want 2", got)
+	}
+}
+
+// An upstream whose history ends before the feed's position (the cluster
+// was restored from a backup behind it) starts below it, with a reset:
+// the feed takes it (api.Cursor.Resumed) and its subscribers get the
+// reset, then the events after it.
+func TestRewoundUpstream(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, _, err := h.Subscribe(ctx, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := write(t, u.s, 20, "csi")
+	collect(t, ch, top)
+
+	restored := registry.NewLocal(0, nil)
+	t.Cleanup(restored.Shutdown)
+	at := write(t, restored, 5, "csi")
+	u.rewind(restored)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if ev.EventType == api.EventHeartbeat {
+				continue
+			}
+			if ev.EventType != api.EventReset || ev.Index != at {
+				t.Fatalf("after the rewind: %s, want a reset at %d", describe(ev), at)
+			}
+			next := writeRange(t, restored, 5, 6, "csi")
+			if got := collect(t, ch, next); len(got) != 1 {
+				t.Fatalf("after the reset: %v, want the one new event at %d", got, next)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no reset after the rewind")
+		}
 	}
 }
