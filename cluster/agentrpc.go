@@ -66,9 +66,8 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		if args.Plugin == nil {
 			return nil, true, api.ToWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
 		}
-		if err := api.ValidatePlugin(args.Plugin); err != nil {
-			return nil, true, api.ToWire(err)
-		}
+		// Validated once, where the command is encoded (fsm.EncodeCommand),
+		// as for the other writes below: never twice on the write path.
 		res, err := g.Register(wctx, args.Plugin)
 		return res, true, api.ToWire(err)
 	case agentrpc.Deregister:
@@ -77,18 +76,12 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		if err != nil {
 			return nil, true, api.ToWire(err)
 		}
-		if err := args.Request.Validate(); err != nil {
-			return nil, true, api.ToWire(err)
-		}
 		res, err := g.Deregister(wctx, args.Request)
 		return res, true, api.ToWire(err)
 	case agentrpc.DeregisterNode:
 		var args agentrpc.DeregisterNodeArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		if err := api.ValidateIdentifier("node", args.NodeID); err != nil {
 			return nil, true, api.ToWire(err)
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
