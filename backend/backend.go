@@ -28,7 +28,7 @@ type Backend interface {
 
 	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
 	// Subscribe streams events after *from (nil: from now) and returns the
-	// position it starts at; see registry.Store.WatchWithHeartbeat. The
+	// position it starts at; see registry.Hub.WatchWithHeartbeat. The
 	// events (and their records) may be shared with other subscribers:
 	// read them, never modify them.
 	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error)

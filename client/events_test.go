@@ -224,12 +224,12 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 	defer cancel()
 	n := c.Followers()[0]
 	// The reference: a subscriber that reads everything from the start.
-	ref, err := n.Store().Watch(ctx, registry.Filter{}, 0)
+	ref, err := n.Hub().Watch(ctx, registry.Filter{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The laggard: its channel holds 64 events and it does not read.
-	lag, err := n.Store().Watch(ctx, registry.Filter{}, 0)
+	lag, err := n.Hub().Watch(ctx, registry.Filter{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

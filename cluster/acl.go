@@ -20,7 +20,7 @@ func (b *Backend) ResolveToken(ctx context.Context, secret string) (*api.ACLToke
 }
 
 func (b *Backend) resolveHash(hash string) (*api.ACLToken, error) {
-	t, ok := b.s.store.ACLState().ACLTokenBySecretHash(hash)
+	t, ok := b.s.fsm.State().ACLTokenBySecretHash(hash)
 	if !ok {
 		return nil, api.ErrACLNotFound
 	}
@@ -30,7 +30,7 @@ func (b *Backend) resolveHash(hash string) (*api.ACLToken, error) {
 
 // ACLBootstrap creates the operator token, once per cluster.
 func (b *Backend) ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error) {
-	if idx := b.s.store.ACLState().ACLBootstrapped(); idx != 0 {
+	if idx := b.s.fsm.State().ACLBootstrapped(); idx != 0 {
 		return api.ACLTokenSecret{}, fmt.Errorf("%w (at index %d)", api.ErrACLBootstrapped, idx)
 	}
 	return b.newToken(ctx, api.ACLTokenCreateRequest{Description: "bootstrap token (operator)", Policies: []api.ACLPolicy{{Kind: api.ACLOperator}}}, true)
@@ -51,9 +51,9 @@ func (b *Backend) newToken(ctx context.Context, req api.ACLTokenCreateRequest, b
 	t := fsm.ACLToken{AccessorID: accessor, SecretHash: api.HashSecret(secret), Description: req.Description, Policies: req.Policies, Node: req.Node}
 	var res api.WriteResult
 	if bootstrap {
-		res, err = b.s.store.ACLBootstrap(ctx, t)
+		res, err = b.s.aclBootstrap(ctx, t)
 	} else {
-		res, err = b.s.store.ACLTokenSet(ctx, t)
+		res, err = b.s.aclTokenSet(ctx, t)
 	}
 	if err != nil {
 		return api.ACLTokenSecret{}, apiError(err)
@@ -65,7 +65,7 @@ func (b *Backend) newToken(ctx context.Context, req api.ACLTokenCreateRequest, b
 // ACLTokens lists every token (no secrets), from this server's replica.
 func (b *Backend) ACLTokens(ctx context.Context) ([]api.ACLToken, error) {
 	var out []api.ACLToken
-	for _, t := range b.s.store.ACLState().ACLTokens() {
+	for _, t := range b.s.fsm.State().ACLTokens() {
 		out = append(out, t.API())
 	}
 	return out, nil
@@ -73,6 +73,6 @@ func (b *Backend) ACLTokens(ctx context.Context) ([]api.ACLToken, error) {
 
 // ACLTokenDelete deletes a token by accessor.
 func (b *Backend) ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
-	res, err := b.s.store.ACLTokenDelete(ctx, accessorID)
+	res, err := b.s.aclTokenDelete(ctx, accessorID)
 	return res, apiError(err)
 }

@@ -14,8 +14,8 @@ import (
 
 // Apply proposes cmd to the cluster: through raft on the leader, forwarded
 // over RPC from a follower. It returns once the entry is applied on the
-// node that proposed it; registry.Store then waits for this node's own
-// apply. A failure is an *Error whose Outcome says whether the write may
+// node that proposed it; the write path (write.go)
+// then waits for this node's own apply. A failure is an *Error whose Outcome says whether the write may
 // have applied.
 func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
 	for attempt := 0; ; attempt++ {

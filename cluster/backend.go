@@ -30,19 +30,19 @@ func (b *Backend) Role() string { return api.RoleServer }
 
 // Register registers or updates p (the request ID, if any, is in ctx).
 func (b *Backend) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
-	res, err := b.s.store.RegisterPlugin(ctx, p)
+	res, err := b.s.register(ctx, p)
 	return res, apiError(err)
 }
 
 // Deregister removes an instance, conditionally when req says so.
 func (b *Backend) Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
-	res, err := b.s.store.Deregister(ctx, req)
+	res, err := b.s.deregister(ctx, req)
 	return res, apiError(err)
 }
 
 // DeregisterNode removes every instance of a node.
 func (b *Backend) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
-	res, err := b.s.store.DeregisterNode(ctx, nodeID)
+	res, err := b.s.deregisterNode(ctx, nodeID)
 	return res, apiError(err)
 }
 
@@ -96,7 +96,7 @@ func (b *Backend) block(ctx context.Context, types []string, index uint64, wait 
 	defer cancel()
 	stop := context.AfterFunc(b.s.ctx, cancel) // Shutdown ends the wait
 	defer stop()
-	ch, err := b.s.store.Watch(ctx, registry.Filter{Types: types}, index)
+	ch, err := b.s.hub.Watch(ctx, registry.Filter{Types: types}, index)
 	if err != nil {
 		return
 	}
@@ -138,14 +138,14 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 			// address): without this, the events up to its position
 			// were skipped in silence.
 			b.s.logger.Info("an event stream resumes past the cluster's committed index: it starts with a reset", "from", start, "committed", at)
-			ch, err := b.s.store.WatchFromState(ctx, filter, heartbeat)
+			ch, err := b.s.hub.WatchFromState(ctx, filter, heartbeat)
 			if err != nil {
 				return nil, 0, apiError(err)
 			}
 			return ch, b.s.AppliedIndex(), nil
 		}
 	}
-	ch, err := b.s.store.WatchWithHeartbeat(ctx, filter, start, heartbeat)
+	ch, err := b.s.hub.WatchWithHeartbeat(ctx, filter, start, heartbeat)
 	if err != nil {
 		return nil, 0, apiError(err)
 	}

@@ -37,7 +37,7 @@ func BenchmarkEventDelivery(b *testing.B) {
 			var wg sync.WaitGroup
 			for i, n := range c.Nodes {
 				for s := 0; s < subs; s++ {
-					ch, err := n.Store().Watch(ctx, registry.Filter{Types: []string{"csi"}}, n.AppliedIndex())
+					ch, err := n.Hub().Watch(ctx, registry.Filter{Types: []string{"csi"}}, n.AppliedIndex())
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -58,7 +58,7 @@ func BenchmarkEventDelivery(b *testing.B) {
 			var onLeader, onFollowers []time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := leader.Store().RegisterPlugin(ctx, plugin("ebs", fmt.Sprint(i))); err != nil {
+				if _, err := leader.Backend().Register(ctx, plugin("ebs", fmt.Sprint(i))); err != nil {
 					b.Fatal(err)
 				}
 				var first time.Time

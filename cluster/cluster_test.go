@@ -13,7 +13,6 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/registry"
 )
 
 func plugin(name, alloc string) *api.PluginInfo {
@@ -32,7 +31,7 @@ func TestWriteAnywhereReadEverywhere(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
 	for i, n := range c.Nodes {
-		res, err := n.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("p%d", i), "a1"))
+		res, err := n.Backend().Register(ctx, plugin(fmt.Sprintf("p%d", i), "a1"))
 		if err != nil {
 			t.Fatalf("register through %s: %v", n.NodeID(), err)
 		}
@@ -56,7 +55,7 @@ func TestLeaderKilledNewLeaderTakesWrites(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
 	old := c.Leader()
-	if _, err := old.Store().RegisterPlugin(ctx, plugin("before", "a1")); err != nil {
+	if _, err := old.Backend().Register(ctx, plugin("before", "a1")); err != nil {
 		t.Fatal(err)
 	}
 	for i, n := range c.Nodes {
@@ -69,7 +68,7 @@ func TestLeaderKilledNewLeaderTakesWrites(t *testing.T) {
 		t.Fatal("the killed node is still leader")
 	}
 	for _, n := range c.Running() {
-		if _, err := n.Store().RegisterPlugin(ctx, plugin("after-"+n.NodeID(), "a1")); err != nil {
+		if _, err := n.Backend().Register(ctx, plugin("after-"+n.NodeID(), "a1")); err != nil {
 			t.Fatalf("write through %s after failover: %v", n.NodeID(), err)
 		}
 		st, _, err := n.Read(ctx, api.Linearizable)
@@ -109,7 +108,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 			leader := c.Leader()
 			var last uint64
 			for i := 0; i < tc.writes; i++ {
-				res, err := leader.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
+				res, err := leader.Backend().Register(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +154,7 @@ func indexOf(c *testcluster.Cluster, n *testcluster.Node) int {
 func TestRestartKeepsState(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
-	res, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("keep", "a1"))
+	res, err := c.Nodes[0].Backend().Register(ctx, plugin("keep", "a1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +184,7 @@ func TestRestartKeepsState(t *testing.T) {
 func TestPartitionedMinority(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx := ctxT(t)
-	before, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("before", "a"))
+	before, err := c.Nodes[0].Backend().Register(ctx, plugin("before", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +197,7 @@ func TestPartitionedMinority(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, err = m.Store().RegisterPlugin(short, plugin("lost", "a"))
+	_, err = m.Backend().Register(short, plugin("lost", "a"))
 	var ce *api.Error
 	if !errors.As(err, &ce) || ce.Outcome() != api.NotApplied {
 		t.Fatalf("write on the minority: %v, want a not-applied cluster error", err)
@@ -218,7 +217,7 @@ func TestPartitionedMinority(t *testing.T) {
 			majority = n
 		}
 	}
-	res, err := majority.Store().RegisterPlugin(ctx, plugin("during", "a"))
+	res, err := majority.Backend().Register(ctx, plugin("during", "a"))
 	if err != nil {
 		t.Fatalf("write on the majority: %v", err)
 	}
@@ -255,7 +254,7 @@ func TestLeaveAndRejoin(t *testing.T) {
 		return false
 	})
 	ctx := ctxT(t)
-	if _, err := c.Nodes[leaving].Store().RegisterPlugin(ctx, plugin("back", "a")); err != nil {
+	if _, err := c.Nodes[leaving].Backend().Register(ctx, plugin("back", "a")); err != nil {
 		t.Fatalf("write through the rejoined node: %v", err)
 	}
 }
@@ -264,15 +263,15 @@ func TestLeaveAndRejoin(t *testing.T) {
 // through whichever node.
 func TestRequestIDAcrossNodes(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
-	ctx := registry.WithRequestID(ctxT(t), "req-1")
-	first, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("once", "a"))
+	ctx := api.WithRequestID(ctxT(t), "req-1")
+	first, err := c.Nodes[0].Backend().Register(ctx, plugin("once", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
 		p := plugin("once", "a")
 		p.Version = "changed"
-		again, err := n.Store().RegisterPlugin(ctx, p)
+		again, err := n.Backend().Register(ctx, p)
 		if err != nil || again != first {
 			t.Fatalf("retry through %s: %+v, %v; want %+v", n.NodeID(), again, err, first)
 		}
@@ -380,7 +379,7 @@ func TestForwardedWritesBatch(t *testing.T) {
 	for w := range writers {
 		go func() {
 			for i := range perWriter {
-				res, err := f.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("w%d", w), fmt.Sprintf("a%d", i)))
+				res, err := f.Backend().Register(ctx, plugin(fmt.Sprintf("w%d", w), fmt.Sprintf("a%d", i)))
 				if err == nil && f.AppliedIndex() < res.Index {
 					err = fmt.Errorf("acknowledged at %d before the follower applied it (%d)", res.Index, f.AppliedIndex())
 				}

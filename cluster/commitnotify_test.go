@@ -70,7 +70,7 @@ func TestFollowersLearnTheCommitAtOnce(t *testing.T) {
 				if tc.via != nil {
 					n = tc.via()
 				}
-				res, err := n.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("c%d-p%d", k, i), "a1"))
+				res, err := n.Backend().Register(ctx, plugin(fmt.Sprintf("c%d-p%d", k, i), "a1"))
 				if err != nil {
 					t.Fatalf("write %d through %s: %v", i, n.NodeID(), err)
 				}

@@ -5,8 +5,9 @@
 // that left, reap plugins of dead nodes), write forwarding to the leader,
 // and read-index reads on any node.
 //
-// A Server is a registry.Applier: its registry.Store proposes writes
-// through it. Reads go through Server.Read, which applies the requested
+// Writes are built into commands and proposed through Raft in write.go;
+// events reach subscribers through the node's watch hub (package
+// registry). Reads go through Server.Read, which applies the requested
 // consistency and then returns this node's state.
 //
 // Caller's duties: build a Config (DefaultConfig, then set fields), call

@@ -47,11 +47,11 @@ func TestSnapshotInstallResetsSubscribers(t *testing.T) {
 	ctx := ctxT(t)
 	f := c.Followers()[0]
 	fi := indexOf(c, f)
-	sub, err := f.Store().Watch(ctx, registry.Filter{}, 0)
+	sub, err := f.Hub().Watch(ctx, registry.Filter{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := c.Leader().Store().RegisterPlugin(ctx, plugin("before", "a"))
+	first, err := c.Leader().Backend().Register(ctx, plugin("before", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSnapshotInstallResetsSubscribers(t *testing.T) {
 	c.Partition(fi)
 	var last uint64
 	for i := 0; i < 200; i++ {
-		res, err := leader.Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
+		res, err := leader.Backend().Register(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestResumeAfterRestartHasNoDuplicates(t *testing.T) {
 			fi := indexOf(c, f)
 			var mid uint64
 			for i := 0; i < 40; i++ {
-				res, err := c.Leader().Store().RegisterPlugin(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
+				res, err := c.Leader().Backend().Register(ctx, plugin(fmt.Sprintf("p%d", i), "a"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,11 +119,11 @@ func TestResumeAfterRestartHasNoDuplicates(t *testing.T) {
 			}
 			c.Restart(fi)
 			f = c.Nodes[fi]
-			sub, err := f.Store().Watch(ctx, registry.Filter{}, mid)
+			sub, err := f.Hub().Watch(ctx, registry.Filter{}, mid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.Leader().Store().RegisterPlugin(ctx, plugin("after", "a"))
+			res, err := c.Leader().Backend().Register(ctx, plugin("after", "a"))
 			if err != nil {
 				t.Fatal(err)
 			}

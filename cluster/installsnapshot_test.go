@@ -47,7 +47,7 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	first, err := c.Nodes[0].Store().RegisterPlugin(ctx, plugin("before", "a"))
+	first, err := c.Nodes[0].Backend().Register(ctx, plugin("before", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 		t.Fatalf("the isolated leader appended %d entries before its lease ran out: too few to reach the case", oldLast-first.Index)
 	}
 	for i := 0; statU(t, leader, "last_log_index") < first.Index+(oldLast-first.Index)/2; i++ {
-		if _, err := leader.Store().RegisterPlugin(ctx, plugin("during", fmt.Sprint(i))); err != nil {
+		if _, err := leader.Backend().Register(ctx, plugin("during", fmt.Sprint(i))); err != nil {
 			// A busy machine may hold an election: on with the next
 			// leader of the majority.
 			t.Logf("write on the majority: %v", err)
@@ -132,7 +132,7 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 	// was not reached.
 	// A write after the snapshot: a node stuck in the case never applies
 	// it (its log cannot take entries), a node past the case does.
-	probe, err := leader.Store().RegisterPlugin(ctx, plugin("probe", "a"))
+	probe, err := leader.Backend().Register(ctx, plugin("probe", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +155,12 @@ func deposedLeaderInstallsSnapshot(t *testing.T) bool {
 	c.Restart(oi)
 	old = c.Nodes[oi]
 	c.Eventually(30*time.Second, "the deposed leader to catch up", func() bool { return old.AppliedIndex() >= probe.Index })
-	res, err := leader.Store().RegisterPlugin(ctx, plugin("after", "a"))
+	res, err := leader.Backend().Register(ctx, plugin("after", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Eventually(30*time.Second, "the deposed leader to take later writes", func() bool { return old.AppliedIndex() >= res.Index })
-	st := old.Store().FSM().State()
+	st := old.State()
 	if st.Instance("csi", "lost", "0") != nil || st.Instance("csi", "after", "a") == nil {
 		t.Fatal("the deposed leader's state is not the leader's")
 	}

@@ -160,7 +160,7 @@ func (s *Server) reapNode(nodeID string) bool {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
-	res, err := s.store.DeregisterNode(ctx, nodeID)
+	res, err := s.deregisterNode(ctx, nodeID)
 	if err != nil {
 		s.logger.Warn("reap node failed", "dead_node", nodeID, "error", err)
 		return false

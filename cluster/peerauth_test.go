@@ -38,7 +38,7 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 	}
 	c := testcluster.New(t, 3, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) { cfg.TLS = conf(srv, true) }})
 	leader := c.Leader()
-	before := leader.Store().FSM().State().Index()
+	before := leader.State().Index()
 	servers, _ := leader.RaftConfiguration()
 
 	mint, err := fsm.EncodeCommand(&fsm.ACLTokenSetRequest{Token: fsm.ACLToken{AccessorID: "attacker",
@@ -71,7 +71,7 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 			}
 		})
 	}
-	if st := leader.Store().FSM().State(); st.Index() != before || len(st.ACLTokens()) != 0 {
+	if st := leader.State(); st.Index() != before || len(st.ACLTokens()) != 0 {
 		t.Fatalf("the state moved from %d to %d", before, st.Index())
 	}
 	if after, _ := leader.RaftConfiguration(); len(after) != len(servers) {

@@ -32,7 +32,7 @@ type Server struct {
 
 	fsm     *fsm.FSM
 	journal *registry.Journal
-	store   *registry.Store
+	hub     *registry.Hub
 
 	mux         *transport.Mux
 	pool        *transport.Pool
@@ -69,8 +69,6 @@ type Server struct {
 	shutOnce     sync.Once
 	shutErr      error
 }
-
-var _ registry.Applier = (*Server)(nil)
 
 // New starts a server node: opens its data dir, starts Raft, gossip and
 // the leader monitor, and joins the addresses in cfg.Join.
@@ -109,7 +107,7 @@ func New(cfg *Config) (*Server, error) {
 func (s *Server) start() (err error) {
 	cfg := s.cfg
 	s.fsm = fsm.New(s.journal)
-	if s.store, err = registry.New(registry.Config{FSM: s.fsm, Journal: s.journal, Applier: s}); err != nil {
+	if s.hub, err = registry.NewHub(s.journal, 0); err != nil {
 		return err
 	}
 
@@ -364,8 +362,9 @@ func (s *Server) anyPeerBootstrapped(servers []raft.Server) (bool, error) {
 	return false, nil
 }
 
-// Store is the node's registry.
-func (s *Server) Store() *registry.Store { return s.store }
+// Hub is the node's watch hub: subscriptions to the events this server
+// applies.
+func (s *Server) Hub() *registry.Hub { return s.hub }
 
 // NodeID is this node's ID.
 func (s *Server) NodeID() string { return s.cfg.NodeID }
@@ -427,6 +426,10 @@ func (s *Server) Stats() map[string]string { return s.raft.Stats() }
 
 // AppliedIndex is the index of the last entry this node's FSM applied.
 func (s *Server) AppliedIndex() uint64 { return s.fsm.State().Index() }
+
+// State is this server's applied state, as of its last applied entry
+// (no read barrier: see Read for a consistent read).
+func (s *Server) State() *fsm.State { return s.fsm.State() }
 
 // LastContact is the time since this node last heard from the leader (zero
 // on the leader).
@@ -578,8 +581,8 @@ func (s *Server) Shutdown() error {
 				errs = append(errs, s.storeCloser.Close())
 			}
 		}
-		if s.store != nil {
-			s.store.Shutdown()
+		if s.hub != nil {
+			s.hub.Shutdown()
 		}
 		s.shutErr = errors.Join(errs...)
 	})

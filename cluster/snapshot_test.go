@@ -51,7 +51,7 @@ func contents(st *fsm.State) string {
 	return b.String()
 }
 
-func nodeState(n *testcluster.Node) *fsm.State { return n.Server.Store().FSM().State() }
+func nodeState(n *testcluster.Node) *fsm.State { return n.Server.State() }
 
 // A backup of 100k instances restored through a follower: every server
 // applies it at one index and holds exactly the backup's contents; a
@@ -76,7 +76,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	before := nodeState(f).Index()
 	// A subscriber on another follower, from the current index.
 	other := c.Followers()[1]
-	events, err := other.Server.Store().Watch(ctx, registry.Filter{}, nodeState(other).Index())
+	events, err := other.Server.Hub().Watch(ctx, registry.Filter{}, nodeState(other).Index())
 	if err != nil {
 		t.Fatal(err)
 	}

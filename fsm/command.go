@@ -94,6 +94,19 @@ type DeregisterNodeRequest struct {
 	RequestID string `json:",omitempty"`
 }
 
+// NewDeregisterRequest is the command for req: a conditional
+// deregistration when req carries a condition, a plain one otherwise (the
+// form every release since the first applies).
+func NewDeregisterRequest(req api.DeregisterRequest, requestID string) Request {
+	if !req.Conditional() {
+		return &DeregisterRequest{Type: req.Type, Name: req.Name, AllocID: req.AllocID, RequestID: requestID}
+	}
+	return &ConditionalDeregisterRequest{
+		Type: req.Type, Name: req.Name, AllocID: req.AllocID,
+		IfNodeID: req.IfNodeID, IfModifyIndex: req.IfModifyIndex, RequestID: requestID,
+	}
+}
+
 func (*RegisterRequest) CommandType() CommandType       { return RegisterCommand }
 func (*DeregisterRequest) CommandType() CommandType     { return DeregisterCommand }
 func (*DeregisterNodeRequest) CommandType() CommandType { return DeregisterNodeCommand }

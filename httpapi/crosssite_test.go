@@ -52,7 +52,7 @@ func testCrossSite(t *testing.T, acl bool) {
 			}
 		})
 	}
-	st := c.Nodes[0].Store().FSM().State()
+	st := c.Nodes[0].State()
 	if st.Newest("csi", "evil") != nil || st.ACLBootstrapped() != 0 {
 		t.Fatal("a refused request changed the state")
 	}

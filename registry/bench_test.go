@@ -1,8 +1,10 @@
-package registry
+package registry_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/registry"
 	"testing"
 )
 
@@ -10,13 +12,13 @@ import (
 // subscribers; ns/op is from the write to the last subscriber's receipt.
 func BenchmarkDeliver1000Subscribers(b *testing.B) {
 	const subs = 1000
-	s := NewLocal(0, nil)
+	s := dynamicplugins.NewLocal(0, nil)
 	defer s.Shutdown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{}, subs)
 	for i := 0; i < subs; i++ {
-		ch, _ := s.Watch(ctx, Filter{Types: []string{"csi"}}, 0)
+		ch, _ := s.Watch(ctx, registry.Filter{Types: []string{"csi"}}, 0)
 		go func() {
 			for range ch {
 				done <- struct{}{}
@@ -40,12 +42,12 @@ func BenchmarkDeliver1000Subscribers(b *testing.B) {
 func BenchmarkRegister(b *testing.B) {
 	for _, stuck := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stuck-subscriber=%v", stuck), func(b *testing.B) {
-			s := NewLocal(0, nil)
+			s := dynamicplugins.NewLocal(0, nil)
 			defer s.Shutdown()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if stuck {
-				s.Watch(ctx, Filter{}, 0)
+				s.Watch(ctx, registry.Filter{}, 0)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -1,19 +1,20 @@
-// Package registry is plugreg's public Go API: the Registry interface of
-// Nomad's dynamicplugins, served from an fsm.FSM's state, with writes
-// proposed through an Applier (raft in a cluster, LocalApplier in one
-// process) and an event journal that every subscription reads from.
+// Package registry is a node's watch hub: the Journal that its FSM feeds
+// (fsm.Sink) with every applied entry's events, and the subscriptions
+// (Hub.Watch) that read it, each from its own goroutine.
 //
-// Data flows one way: a write is encoded and validated here, proposed
-// through the Applier, applied by the FSM (on every node, in a cluster),
-// and the FSM hands the entry's events to this node's Journal, from which
-// each subscription's own goroutine delivers them. Reads take the FSM's
-// current immutable state and never wait for Apply.
+// It holds no write path: in a cluster, writes are proposed through Raft
+// by package cluster (cluster/write.go); in one process, by
+// dynamicplugins.Local. Either way the FSM hands the entry's events to
+// this node's Journal, from which each subscription delivers them. Every
+// node applies the same log, so every node's journal holds the same
+// sequence and subscribers anywhere see the same order.
 //
 // Caller's duties:
 //
-//  1. Build the pieces in order: NewJournal, fsm.New(journal), the Applier
-//     over that FSM, then New. (NewLocal does all of it for one process.)
-//  2. Call Shutdown once done: it closes every subscription's channel and
-//     waits for their goroutines. It is idempotent.
-//  3. Treat the returned *PluginInfo values as yours: they are copies.
+//  1. Build the pieces in order: NewJournal, fsm.New(journal), NewHub.
+//  2. Call Hub.Shutdown once done: it closes the journal and every
+//     subscription's channel and waits for their goroutines. It is
+//     idempotent.
+//  3. Events of a Filter with Shared set carry the journal's records:
+//     read them, never modify them.
 package registry

@@ -1,9 +1,10 @@
-package registry
+package registry_test
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/plugreg/plugreg/registry"
 	"io"
 	"testing"
 
@@ -15,9 +16,9 @@ func TestWatchDeliversInOrder(t *testing.T) {
 	s := newStore(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	all, _ := s.Watch(ctx, Filter{}, 0)
-	csi, _ := s.Watch(ctx, Filter{Types: []string{"csi"}}, 0)
-	two, _ := s.Watch(ctx, Filter{Types: []string{"csi", "device"}}, 0)
+	all, _ := s.Watch(ctx, registry.Filter{}, 0)
+	csi, _ := s.Watch(ctx, registry.Filter{Types: []string{"csi"}}, 0)
+	two, _ := s.Watch(ctx, registry.Filter{Types: []string{"csi", "device"}}, 0)
 
 	mustRegister(t, s, plugin("csi", "ebs", "a1"))
 	mustRegister(t, s, plugin("net", "cni", "c1"))
@@ -72,7 +73,7 @@ func TestListThenWatchMissesNothing(t *testing.T) {
 	mustRegister(t, s, plugin("csi", "late2", "a"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, _ := s.Watch(ctx, Filter{Types: []string{"csi"}}, idx)
+	ch, _ := s.Watch(ctx, registry.Filter{Types: []string{"csi"}}, idx)
 	if len(list) != 5 || idx != 5 {
 		t.Fatalf("list %d at %d", len(list), idx)
 	}
@@ -91,7 +92,7 @@ func TestWatchFromFutureIndexWaits(t *testing.T) {
 	mustRegister(t, s, plugin("csi", "a", "1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, _ := s.Watch(ctx, Filter{}, 3)
+	ch, _ := s.Watch(ctx, registry.Filter{}, 3)
 	none(t, ch)
 	mustRegister(t, s, plugin("csi", "b", "1")) // 2
 	mustRegister(t, s, plugin("csi", "c", "1")) // 3
@@ -113,7 +114,7 @@ func TestWatchFromTrimmedIndexResets(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	ch, _ := s.Watch(ctx, Filter{Types: []string{"csi"}}, 2)
+	ch, _ := s.Watch(ctx, registry.Filter{Types: []string{"csi"}}, 2)
 	ev := next(t, ch)
 	if ev.EventType != api.EventReset || ev.Index != 11 || len(ev.Plugins) != 10 {
 		t.Fatalf("got %s, want reset@11 with 10 csi plugins", describe(ev))
@@ -130,7 +131,7 @@ func TestWatchFromTrimmedIndexResets(t *testing.T) {
 	}
 
 	// From an index still in the journal: no reset.
-	ch2, _ := s.Watch(ctx, Filter{}, 10)
+	ch2, _ := s.Watch(ctx, registry.Filter{}, 10)
 	if got := describe(next(t, ch2)); got != "registered:device/gpu/g@11>g" {
 		t.Fatalf("in-journal resume: %s", got)
 	}
@@ -147,7 +148,7 @@ func TestTrimmedEntryIsNeverHalfDelivered(t *testing.T) {
 	s.DeregisterNode(context.Background(), "n1") // 5 events at index 6; ring keeps 3
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, _ := s.Watch(ctx, Filter{}, 5)
+	ch, _ := s.Watch(ctx, registry.Filter{}, 5)
 	if ev := next(t, ch); ev.EventType != api.EventReset || ev.Index != 6 || len(ev.Plugins) != 0 {
 		t.Fatalf("got %s, want reset@6 with nothing", describe(ev))
 	}
@@ -167,7 +168,7 @@ func TestRestoreResetsSubscribers(t *testing.T) {
 	mustRegister(t, s, plugin("csi", "old", "a"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, _ := s.Watch(ctx, Filter{}, 0)
+	ch, _ := s.Watch(ctx, registry.Filter{}, 0)
 	if got := describe(next(t, ch)); got != "registered:csi/old/a@1>a" {
 		t.Fatalf("got %s", got)
 	}
@@ -212,8 +213,8 @@ func TestStuckSubscriberDoesNotBlock(t *testing.T) {
 	s := newStore(t, journal)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stuck, _ := s.Watch(ctx, Filter{}, 0)
-	live, _ := s.Watch(ctx, Filter{}, 0)
+	stuck, _ := s.Watch(ctx, registry.Filter{}, 0)
+	live, _ := s.Watch(ctx, registry.Filter{}, 0)
 
 	got := make(chan uint64, 1)
 	liveErr := make(chan error, 1)
@@ -277,9 +278,9 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	s := newStore(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, _ := s.Watch(ctx, Filter{Shared: true}, 0)
-	b, _ := s.Watch(ctx, Filter{Shared: true, Types: []string{"csi"}}, 0)
-	c, _ := s.Watch(ctx, Filter{}, 0)
+	a, _ := s.Watch(ctx, registry.Filter{Shared: true}, 0)
+	b, _ := s.Watch(ctx, registry.Filter{Shared: true, Types: []string{"csi"}}, 0)
+	c, _ := s.Watch(ctx, registry.Filter{}, 0)
 	mustRegister(t, s, plugin("csi", "ebs", "a1"))
 	ea, eb, ec := next(t, a), next(t, b), next(t, c)
 	if ea.Memo == nil || ea.Memo != eb.Memo || ea.Memo != ec.Memo {
@@ -292,7 +293,7 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 		t.Fatal("an unshared subscriber got the journal's record")
 	}
 	ec.Info.Version = "changed by c"
-	late, _ := s.Watch(ctx, Filter{Shared: true}, 0)
+	late, _ := s.Watch(ctx, registry.Filter{Shared: true}, 0)
 	if got := next(t, late).Info.Version; got == "changed by c" {
 		t.Fatal("a copy's change reached the journal")
 	}

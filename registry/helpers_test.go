@@ -1,4 +1,4 @@
-package registry
+package registry_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/dynamicplugins"
 )
 
 func plugin(ptype, name, alloc string) *api.PluginInfo {
@@ -16,14 +17,16 @@ func plugin(ptype, name, alloc string) *api.PluginInfo {
 	}
 }
 
-func newStore(t testing.TB, journalSize int) *Store {
+// newStore is a real registry of one process, whose hub is the one under
+// test.
+func newStore(t testing.TB, journalSize int) *dynamicplugins.Local {
 	t.Helper()
-	s := NewLocal(journalSize, nil)
+	s := dynamicplugins.NewLocal(journalSize, nil)
 	t.Cleanup(s.Shutdown)
 	return s
 }
 
-func mustRegister(t testing.TB, s Registry, p *api.PluginInfo) api.WriteResult {
+func mustRegister(t testing.TB, s dynamicplugins.Registry, p *api.PluginInfo) api.WriteResult {
 	t.Helper()
 	res, err := s.RegisterPlugin(context.Background(), p)
 	if err != nil {

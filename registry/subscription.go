@@ -23,11 +23,11 @@ type subscription struct {
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
 	// fromState: begin with a reset of the state as it is when the
-	// subscription starts, wherever cursor is (Store.WatchFromState).
+	// subscription starts, wherever cursor is (Hub.WatchFromState).
 	fromState bool
 }
 
-// run is owned by the Store that started it: it returns when ctx is done
+// run is owned by the Hub that started it: it returns when ctx is done
 // or the journal is closed, and closes out on the way.
 func (s *subscription) run(ctx context.Context) {
 	defer close(s.out)

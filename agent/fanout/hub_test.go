@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/dynamicplugins"
 )
 
 // Many local subscribers with one filter (spelled differently) share one
@@ -375,7 +375,7 @@ func TestRewoundUpstream(t *testing.T) {
 	top := write(t, u.s, 20, "csi")
 	collect(t, ch, top)
 
-	restored := registry.NewLocal(0, nil)
+	restored := dynamicplugins.NewLocal(0, nil)
 	t.Cleanup(restored.Shutdown)
 	at := write(t, restored, 5, "csi")
 	u.rewind(restored)

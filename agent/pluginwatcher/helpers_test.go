@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/dynamicplugins"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
-	"github.com/plugreg/plugreg/registry"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -63,14 +63,14 @@ func testLogger(t *testing.T) hclog.Logger {
 	return testlog.New(t, t.Name(), hclog.Debug)
 }
 
-// ---- registrar: a real registry.Store behind the Registrar interface ----
+// ---- registrar: a real registry of one process behind the Registrar interface ----
 
-// storeRegistrar is the test's Registrar: registry.NewLocal, real
+// storeRegistrar is the test's Registrar: dynamicplugins.NewLocal, real
 // registry code. It counts calls, can be told to fail, and fails the test
 // if two calls for one plugin name ever overlap.
 type storeRegistrar struct {
 	t      *testing.T
-	store  *registry.Store
+	store  *dynamicplugins.Local
 	nodeID string
 
 	failRegister   atomic.Int32 // fail this many more Register calls
@@ -84,7 +84,7 @@ type storeRegistrar struct {
 }
 
 func newStoreRegistrar(t *testing.T, nodeID string) *storeRegistrar {
-	s := registry.NewLocal(1024, nil)
+	s := dynamicplugins.NewLocal(1024, nil)
 	t.Cleanup(s.Shutdown)
 	return &storeRegistrar{t: t, store: s, nodeID: nodeID, inFlight: map[string]bool{}}
 }

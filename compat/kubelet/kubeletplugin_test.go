@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/dynamicplugins"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
-	"github.com/plugreg/plugreg/registry"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +48,7 @@ func (stubDriver) WatchHealthStatus(context.Context, chan<- kubeletplugin.Device
 }
 
 // storeRegistrar registers into a real single-process registry.
-type storeRegistrar struct{ store *registry.Store }
+type storeRegistrar struct{ store *dynamicplugins.Local }
 
 func (r storeRegistrar) Register(ctx context.Context, info *api.PluginInfo) error {
 	_, err := r.store.RegisterPlugin(ctx, info)
@@ -67,7 +67,7 @@ func (r storeRegistrar) Deregister(ctx context.Context, info *api.PluginInfo) er
 type env struct {
 	regDir  string // the watcher's Dir, the helper's RegistrarDirectoryPath
 	dataDir string // the helper's PluginDataDirectoryPath
-	store   *registry.Store
+	store   *dynamicplugins.Local
 	w       *pluginwatcher.Watcher
 }
 
@@ -90,7 +90,7 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	e.store = registry.NewLocal(1024, nil)
+	e.store = dynamicplugins.NewLocal(1024, nil)
 	t.Cleanup(e.store.Shutdown)
 	cfg := pluginwatcher.DefaultConfig()
 	cfg.Dir, cfg.NodeID, cfg.Registrar = e.regDir, nodeID, storeRegistrar{e.store}

@@ -1,4 +1,4 @@
-package registry
+package dynamicplugins
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/registry"
 )
 
 func TestReadsAndWrites(t *testing.T) {
@@ -158,7 +159,7 @@ func TestShutdown(t *testing.T) {
 	ctx := context.Background()
 	var chans []<-chan *api.Event
 	for i := 0; i < 10; i++ {
-		ch, err := s.Watch(ctx, Filter{}, 0)
+		ch, err := s.Watch(ctx, registry.Filter{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,10 +179,10 @@ func TestShutdown(t *testing.T) {
 		for range ch { // drain what was buffered; the loop ends only if closed
 		}
 	}
-	if _, err := s.Watch(ctx, Filter{}, 0); !errors.Is(err, ErrShutdown) {
+	if _, err := s.Watch(ctx, registry.Filter{}, 0); !errors.Is(err, registry.ErrShutdown) {
 		t.Fatalf("Watch after Shutdown: %v", err)
 	}
-	if _, err := s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")); !errors.Is(err, ErrShutdown) {
+	if _, err := s.RegisterPlugin(ctx, plugin("csi", "ebs", "a2")); !errors.Is(err, registry.ErrShutdown) {
 		t.Fatalf("write after Shutdown: %v", err)
 	}
 	if ch := s.PluginsUpdatedCh(ctx, "csi"); ch == nil {

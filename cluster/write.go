@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/fsm"
+)
+
+// The write path of a server, as Consul's raftApply: each write is built
+// into its command here, validated and encoded once (fsm.EncodeCommand: a
+// bad request never reaches the log), proposed through Apply (raft on the
+// leader, forwarded from a follower), and answered once this server's own
+// FSM has applied its index, so that a read or watch here afterwards sees
+// it.
+
+func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
+	if p == nil {
+		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
+	}
+	res, err := s.write(ctx, &fsm.RegisterRequest{Plugin: p, RequestID: api.RequestID(ctx)})
+	if err != nil {
+		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
+	}
+	return res, nil
+}
+
+// deregister removes one instance, conditionally when req carries a
+// condition (see api.DeregisterRequest): a refused condition is an error
+// wrapping api.ErrConflict, and nothing changed.
+func (s *Server) deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
+	res, err := s.write(ctx, fsm.NewDeregisterRequest(req, api.RequestID(ctx)))
+	if err != nil {
+		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
+	}
+	return res, nil
+}
+
+func (s *Server) deregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
+	res, err := s.write(ctx, &fsm.DeregisterNodeRequest{NodeID: nodeID, RequestID: api.RequestID(ctx)})
+	if err != nil {
+		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
+	}
+	return res, nil
+}
+
+// aclBootstrap proposes the bootstrap token (its secret already hashed by
+// the caller: only the hash reaches the log). It fails with
+// api.ErrACLBootstrapped after the first.
+//
+// Token creation never carries a request ID: a retry under the same ID
+// would be answered with the first attempt's result while the caller
+// holds the retry's secret, which was never stored. A retried create
+// makes a second token (or finds the cluster bootstrapped) instead.
+func (s *Server) aclBootstrap(ctx context.Context, t fsm.ACLToken) (api.WriteResult, error) {
+	res, err := s.write(ctx, &fsm.ACLBootstrapRequest{Token: t})
+	if err != nil {
+		return res, fmt.Errorf("acl bootstrap: %w", err)
+	}
+	return res, nil
+}
+
+func (s *Server) aclTokenSet(ctx context.Context, t fsm.ACLToken) (api.WriteResult, error) {
+	res, err := s.write(ctx, &fsm.ACLTokenSetRequest{Token: t})
+	if err != nil {
+		return res, fmt.Errorf("acl token create %s: %w", t.AccessorID, err)
+	}
+	return res, nil
+}
+
+func (s *Server) aclTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
+	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: api.RequestID(ctx)})
+	if err != nil {
+		return res, fmt.Errorf("acl token delete %s: %w", accessorID, err)
+	}
+	return res, nil
+}
+
+// write encodes req, proposes it, and waits until this server has applied
+// its index.
+func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, error) {
+	if s.hub.IsShutdown() {
+		return api.WriteResult{}, ErrShutdown
+	}
+	cmd, err := fsm.EncodeCommand(req)
+	if err != nil {
+		return api.WriteResult{}, err
+	}
+	res, err := s.Apply(ctx, cmd)
+	if err != nil {
+		return api.WriteResult{}, err
+	}
+	if res.Err != nil {
+		return api.WriteResult{Index: res.Index}, res.Err
+	}
+	if _, err := s.journal.WaitForIndex(ctx, res.Index); err != nil {
+		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
+	}
+	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
+}

@@ -1,0 +1,182 @@
+package dynamicplugins
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+)
+
+// Local is a Registry of one process: an FSM to which it applies each
+// write itself, with consecutive indexes, as a single-node log would, and
+// a watch hub over the FSM's journal.
+type Local struct {
+	*registry.Hub // Watch, WatchWithHeartbeat, WatchFromState, Shutdown
+
+	fsm     *fsm.FSM
+	applyMu sync.Mutex // serialises apply, as raft's FSM goroutine does
+
+	mu         sync.RWMutex // guards dispensers and stubs; never held while calling out
+	dispensers map[string]PluginDispenser
+	stubs      map[string]PluginDispenser
+}
+
+var _ Registry = (*Local)(nil)
+
+// NewLocal returns a single-process registry whose journal keeps
+// journalSize events (zero: registry.DefaultJournalSize), with dispensers
+// by plugin type (may be nil).
+func NewLocal(journalSize int, dispensers map[string]PluginDispenser) *Local {
+	j := registry.NewJournal(journalSize)
+	hub, _ := registry.NewHub(j, 0) // cannot fail: a journal and the default buffer
+	l := &Local{
+		Hub:        hub,
+		fsm:        fsm.New(j),
+		dispensers: make(map[string]PluginDispenser),
+		stubs:      make(map[string]PluginDispenser),
+	}
+	for t, d := range dispensers {
+		l.dispensers[t] = d
+	}
+	return l
+}
+
+// FSM returns the state machine the registry applies to.
+func (l *Local) FSM() *fsm.FSM { return l.fsm }
+
+func (l *Local) RegisterPlugin(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error) {
+	if info == nil {
+		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
+	}
+	res, err := l.write(ctx, &fsm.RegisterRequest{Plugin: info, RequestID: api.RequestID(ctx)})
+	if err != nil {
+		return res, fmt.Errorf("register %s/%s/%s: %w", info.Type, info.Name, info.AllocID, err)
+	}
+	return res, nil
+}
+
+func (l *Local) DeregisterPlugin(ctx context.Context, ptype, name, allocID string) (api.WriteResult, error) {
+	return l.Deregister(ctx, api.DeregisterRequest{Type: ptype, Name: name, AllocID: allocID})
+}
+
+// Deregister removes one instance, conditionally when req carries a
+// condition (see api.DeregisterRequest): a refused condition is an error
+// wrapping api.ErrConflict, and nothing changed.
+func (l *Local) Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
+	res, err := l.write(ctx, fsm.NewDeregisterRequest(req, api.RequestID(ctx)))
+	if err != nil {
+		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
+	}
+	return res, nil
+}
+
+func (l *Local) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
+	res, err := l.write(ctx, &fsm.DeregisterNodeRequest{NodeID: nodeID, RequestID: api.RequestID(ctx)})
+	if err != nil {
+		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
+	}
+	return res, nil
+}
+
+// write validates and encodes req (a bad request never reaches the FSM)
+// and applies it at the next index.
+func (l *Local) write(ctx context.Context, req fsm.Request) (api.WriteResult, error) {
+	if l.IsShutdown() {
+		return api.WriteResult{}, registry.ErrShutdown
+	}
+	if err := ctx.Err(); err != nil {
+		return api.WriteResult{}, fmt.Errorf("local apply: %w", err)
+	}
+	cmd, err := fsm.EncodeCommand(req)
+	if err != nil {
+		return api.WriteResult{}, err
+	}
+	l.applyMu.Lock()
+	index := l.fsm.State().Index() + 1
+	res, _ := l.fsm.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: cmd}).(*fsm.ApplyResult)
+	l.applyMu.Unlock()
+	switch {
+	case res == nil:
+		return api.WriteResult{}, fmt.Errorf("local apply at %d: no result", index)
+	case res.Err != nil:
+		return api.WriteResult{Index: res.Index}, res.Err
+	}
+	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
+}
+
+func (l *Local) Types() ([]string, uint64) {
+	st := l.fsm.State()
+	return st.Types(), st.Index()
+}
+
+func (l *Local) ListPlugins(ptype string) ([]*api.PluginInfo, uint64) {
+	st := l.fsm.State()
+	return copies(st.List(ptype)), st.Index()
+}
+
+func (l *Local) Instances(ptype, name string) ([]*api.PluginInfo, uint64) {
+	st := l.fsm.State()
+	return copies(st.Instances(ptype, name)), st.Index()
+}
+
+func (l *Local) PluginForAlloc(ptype, name, allocID string) (*api.PluginInfo, uint64, error) {
+	st := l.fsm.State()
+	p := st.Instance(ptype, name, allocID)
+	if p == nil {
+		return nil, st.Index(), fmt.Errorf("plugin %s/%s/%s: %w", ptype, name, allocID, api.ErrNotFound)
+	}
+	return p.Copy(), st.Index(), nil
+}
+
+func copies(in []*api.PluginInfo) []*api.PluginInfo {
+	out := make([]*api.PluginInfo, len(in))
+	for i, p := range in {
+		out[i] = p.Copy()
+	}
+	return out
+}
+
+// DispensePlugin calls the type's dispenser (a stub set by
+// StubDispenserForType wins) with a copy of the newest instance, outside
+// every lock: a slow dispenser delays only its caller.
+func (l *Local) DispensePlugin(ptype, name string) (interface{}, error) {
+	l.mu.RLock()
+	d, ok := l.stubs[ptype]
+	if !ok {
+		d, ok = l.dispensers[ptype]
+	}
+	l.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, ErrNoDispenser)
+	}
+	p := l.fsm.State().Newest(ptype, name)
+	if p == nil {
+		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, api.ErrNotFound)
+	}
+	v, err := d(p.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("dispense %s/%s/%s: %w", ptype, name, p.AllocID, err)
+	}
+	return v, nil
+}
+
+// StubDispenserForType overrides the dispenser of ptype (for tests).
+func (l *Local) StubDispenserForType(ptype string, d PluginDispenser) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stubs[ptype] = d
+}
+
+func (l *Local) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *api.Event {
+	ch, err := l.Watch(ctx, registry.Filter{Types: []string{ptype}}, l.Journal().State().Index())
+	if err != nil {
+		closed := make(chan *api.Event)
+		close(closed)
+		return closed
+	}
+	return ch
+}

@@ -1,0 +1,96 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// DefaultSubscriptionBuffer is each subscription channel's capacity.
+const DefaultSubscriptionBuffer = 64
+
+// Hub serves subscriptions from a Journal: each Watch starts a goroutine,
+// owned by the Hub, that reads the journal and delivers to its channel.
+type Hub struct {
+	journal *Journal
+	buffer  int
+
+	mu       sync.RWMutex // guards shutdown; never held while sending
+	shutdown bool
+	subs     sync.WaitGroup // one per subscription goroutine
+}
+
+// NewHub returns a hub over j whose subscription channels hold buffer
+// events (zero: DefaultSubscriptionBuffer).
+func NewHub(j *Journal, buffer int) (*Hub, error) {
+	if j == nil {
+		return nil, fmt.Errorf("registry: a hub needs a journal")
+	}
+	if buffer < 0 {
+		return nil, fmt.Errorf("registry: subscription buffer %d is negative", buffer)
+	}
+	if buffer == 0 {
+		buffer = DefaultSubscriptionBuffer
+	}
+	return &Hub{journal: j, buffer: buffer}, nil
+}
+
+// Journal returns the journal the hub reads.
+func (h *Hub) Journal() *Journal { return h.journal }
+
+// Watch streams the events after fromIndex that pass filter, or a reset
+// first when they are no longer all in the journal. The channel is closed
+// when ctx is done or the hub shuts down.
+func (h *Hub) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *api.Event, error) {
+	return h.WatchWithHeartbeat(ctx, filter, fromIndex, 0)
+}
+
+// WatchWithHeartbeat is Watch with an EventHeartbeat, carrying the
+// subscription's position, whenever nothing was sent for every (zero: no
+// heartbeats).
+func (h *Hub) WatchWithHeartbeat(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan *api.Event, error) {
+	return h.watch(ctx, &subscription{filter: filter, cursor: fromIndex, heartbeat: every})
+}
+
+// WatchFromState is WatchWithHeartbeat for a consumer whose position this
+// node's history does not hold (a cluster restored from a backup is behind
+// it): the stream begins with a reset of the state as it is now, then the
+// events after it.
+func (h *Hub) WatchFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan *api.Event, error) {
+	return h.watch(ctx, &subscription{filter: filter, heartbeat: every, fromState: true})
+}
+
+func (h *Hub) watch(ctx context.Context, sub *subscription) (<-chan *api.Event, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.shutdown {
+		return nil, ErrShutdown
+	}
+	sub.j, sub.out, sub.lastSent = h.journal, make(chan *api.Event, h.buffer), time.Now()
+	h.subs.Add(1) // under mu: Shutdown cannot be waiting yet
+	go func() {
+		defer h.subs.Done()
+		sub.run(ctx)
+	}()
+	return sub.out, nil
+}
+
+// IsShutdown reports whether Shutdown was called.
+func (h *Hub) IsShutdown() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.shutdown
+}
+
+// Shutdown closes the journal and every subscription channel, and waits
+// for their goroutines. Idempotent; safe from any goroutine.
+func (h *Hub) Shutdown() {
+	h.mu.Lock()
+	h.shutdown = true
+	h.mu.Unlock()
+	h.journal.Close()
+	h.subs.Wait()
+}
