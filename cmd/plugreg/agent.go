@@ -36,106 +36,211 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// runAgent runs 'plugreg agent': the settings are read and all of them
+// checked before the agent makes anything on disk or starts anything.
 func runAgent(args []string) error {
+	s, err := parseAgentFlags(args)
+	if err != nil {
+		return err
+	}
+	a, err := s.setup()
+	if err != nil {
+		return err
+	}
+	return startAndRunAgent(s, a)
+}
+
+// agentSettings are the agent's flags as given: on the command line, and
+// from -config for what the command line did not set. Each field is one
+// flag's value, unchecked; setup checks them.
+type agentSettings struct {
+	// flags tells which flags were set: a client agent refuses server
+	// flags (clientOnlyFlags) even when they are given their defaults.
+	flags *flag.FlagSet
+
+	configFile                string
+	nodeID, dataDir, bind     string
+	httpPort, serverPort      int
+	gossipPort, expect        int
+	join                      listFlag
+	retryJoin, client         bool
+	logLevel, pprof, applyLog string
+
+	// Raft's and the registry's, a server's only (serverOnly).
+	snapshotThreshold, trailingLogs  uint64
+	snapshotInterval                 time.Duration
+	maxAppendEntries, journalSize    int
+	nodeReapAfter, deadServerCleanup time.Duration
+	raftMultiplier, walSegmentSize   int
+	heartbeatTimeout, commitTimeout  time.Duration
+	commitNotify                     bool
+	logStore                         string
+
+	// The HTTP API's: who may use it, and its limits.
+	aclToken, aclAgentToken, aclPolicy string
+	aclEnabled                         bool
+	limits                             httpapi.Limits
+
+	// host is the host's plugin sources as given: setup checks it and
+	// fills in the plugin socket's path and its allowed uids.
+	host           hostServices
+	pluginSockUIDs string
+
+	encrypt               string
+	encryptIn, encryptOut bool
+	tls                   tlsutil.Config
+}
+
+// flagSet defines the agent's flags straight on s's fields (on the
+// structs they configure where there is one: tlsutil.Config,
+// httpapi.Limits, hostServices), so that each value has one home from
+// the command line to the part that uses it.
+func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: plugreg agent [flags]\n\nRuns a server (a Raft voter) or, with -client, a client agent (a host's agent:\ngossip, the HTTP API through the servers, plugin discovery; never a voter).\nFlags may also come from -config, a JSON object with the same keys (\"node\",\n\"data-dir\", \"join\": [...], ...); the command line wins.\n\n")
 		fs.PrintDefaults()
 	}
 	d := cluster.DefaultConfig()
-	var (
-		cfgFile   = fs.String("config", "", "JSON config file with the same keys as the flags")
-		nodeID    = fs.String("node", hostname(), "node ID, unique in the cluster, kept in the data dir")
-		dataDir   = fs.String("data-dir", "", "directory for raft.db and snapshots (required)")
-		bind      = fs.String("bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
-		httpPort  = fs.Int("http-port", 8500, "HTTP API port")
-		srvPort   = fs.Int("server-port", d.ServerPort, "Raft and internal RPC port")
-		gosPort   = fs.Int("gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
-		expect    = fs.Int("bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
-		join      listFlag
-		retry     = fs.Bool("retry-join", false, "keep retrying -join until it succeeds")
-		snapThr   = fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
-		snapIvl   = fs.Duration("snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
-		trailing  = fs.Uint64("trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
-		maxAppend = fs.Int("max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
-		reap      = fs.Duration("node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
-		deadSrv   = fs.Duration("dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
-		journal   = fs.Int("journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
-		raftMul   = fs.Int("raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
-		logLevel  = fs.String("log-level", "info", "trace, debug, info, warn or error")
-		aclToken  = fs.String("acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
-		aclOn     = fs.Bool("acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
-		aclAgent  = fs.String("acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers; make it with plugreg acl token create -node NODE, which binds it to this node")
-		maxConns  = fs.Int("http-max-conns-per-client", httpapi.DefaultMaxConnsPerClient, "concurrent HTTP connections from one IP address; past it 429 (negative: no bound)")
-		maxStream = fs.Int("http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
-		maxBlock  = fs.Int("http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
-		bodyRead  = fs.Duration("http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
-		aclPolicy = fs.String("acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
-		applyLog  = fs.String("apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
-		hbTimeout = fs.Duration("heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
-		logStore  = fs.String("log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
-		walSeg    = fs.Int("wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
-		pprofAt   = fs.String("pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
-		cmTime    = fs.Duration("commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
-		cmNotify  = fs.Bool("commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
-		plugDir   = fs.String("plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
-		plugSock  = fs.String("plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
-		plugGrace = fs.Duration("plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
-		plugOwner = fs.String("plugin-socket-owner", "", "owner of the plugin socket file: a user name or uid (changing it takes root)")
-		plugGroup = fs.String("plugin-socket-group", "", "group of the plugin socket file: a group name or gid; with the default mode 0660 its members may connect")
-		plugUIDs  = fs.String("plugin-socket-allow-uid", "", "comma-separated uids whose processes may use the plugin socket (SO_PEERCRED; others are disconnected and logged); empty: whoever may open the file")
-		plugConf  = fs.String("plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
-		encrypt   = fs.String("encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys)")
-		encIn     = fs.Bool("encrypt-verify-incoming", true, "refuse plaintext gossip when encryption is on (false only while turning encryption on in a running cluster)")
-		encOut    = fs.Bool("encrypt-verify-outgoing", true, "send only encrypted gossip when encryption is on (false only while turning encryption on in a running cluster)")
-		isClient  = fs.Bool("client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
-		tlsCfg    tlsutil.Config
-	)
-	fs.StringVar(&tlsCfg.CAFile, "tls-ca-file", "", "PEM file of the CA that signs the cluster's certificates")
-	fs.StringVar(&tlsCfg.CertFile, "tls-cert-file", "", "PEM certificate of this agent: with it, the server port takes TLS and HTTP is HTTPS only (reloaded on SIGHUP)")
-	fs.StringVar(&tlsCfg.KeyFile, "tls-key-file", "", "PEM private key of -tls-cert-file")
-	fs.BoolVar(&tlsCfg.VerifyIncoming, "verify-incoming", false, "require TLS with a client certificate from the CA on the server port and on HTTPS")
-	fs.BoolVar(&tlsCfg.VerifyOutgoing, "verify-outgoing", false, "use TLS for connections to server ports and verify the server's certificate against the CA")
-	fs.BoolVar(&tlsCfg.VerifyServerHostname, "verify-server-hostname", false, "also require servers' certificates to name server.<cluster-name>.plugreg (implies -verify-outgoing)")
-	fs.StringVar(&tlsCfg.ClusterName, "cluster-name", tlsutil.DefaultClusterName, "the cluster's name, in its server certificates' name server.<cluster-name>.plugreg")
-	fs.Var(&join, "join", "gossip address of a server to join (repeatable)")
+	fs.StringVar(&s.configFile, "config", "", "JSON config file with the same keys as the flags")
+	fs.StringVar(&s.nodeID, "node", hostname(), "node ID, unique in the cluster, kept in the data dir")
+	fs.StringVar(&s.dataDir, "data-dir", "", "directory for raft.db and snapshots (required)")
+	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
+	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
+	fs.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
+	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
+	fs.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
+	fs.BoolVar(&s.retryJoin, "retry-join", false, "keep retrying -join until it succeeds")
+	fs.Uint64Var(&s.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
+	fs.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
+	fs.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
+	fs.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
+	fs.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
+	fs.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
+	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
+	fs.StringVar(&s.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&s.aclToken, "acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
+	fs.BoolVar(&s.aclEnabled, "acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
+	fs.StringVar(&s.aclAgentToken, "acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers; make it with plugreg acl token create -node NODE, which binds it to this node")
+	fs.IntVar(&s.limits.MaxConnsPerClient, "http-max-conns-per-client", httpapi.DefaultMaxConnsPerClient, "concurrent HTTP connections from one IP address; past it 429 (negative: no bound)")
+	fs.IntVar(&s.limits.MaxStreams, "http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
+	fs.IntVar(&s.limits.MaxBlockingQueries, "http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
+	fs.DurationVar(&s.limits.BodyReadTimeout, "http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
+	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
+	fs.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
+	fs.DurationVar(&s.heartbeatTimeout, "heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
+	fs.StringVar(&s.logStore, "log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
+	fs.IntVar(&s.walSegmentSize, "wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
+	fs.StringVar(&s.pprof, "pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
+	fs.DurationVar(&s.commitTimeout, "commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
+	fs.BoolVar(&s.commitNotify, "commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
+	fs.StringVar(&s.host.pluginsDir, "plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
+	fs.StringVar(&s.host.pluginSocket, "plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
+	fs.DurationVar(&s.host.pluginGrace, "plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
+	fs.StringVar(&s.host.pluginSocketOwner, "plugin-socket-owner", "", "owner of the plugin socket file: a user name or uid (changing it takes root)")
+	fs.StringVar(&s.host.pluginSocketGroup, "plugin-socket-group", "", "group of the plugin socket file: a group name or gid; with the default mode 0660 its members may connect")
+	fs.StringVar(&s.pluginSockUIDs, "plugin-socket-allow-uid", "", "comma-separated uids whose processes may use the plugin socket (SO_PEERCRED; others are disconnected and logged); empty: whoever may open the file")
+	fs.StringVar(&s.host.pluginConfigDir, "plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
+	fs.StringVar(&s.encrypt, "encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys)")
+	fs.BoolVar(&s.encryptIn, "encrypt-verify-incoming", true, "refuse plaintext gossip when encryption is on (false only while turning encryption on in a running cluster)")
+	fs.BoolVar(&s.encryptOut, "encrypt-verify-outgoing", true, "send only encrypted gossip when encryption is on (false only while turning encryption on in a running cluster)")
+	fs.BoolVar(&s.client, "client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
+	fs.StringVar(&s.tls.CAFile, "tls-ca-file", "", "PEM file of the CA that signs the cluster's certificates")
+	fs.StringVar(&s.tls.CertFile, "tls-cert-file", "", "PEM certificate of this agent: with it, the server port takes TLS and HTTP is HTTPS only (reloaded on SIGHUP)")
+	fs.StringVar(&s.tls.KeyFile, "tls-key-file", "", "PEM private key of -tls-cert-file")
+	fs.BoolVar(&s.tls.VerifyIncoming, "verify-incoming", false, "require TLS with a client certificate from the CA on the server port and on HTTPS")
+	fs.BoolVar(&s.tls.VerifyOutgoing, "verify-outgoing", false, "use TLS for connections to server ports and verify the server's certificate against the CA")
+	fs.BoolVar(&s.tls.VerifyServerHostname, "verify-server-hostname", false, "also require servers' certificates to name server.<cluster-name>.plugreg (implies -verify-outgoing)")
+	fs.StringVar(&s.tls.ClusterName, "cluster-name", tlsutil.DefaultClusterName, "the cluster's name, in its server certificates' name server.<cluster-name>.plugreg")
+	fs.Var(&s.join, "join", "gossip address of a server to join (repeatable)")
+	return fs
+}
+
+// parseAgentFlags reads the command line, then fills in from the -config
+// file what it did not set.
+func parseAgentFlags(args []string) (*agentSettings, error) {
+	s := &agentSettings{}
+	fs := s.flagSet()
+	s.flags = fs
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return nil, errUsage
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("unexpected arguments %v", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	if *cfgFile != "" {
-		if err := applyConfigFile(fs, *cfgFile); err != nil {
-			return err
+	if s.configFile != "" {
+		if err := applyConfigFile(fs, s.configFile); err != nil {
+			return nil, err
 		}
 	}
-	if *dataDir == "" {
-		return errors.New("-data-dir is required")
+	return s, nil
+}
+
+// agentSetup is what the agent's settings make of its parts before
+// anything starts.
+type agentSetup struct {
+	logger hclog.Logger
+	host   hostServices
+	// api's keyring is set once the data dir's keyring is open
+	// (startAndRunAgent): opening it may create the data dir.
+	api  apiOptions
+	tlsc *tlsutil.Configurator // nil: no TLS
+}
+
+// setup checks the settings and derives the agent's parts from them. It
+// creates nothing on disk and starts nothing: a mistyped flag is the
+// operator's to fix, not a half-started agent's, and leaves no data dir
+// behind (TestAgentRefusesBadFlagsAtStart). Of several mistakes the first
+// in this order is the one reported.
+func (s *agentSettings) setup() (*agentSetup, error) {
+	if s.dataDir == "" {
+		return nil, errors.New("-data-dir is required")
 	}
-	if *raftMul < 1 || *raftMul > 10 {
-		return fmt.Errorf("-raft-multiplier %d: want 1 to 10", *raftMul)
+	if s.raftMultiplier < 1 || s.raftMultiplier > 10 {
+		return nil, fmt.Errorf("-raft-multiplier %d: want 1 to 10", s.raftMultiplier)
 	}
-	if err := cluster.ValidateLogStore(*logStore, *walSeg); err != nil {
-		return err // before the data dir is created
+	if err := cluster.ValidateLogStore(s.logStore, s.walSegmentSize); err != nil {
+		return nil, err
 	}
-	if *plugDir != "" {
-		// Say it before anything starts: a mistyped path is the
-		// operator's to fix, not a half-started agent's.
-		if err := pluginwatcher.CheckDir(*plugDir); err != nil {
-			return fmt.Errorf("-plugins-dir: %w", err)
+	hs, err := s.hostServicesConfig()
+	if err != nil {
+		return nil, err
+	}
+	ao, err := s.apiConfig()
+	if err != nil {
+		return nil, err
+	}
+	tlsc, err := s.tlsConfigurator()
+	if err != nil {
+		return nil, err
+	}
+	if s.client {
+		if err := clientOnlyFlags(s.flags); err != nil {
+			return nil, err
 		}
 	}
-	if *plugGrace <= 0 {
-		return fmt.Errorf("-plugin-grace %v: want a positive duration", *plugGrace)
+	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(s.logLevel)})
+	return &agentSetup{logger: logger, host: hs, api: ao, tlsc: tlsc}, nil
+}
+
+// hostServicesConfig checks the host's plugin sources and fills in the
+// plugin socket's path and allowed uids.
+func (s *agentSettings) hostServicesConfig() (hostServices, error) {
+	hs := s.host
+	if hs.pluginsDir != "" {
+		if err := pluginwatcher.CheckDir(hs.pluginsDir); err != nil {
+			return hs, fmt.Errorf("-plugins-dir: %w", err)
+		}
 	}
-	hs := hostServices{pluginsDir: *plugDir, pluginSocket: *plugSock, pluginGrace: *plugGrace, pluginConfigDir: *plugConf,
-		pluginSocketOwner: *plugOwner, pluginSocketGroup: *plugGroup}
-	if *plugUIDs != "" {
-		uids, err := pluginsock.ParseUIDs(*plugUIDs)
+	if hs.pluginGrace <= 0 {
+		return hs, fmt.Errorf("-plugin-grace %v: want a positive duration", hs.pluginGrace)
+	}
+	if s.pluginSockUIDs != "" {
+		uids, err := pluginsock.ParseUIDs(s.pluginSockUIDs)
 		if err != nil {
-			return fmt.Errorf("-plugin-socket-allow-uid: %w", err)
+			return hs, fmt.Errorf("-plugin-socket-allow-uid: %w", err)
 		}
 		hs.pluginSocketAllowUIDs = uids
 	}
@@ -143,36 +248,49 @@ func runAgent(args []string) error {
 	case "off":
 		hs.pluginSocket = ""
 	case "":
-		hs.pluginSocket = filepath.Join(*dataDir, "plugin.sock")
+		hs.pluginSocket = filepath.Join(s.dataDir, "plugin.sock")
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg", Level: hclog.LevelFromString(*logLevel)})
-	if *aclToken != "" && *aclOn {
-		return errors.New("-acl-token and -acl-enabled: choose one (-acl-token is the single shared token of a cluster without ACLs; with ACLs, tokens have policies)")
+	return hs, nil
+}
+
+// apiConfig checks who may use the HTTP API and its limits.
+func (s *agentSettings) apiConfig() (apiOptions, error) {
+	if s.aclToken != "" && s.aclEnabled {
+		return apiOptions{}, errors.New("-acl-token and -acl-enabled: choose one (-acl-token is the single shared token of a cluster without ACLs; with ACLs, tokens have policies)")
 	}
-	if *bodyRead <= 0 {
-		return fmt.Errorf("-http-body-read-timeout %v: want a positive duration", *bodyRead)
+	if s.limits.BodyReadTimeout <= 0 {
+		return apiOptions{}, fmt.Errorf("-http-body-read-timeout %v: want a positive duration", s.limits.BodyReadTimeout)
 	}
-	ao := apiOptions{token: *aclToken, acl: httpapi.ACLConfig{Enabled: *aclOn},
-		limits: httpapi.Limits{MaxConnsPerClient: *maxConns, MaxStreams: *maxStream, MaxBlockingQueries: *maxBlock, BodyReadTimeout: *bodyRead}}
-	switch *aclPolicy {
+	ao := apiOptions{token: s.aclToken, acl: httpapi.ACLConfig{Enabled: s.aclEnabled}, limits: s.limits}
+	switch s.aclPolicy {
 	case "allow":
 	case "deny":
 		ao.acl.DefaultDeny = true
 	default:
-		return fmt.Errorf("-acl-default-policy %q: want allow or deny", *aclPolicy)
+		return apiOptions{}, fmt.Errorf("-acl-default-policy %q: want allow or deny", s.aclPolicy)
 	}
-	var tlsc *tlsutil.Configurator
-	if tlsCfg.Enabled() || tlsCfg.VerifyIncoming || tlsCfg.VerifyOutgoing || tlsCfg.VerifyServerHostname {
-		var err error
-		if tlsc, err = tlsutil.NewConfigurator(tlsCfg); err != nil {
-			return fmt.Errorf("tls: %w", err)
-		}
+	return ao, nil
+}
+
+// tlsConfigurator loads the certificates when any TLS flag is set; without
+// one it is nil, which every user of it takes for no TLS.
+func (s *agentSettings) tlsConfigurator() (*tlsutil.Configurator, error) {
+	c := s.tls
+	if !c.Enabled() && !c.VerifyIncoming && !c.VerifyOutgoing && !c.VerifyServerHostname {
+		return nil, nil
 	}
-	if *isClient {
-		if err := clientOnlyFlags(fs); err != nil {
-			return err
-		}
+	tlsc, err := tlsutil.NewConfigurator(c)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
 	}
+	return tlsc, nil
+}
+
+// startAndRunAgent starts the agent, a server or with -client a client
+// agent, and runs it until a signal, a leave request or a failure stops
+// it (runUntilStopped).
+func startAndRunAgent(s *agentSettings, a *agentSetup) error {
+	logger := a.logger
 	// Signals are caught before anything starts: a SIGTERM while the
 	// agent starts (systemd stopping a unit that just started, a test
 	// that is done) waits for the start and then stops it gracefully,
@@ -181,82 +299,95 @@ func runAgent(args []string) error {
 	defer sigs.stop()
 	startDone := sigs.guardStart(logger)
 	defer startDone()
-	enc, err := openGossipEncryption(*dataDir, *encrypt, logger)
+	enc, err := openGossipEncryption(s.dataDir, s.encrypt, logger)
 	if err != nil {
 		return err
 	}
-	enc.AcceptPlaintext, enc.SendPlaintext = !*encIn, !*encOut
-	ao.keyring = enc.Keyring
+	enc.AcceptPlaintext, enc.SendPlaintext = !s.encryptIn, !s.encryptOut
+	a.api.keyring = enc.Keyring
 	// A large registry keeps its GC headroom at half its live data
 	// rather than all of it (internal/gctune); GOGC or GOMEMLIMIT in the
 	// environment turn this off.
 	defer gctune.Start(gctune.Config{}).Stop()
-	if *pprofAt != "" {
-		stopPprof, err := servePprof(*pprofAt, logger)
+	if s.pprof != "" {
+		stopPprof, err := servePprof(s.pprof, logger)
 		if err != nil {
 			return err
 		}
 		defer stopPprof()
 	}
-	if *isClient {
-		acfg := agent.Config{NodeID: *nodeID, DataDir: *dataDir, BindAddr: *bind, GossipPort: *gosPort,
-			Join: join, RetryJoin: *retry, TLS: tlsc, ACLToken: *aclAgent, GossipEncryption: enc, Logger: logger}
-		leaveCh := make(chan struct{})
-		n, err := startClientNode(acfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), ao, tlsc, func() { close(leaveCh) })
-		if err != nil {
-			return err
-		}
-		if err := n.startServices(hs, logger); err != nil {
-			n.stop(false)
-			return err
-		}
-		logger.Info("client agent running", "node", acfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "gossip", n.gossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-		warnUnprotected(logger, ao, tlsc, enc)
-		startDone()
-		return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
+	leaveCh := make(chan struct{})
+	n, err := startAgentNode(s, a, enc, func() { close(leaveCh) })
+	if err != nil {
+		return err
 	}
+	if err := n.startServices(a.host, logger); err != nil {
+		n.stop(false)
+		return err
+	}
+	logRunning(logger, s, a, n)
+	warnUnprotected(logger, a.api, a.tlsc, enc)
+	startDone()
+	return runUntilStopped(logger, n, leaveCh, a.tlsc, sigs)
+}
+
+// startAgentNode starts the server or the client agent and its HTTP API.
+func startAgentNode(s *agentSettings, a *agentSetup, enc gossip.Encryption, onLeave func()) (*node, error) {
+	httpAddr := net.JoinHostPort(s.bind, strconv.Itoa(s.httpPort))
+	if s.client {
+		cfg := agent.Config{NodeID: s.nodeID, DataDir: s.dataDir, BindAddr: s.bind, GossipPort: s.gossipPort,
+			Join: s.join, RetryJoin: s.retryJoin, TLS: a.tlsc, ACLToken: s.aclAgentToken, GossipEncryption: enc, Logger: a.logger}
+		return startClientNode(cfg, httpAddr, a.api, a.tlsc, onLeave)
+	}
+	return startNode(s.serverConfig(a, enc), httpAddr, a.api, a.tlsc, onLeave)
+}
+
+// serverConfig is the server's configuration: cluster's defaults, then
+// the settings.
+func (s *agentSettings) serverConfig(a *agentSetup, enc gossip.Encryption) *cluster.Config {
 	cfg := cluster.DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.BindAddr = *nodeID, *dataDir, *bind
-	cfg.ServerPort, cfg.GossipPort = *srvPort, *gosPort
-	cfg.BootstrapExpect, cfg.Join, cfg.RetryJoin = *expect, join, *retry
-	cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = *snapThr, *snapIvl, *trailing
-	cfg.MaxAppendEntries = *maxAppend
-	cfg.NodeReapAfter, cfg.DeadServerCleanup = *reap, *deadSrv
-	cfg.JournalSize = *journal
-	mul := time.Duration(*raftMul)
+	cfg.NodeID, cfg.DataDir, cfg.BindAddr = s.nodeID, s.dataDir, s.bind
+	cfg.ServerPort, cfg.GossipPort = s.serverPort, s.gossipPort
+	cfg.BootstrapExpect, cfg.Join, cfg.RetryJoin = s.expect, s.join, s.retryJoin
+	cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = s.snapshotThreshold, s.snapshotInterval, s.trailingLogs
+	cfg.MaxAppendEntries = s.maxAppendEntries
+	cfg.NodeReapAfter, cfg.DeadServerCleanup = s.nodeReapAfter, s.deadServerCleanup
+	cfg.JournalSize = s.journalSize
+	mul := time.Duration(s.raftMultiplier)
 	// 500 ms per unit: a dead leader is noticed after a random 1-2x the
 	// heartbeat timeout, so this is most of a failover's time. The bench's
 	// 20-minute stability run (64 writers, then idle) saw no spurious
 	// election at this value on a shared 2-core machine (docs/benchmarks.md).
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = mul*500*time.Millisecond, mul*500*time.Millisecond, mul*250*time.Millisecond
-	if *hbTimeout > 0 {
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = *hbTimeout, *hbTimeout, *hbTimeout/2
+	if s.heartbeatTimeout > 0 {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = s.heartbeatTimeout, s.heartbeatTimeout, s.heartbeatTimeout/2
 	}
-	cfg.ApplyLog = *applyLog
-	if *cmTime > 0 {
-		cfg.CommitTimeout = *cmTime
+	cfg.ApplyLog = s.applyLog
+	if s.commitTimeout > 0 {
+		cfg.CommitTimeout = s.commitTimeout
 	}
-	cfg.NoCommitNotify = !*cmNotify
-	cfg.LogStore = *logStore
-	cfg.WALSegmentSize = *walSeg
-	cfg.TLS = tlsc
+	cfg.NoCommitNotify = !s.commitNotify
+	cfg.LogStore = s.logStore
+	cfg.WALSegmentSize = s.walSegmentSize
+	cfg.TLS = a.tlsc
 	cfg.GossipEncryption = enc
-	cfg.ACLEnabled, cfg.ACLDefaultDeny = ao.acl.Enabled, ao.acl.DefaultDeny
-	cfg.Logger = logger
+	cfg.ACLEnabled, cfg.ACLDefaultDeny = a.api.acl.Enabled, a.api.acl.DefaultDeny
+	cfg.Logger = a.logger
+	return cfg
+}
 
-	leaveCh := make(chan struct{})
-	n, err := startNode(cfg, net.JoinHostPort(*bind, strconv.Itoa(*httpPort)), ao, tlsc, func() { close(leaveCh) })
-	if err != nil {
-		return err
+// logRunning says the agent is up and where it listens; a client agent
+// has no server port.
+func logRunning(logger hclog.Logger, s *agentSettings, a *agentSetup, n *node) {
+	msg := "agent running"
+	kv := []interface{}{"node", s.nodeID, "http", n.ln.Addr().String(), "https", a.tlsc.ServesTLS()}
+	if n.srv != nil {
+		kv = append(kv, "server", n.srv.RaftAddr())
+	} else {
+		msg = "client agent running"
 	}
-	if err := n.startServices(hs, logger); err != nil {
-		n.stop(false)
-		return err
-	}
-	logger.Info("agent running", "node", cfg.NodeID, "http", n.ln.Addr().String(), "https", tlsc.ServesTLS(), "server", n.srv.RaftAddr(), "gossip", n.srv.GossipAddr(), "plugins_dir", *plugDir, "plugin_socket", n.pluginSocket())
-	warnUnprotected(logger, ao, tlsc, enc)
-	startDone()
-	return runUntilStopped(logger, n, leaveCh, tlsc, sigs)
+	kv = append(kv, "gossip", n.gossipAddr(), "plugins_dir", s.host.pluginsDir, "plugin_socket", n.pluginSocket())
+	logger.Info(msg, kv...)
 }
 
 // unprotected says, one line each, what an agent with these settings
@@ -353,7 +484,7 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc
 }
 
 // signals are the agent's stop (SIGINT, SIGTERM) and reload (SIGHUP)
-// signals, caught from the start of runAgent.
+// signals, caught before the agent starts anything (startAndRunAgent).
 type signals struct {
 	term, hup chan os.Signal
 }
