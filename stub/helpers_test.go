@@ -76,13 +76,9 @@ func (e *env) listedEverywhere(typ, name string, n int) bool {
 // register writes a plugin through node 3 and returns the write's index.
 func (e *env) register(typ, name string) uint64 {
 	e.t.Helper()
-	res, err := e.c.Nodes[2].Backend().Register(context.Background(), &api.PluginInfo{
+	return e.c.Register(e.c.Nodes[2], &api.PluginInfo{
 		Type: typ, Name: name, AllocID: "a1", NodeID: "elsewhere", ConnectionInfo: &api.ConnectionInfo{Address: "10.0.0.1:1"},
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return res.Index
+	}).Index
 }
 
 // observe records every event of typ/name seen by node 2 from now on.
