@@ -36,8 +36,9 @@ func TestHostSideDoesNotImportTheServer(t *testing.T) {
 	}
 }
 
-// The internal RPC between client agents and servers (agentrpc) is not
-// the public wire vocabulary: the Go client and the SDK do not link it.
+// The internal RPC between client agents and servers (agentrpc) and a
+// node's shared event encodings (delivery) are not the public wire
+// vocabulary: the Go client and the SDK do not link them.
 func TestClientAndStubDoNotImportTheInternalRPC(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -49,7 +50,9 @@ func TestClientAndStubDoNotImportTheInternalRPC(t *testing.T) {
 			t.Fatalf("go list: %v\n%s", err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if dep == "github.com/plugreg/plugreg/agentrpc" {
+			// agentrpc: the internal RPC; delivery: a node's event
+			// encodings shared by its subscribers.
+			if dep == "github.com/plugreg/plugreg/agentrpc" || dep == "github.com/plugreg/plugreg/delivery" {
 				t.Errorf("%s imports %s", pkg, dep)
 			}
 		}

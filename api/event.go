@@ -1,7 +1,5 @@
 package api
 
-import "sync"
-
 // EventType says what an Event reports.
 type EventType string
 
@@ -32,43 +30,9 @@ type Event struct {
 	// Plugins is the full state for the filter, for EventReset only: every
 	// instance, by Type then Name, each recency list newest first.
 	Plugins []*PluginInfo `json:",omitempty"`
-	// Memo, when set, is shared by every subscriber of one node that
-	// receives this event (the registry sets it on change events): a
-	// front end that encodes events for the wire encodes each one once,
-	// not once per subscriber. Never on the wire.
-	Memo *Memo `json:"-" codec:"-"`
 }
 
 // EventStreamProtobuf is the media type of the binary event stream: a client
 // that sends it in Accept gets GET /v1/events as length-delimited protobuf
 // (each message a varint length, then a pluginpb.Event), not JSON lines.
 const EventStreamProtobuf = "application/vnd.plugreg.events+protobuf"
-
-// Encoding names one wire encoding of events; a Memo holds one of each.
-type Encoding uint8
-
-const (
-	EncodingJSON     Encoding = iota // a line of newline-delimited JSON
-	EncodingProtobuf                 // a length-delimited pluginpb.Event
-	numEncodings
-)
-
-// Memo holds the wire encodings of an event, each made by the first
-// subscriber that asks for it and reused by the others.
-type Memo struct {
-	slots [numEncodings]memoSlot
-}
-
-type memoSlot struct {
-	once sync.Once
-	b    []byte
-	err  error
-}
-
-// Bytes returns the memoized encoding e, calling encode the first time.
-// Every caller must pass, for one e, an encode that yields the same bytes.
-func (m *Memo) Bytes(e Encoding, encode func() ([]byte, error)) ([]byte, error) {
-	s := &m.slots[e]
-	s.once.Do(func() { s.b, s.err = encode() })
-	return s.b, s.err
-}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 )
 
 // Identity is a caller as its edge proved it.
@@ -194,20 +195,19 @@ func filterPlugins(a api.Authorizer, in []*api.PluginInfo) []*api.PluginInfo {
 	return out
 }
 
-// filterEvent returns ev as a may see it: nil for a change of a type it may
-// not read, a reset cut to the types it may read (without the shared
-// Memo, whose encoding holds them all).
-func filterEvent(a api.Authorizer, ev *api.Event) *api.Event {
+// filterEvent returns ev as a may see it: nothing (false) for a change of
+// a type it may not read, a reset cut to the types it may read (its own,
+// without the shared encodings, which hold them all).
+func filterEvent(a api.Authorizer, ev delivery.Event) (delivery.Event, bool) {
 	switch {
 	case ev.EventType == api.EventHeartbeat || a.CanReadAll():
-		return ev
+		return ev, true
 	case ev.EventType == api.EventReset:
-		c := *ev
-		c.Memo = nil
+		c := *ev.Event
 		c.Plugins = filterPlugins(a, ev.Plugins)
-		return &c
+		return delivery.Of(&c), true
 	case ev.Info != nil && !a.CanRead(ev.Info.Type):
-		return nil
+		return delivery.Event{}, false
 	}
-	return ev
+	return ev, true
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 )
 
 // Backend is what an agent serves, in api's terms. Errors are api
@@ -31,7 +32,7 @@ type Backend interface {
 	// position it starts at; see registry.Hub.WatchWithHeartbeat. The
 	// events (and their records) may be shared with other subscribers:
 	// read them, never modify them.
-	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error)
+	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error)
 
 	Leader() string
 	Peers(ctx context.Context) ([]string, error)

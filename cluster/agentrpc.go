@@ -153,7 +153,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 				return err
 			}
 			for ev := range ch {
-				if err := send(ev); err != nil {
+				if err := send(ev.Event); err != nil {
 					return err
 				}
 			}

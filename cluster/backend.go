@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/registry"
 )
 
@@ -109,7 +110,7 @@ func (b *Backend) block(ctx context.Context, types []string, index uint64, wait 
 // Subscribe streams the events of types (none: all) after *from (nil: from
 // this server's applied index), with a heartbeat every heartbeat (zero:
 // none). It returns the position the stream starts at.
-func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan *api.Event, uint64, error) {
+func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error) {
 	// A client agent chooses its stream's heartbeat: 1 ns was a busy
 	// loop on the server.
 	if heartbeat != 0 && heartbeat < agentrpc.MinHeartbeat {
@@ -120,9 +121,10 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 			return nil, 0, err
 		}
 	}
-	// Shared: every consumer of Subscribe (the HTTP stream, the plugin
-	// socket, client agents' upstreams) only encodes what it gets.
-	filter := registry.Filter{Types: types, Shared: true}
+	// Delivered, shared: every consumer of Subscribe (the HTTP stream,
+	// the plugin socket, client agents' upstreams) only encodes what it
+	// gets.
+	filter := registry.Filter{Types: types}
 	start := b.s.AppliedIndex()
 	if from != nil {
 		start = *from
@@ -138,14 +140,14 @@ func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, h
 			// address): without this, the events up to its position
 			// were skipped in silence.
 			b.s.logger.Info("an event stream resumes past the cluster's committed index: it starts with a reset", "from", start, "committed", at)
-			ch, err := b.s.hub.WatchFromState(ctx, filter, heartbeat)
+			ch, err := b.s.hub.DeliverFromState(ctx, filter, heartbeat)
 			if err != nil {
 				return nil, 0, apiError(err)
 			}
 			return ch, b.s.AppliedIndex(), nil
 		}
 	}
-	ch, err := b.s.hub.WatchWithHeartbeat(ctx, filter, start, heartbeat)
+	ch, err := b.s.hub.Deliver(ctx, filter, start, heartbeat)
 	if err != nil {
 		return nil, 0, apiError(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/delivery"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -73,9 +74,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streamSlots.release()
-	enc, contentType := api.EncodingJSON, "application/x-ndjson"
+	enc, contentType := delivery.JSON, "application/x-ndjson"
 	if acceptsProtobuf(r.Header.Values("Accept")) {
-		enc, contentType = api.EncodingProtobuf, api.EventStreamProtobuf
+		enc, contentType = delivery.Protobuf, api.EventStreamProtobuf
 	}
 	rc := http.NewResponseController(w)
 	ctx, cancel := context.WithCancel(r.Context())
@@ -130,22 +131,16 @@ func acceptsProtobuf(accept []string) bool {
 	return false
 }
 
-// writeEvent writes ev in encoding enc. An event with a Memo is shared by
-// every subscriber of this node, so its bytes are encoded once per
-// encoding, by whichever stream gets there first; heartbeats (each stream's
-// own position) are encoded here.
-func writeEvent(w io.Writer, ev *api.Event, enc api.Encoding) error {
-	encode := func() ([]byte, error) { return encodeJSONLine(ev) }
-	if enc == api.EncodingProtobuf {
-		encode = func() ([]byte, error) { return encodeProtobuf(ev) }
+// writeEvent writes ev in encoding enc. An event with shared encodings
+// goes to every subscriber of this node, so its bytes are encoded once per
+// encoding, by whichever stream gets there first; a stream's own events
+// (its heartbeats, a reset for its filter) are encoded here.
+func writeEvent(w io.Writer, ev delivery.Event, enc delivery.Encoding) error {
+	encode := func() ([]byte, error) { return encodeJSONLine(ev.Event) }
+	if enc == delivery.Protobuf {
+		encode = func() ([]byte, error) { return encodeProtobuf(ev.Event) }
 	}
-	var b []byte
-	var err error
-	if ev.Memo != nil {
-		b, err = ev.Memo.Bytes(enc, encode)
-	} else {
-		b, err = encode()
-	}
+	b, err := ev.Bytes(enc, encode)
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", ev.Index, err)
 	}

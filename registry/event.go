@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -11,11 +12,6 @@ import (
 // every type.
 type Filter struct {
 	Types []string
-	// Shared: the subscriber only reads its events, so change events
-	// carry the journal's records (immutable, like the state's) instead
-	// of a deep copy each. Every event carries the journal's Memo either
-	// way.
-	Shared bool
 }
 
 // Match reports whether events of plugin type t pass the filter.
@@ -23,12 +19,20 @@ func (f Filter) Match(t string) bool {
 	return len(f.Types) == 0 || slices.Contains(f.Types, t)
 }
 
-func changeEvent(s *slot, shared bool) *api.Event {
-	e := &s.ev
-	if shared {
-		return &api.Event{Index: e.Index, EventType: api.EventType(e.EventType), Info: e.Info, Current: e.Current, Memo: s.memo}
+// sharedEvent is the delivery of e that every subscriber of a delivery
+// stream receives: the journal's records (immutable, like the state's)
+// and one set of encodings.
+func sharedEvent(e *fsm.Event) *delivery.Event {
+	return &delivery.Event{
+		Event:  &api.Event{Index: e.Index, EventType: api.EventType(e.EventType), Info: e.Info, Current: e.Current},
+		Shared: &delivery.Encodings{},
 	}
-	return &api.Event{Index: e.Index, EventType: api.EventType(e.EventType), Info: e.Info.Copy(), Current: e.Current.Copy(), Memo: s.memo}
+}
+
+// copiedEvent is e for a subscriber of its own, who may change it: a deep
+// copy of the records.
+func copiedEvent(e *fsm.Event) *api.Event {
+	return &api.Event{Index: e.Index, EventType: api.EventType(e.EventType), Info: e.Info.Copy(), Current: e.Current.Copy()}
 }
 
 // resetEvent builds the reset for filter from state s.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -271,43 +272,50 @@ func TestStuckSubscriberDoesNotBlock(t *testing.T) {
 	none(t, stuck)
 }
 
-// Every subscriber of one event gets the same Memo (one wire encoding per
-// event per node); Shared subscribers get the journal's records, the
-// others a deep copy each, whose changes reach nobody else.
+// Every delivery subscriber of one event gets the same one (the journal's
+// records, one set of encodings per event per node); a plain watcher gets
+// a deep copy, whose changes reach nobody else.
 func TestSubscribersShareOneEncoding(t *testing.T) {
 	s := newStore(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, _ := s.Watch(ctx, registry.Filter{Shared: true}, 0)
-	b, _ := s.Watch(ctx, registry.Filter{Shared: true, Types: []string{"csi"}}, 0)
+	a, _ := s.Deliver(ctx, registry.Filter{}, 0, 0)
+	b, _ := s.Deliver(ctx, registry.Filter{Types: []string{"csi"}}, 0, 0)
 	c, _ := s.Watch(ctx, registry.Filter{}, 0)
 	mustRegister(t, s, plugin("csi", "ebs", "a1"))
-	ea, eb, ec := next(t, a), next(t, b), next(t, c)
-	if ea.Memo == nil || ea.Memo != eb.Memo || ea.Memo != ec.Memo {
-		t.Fatalf("memos %p %p %p: want one, shared", ea.Memo, eb.Memo, ec.Memo)
+	ea, eb, ec := nextDelivery(t, a), nextDelivery(t, b), next(t, c)
+	if ea.Shared == nil || ea.Shared != eb.Shared {
+		t.Fatalf("encodings %p %p: want one, shared", ea.Shared, eb.Shared)
 	}
-	if ea.Info != eb.Info {
-		t.Fatal("two Shared subscribers got different records")
+	if ea.Event != eb.Event || ea.Info != eb.Info {
+		t.Fatal("two delivery subscribers got different events")
 	}
 	if ec.Info == ea.Info || ec.Current == ea.Current {
-		t.Fatal("an unshared subscriber got the journal's record")
+		t.Fatal("a plain watcher got the journal's record")
 	}
 	ec.Info.Version = "changed by c"
-	late, _ := s.Watch(ctx, registry.Filter{Shared: true}, 0)
-	if got := next(t, late).Info.Version; got == "changed by c" {
+	late, _ := s.Deliver(ctx, registry.Filter{}, 0, 0)
+	if got := nextDelivery(t, late).Info.Version; got == "changed by c" {
 		t.Fatal("a copy's change reached the journal")
 	}
 	line := 0
 	enc := func() ([]byte, error) { line++; return []byte(fmt.Sprint(line)), nil }
-	first, _ := ea.Memo.Bytes(api.EncodingJSON, enc)
-	again, _ := eb.Memo.Bytes(api.EncodingJSON, enc)
+	first, _ := ea.Bytes(delivery.JSON, enc)
+	again, _ := eb.Bytes(delivery.JSON, enc)
 	if string(first) != "1" || string(again) != "1" || line != 1 {
-		t.Fatalf("memo encoded %d times (%q, %q), want once", line, first, again)
+		t.Fatalf("encoded %d times (%q, %q), want once", line, first, again)
 	}
 	// Each encoding has its own slot: the other one is made once too.
-	other, _ := eb.Memo.Bytes(api.EncodingProtobuf, enc)
-	otherAgain, _ := ea.Memo.Bytes(api.EncodingProtobuf, enc)
+	other, _ := eb.Bytes(delivery.Protobuf, enc)
+	otherAgain, _ := ea.Bytes(delivery.Protobuf, enc)
 	if string(other) != "2" || string(otherAgain) != "2" || line != 2 {
 		t.Fatalf("second encoding: got %q, %q after %d encodings, want 2, 2 after 2", other, otherAgain, line)
+	}
+	// A subscriber's own event (a heartbeat, a reset) shares nothing.
+	own := delivery.Of(&api.Event{EventType: api.EventHeartbeat})
+	x, _ := own.Bytes(delivery.JSON, enc)
+	y, _ := own.Bytes(delivery.JSON, enc)
+	if string(x) == string(y) {
+		t.Fatalf("an unshared event's encodings were memoized: %q, %q", x, y)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/dynamicplugins"
 )
 
@@ -48,6 +49,21 @@ func next(t testing.TB, ch <-chan *api.Event) *api.Event {
 		t.Fatal("no event within 10s")
 	}
 	return nil
+}
+
+// nextDelivery is next for a delivery stream.
+func nextDelivery(t testing.TB, ch <-chan delivery.Event) delivery.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("channel closed")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return delivery.Event{}
 }
 
 // none asserts nothing arrives within a short grace period.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 )
 
 // DefaultSubscriptionBuffer is each subscription channel's capacity.
@@ -42,8 +43,9 @@ func NewHub(j *Journal, buffer int) (*Hub, error) {
 func (h *Hub) Journal() *Journal { return h.journal }
 
 // Watch streams the events after fromIndex that pass filter, or a reset
-// first when they are no longer all in the journal. The channel is closed
-// when ctx is done or the hub shuts down.
+// first when they are no longer all in the journal; each event is the
+// subscriber's own copy. The channel is closed when ctx is done or the hub
+// shuts down.
 func (h *Hub) Watch(ctx context.Context, filter Filter, fromIndex uint64) (<-chan *api.Event, error) {
 	return h.WatchWithHeartbeat(ctx, filter, fromIndex, 0)
 }
@@ -63,19 +65,51 @@ func (h *Hub) WatchFromState(ctx context.Context, filter Filter, every time.Dura
 	return h.watch(ctx, &subscription{filter: filter, heartbeat: every, fromState: true})
 }
 
+// Deliver is WatchWithHeartbeat for a node's front ends (the HTTP stream,
+// the plugin socket, client agents' upstreams), which only encode what
+// they get: every such subscriber of one event receives the same one, the
+// journal's records with its shared encodings (delivery.Event), not a
+// copy of its own. Read them, never modify them.
+func (h *Hub) Deliver(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan delivery.Event, error) {
+	sub := &subscription{filter: filter, cursor: fromIndex, heartbeat: every, deliver: make(chan delivery.Event, h.buffer)}
+	if err := h.start(ctx, sub); err != nil {
+		return nil, err
+	}
+	return sub.deliver, nil
+}
+
+// DeliverFromState is Deliver beginning with a reset of the state as it
+// is now (see WatchFromState).
+func (h *Hub) DeliverFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan delivery.Event, error) {
+	sub := &subscription{filter: filter, heartbeat: every, fromState: true, deliver: make(chan delivery.Event, h.buffer)}
+	if err := h.start(ctx, sub); err != nil {
+		return nil, err
+	}
+	return sub.deliver, nil
+}
+
 func (h *Hub) watch(ctx context.Context, sub *subscription) (<-chan *api.Event, error) {
+	sub.out = make(chan *api.Event, h.buffer)
+	if err := h.start(ctx, sub); err != nil {
+		return nil, err
+	}
+	return sub.out, nil
+}
+
+// start runs sub in a goroutine the hub owns.
+func (h *Hub) start(ctx context.Context, sub *subscription) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.shutdown {
-		return nil, ErrShutdown
+		return ErrShutdown
 	}
-	sub.j, sub.out, sub.lastSent = h.journal, make(chan *api.Event, h.buffer), time.Now()
+	sub.j, sub.lastSent = h.journal, time.Now()
 	h.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	go func() {
 		defer h.subs.Done()
 		sub.run(ctx)
 	}()
-	return sub.out, nil
+	return nil
 }
 
 // IsShutdown reports whether Shutdown was called.

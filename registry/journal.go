@@ -5,7 +5,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -132,15 +132,16 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 	}
 }
 
-// batch is what one read hands a subscription.
-// slot is one event in the journal's ring, with the encoding its
-// subscribers share (api.Event.Memo), made by the first read that passes
-// the event on: Apply does not pay for it.
+// slot is one event in the journal's ring and, once a read for a
+// delivery (Hub.Deliver) has passed it on, the one api.Event every such
+// subscriber receives and the encodings they share: Apply does not pay for
+// them.
 type slot struct {
-	ev   fsm.Event
-	memo *api.Memo
+	ev     fsm.Event
+	shared *delivery.Event
 }
 
+// batch is what one read hands a subscription.
 type batch struct {
 	reset  *fsm.State // non-nil: deliver a reset from this state first
 	events []slot     // then these, all passing the filter
@@ -153,7 +154,7 @@ type batch struct {
 // the floor, else up to limit matching events (never part of an index's
 // events), else a channel to wait on. Events with no match still advance the
 // cursor.
-func (j *Journal) read(cursor uint64, f Filter, limit int) batch {
+func (j *Journal) read(cursor uint64, f Filter, shared bool, limit int) batch {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -171,8 +172,8 @@ func (j *Journal) read(cursor uint64, f Filter, limit int) batch {
 			return batch{events: out, cursor: out[len(out)-1].ev.Index}
 		}
 		if f.Match(e.ev.Info.Type) {
-			if e.memo == nil {
-				e.memo = &api.Memo{} // under mu, like every ring access
+			if shared && e.shared == nil {
+				e.shared = sharedEvent(&e.ev) // under mu, like every ring access
 			}
 			out = append(out, *e)
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 )
 
 // readBatch bounds how many events a subscription copies out of the
@@ -16,10 +17,14 @@ const readBatch = 256
 // Apply and never another subscriber. When it falls off the journal it
 // gets one reset and continues from the reset's index.
 type subscription struct {
-	j         *Journal
-	filter    Filter
-	cursor    uint64
+	j      *Journal
+	filter Filter
+	cursor uint64
+	// One of out (a plain watch: each event a copy of its own) and
+	// deliver (a node's front ends: the shared events) is set. A send on
+	// the other, nil, never proceeds, so one select serves both.
 	out       chan *api.Event
+	deliver   chan delivery.Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
 	// fromState: begin with a reset of the state as it is when the
@@ -30,24 +35,28 @@ type subscription struct {
 // run is owned by the Hub that started it: it returns when ctx is done
 // or the journal is closed, and closes out on the way.
 func (s *subscription) run(ctx context.Context) {
-	defer close(s.out)
+	defer s.close()
 	if s.fromState {
 		st := s.j.State()
-		if !s.send(ctx, resetEvent(st, s.filter)) {
+		if !s.send(ctx, delivery.Of(resetEvent(st, s.filter))) {
 			return
 		}
 		s.cursor = st.Index()
 	}
 	for {
-		b := s.j.read(s.cursor, s.filter, readBatch)
+		b := s.j.read(s.cursor, s.filter, s.deliver != nil, readBatch)
 		if b.closed {
 			return
 		}
-		if b.reset != nil && !s.send(ctx, resetEvent(b.reset, s.filter)) {
+		if b.reset != nil && !s.send(ctx, delivery.Of(resetEvent(b.reset, s.filter))) {
 			return
 		}
 		for i := range b.events {
-			if !s.send(ctx, changeEvent(&b.events[i], s.filter.Shared)) {
+			ev := b.events[i].shared
+			if ev == nil {
+				ev = &delivery.Event{Event: copiedEvent(&b.events[i].ev)}
+			}
+			if !s.send(ctx, *ev) {
 				return
 			}
 		}
@@ -56,7 +65,7 @@ func (s *subscription) run(ctx context.Context) {
 		// below it is already in the channel, so a heartbeat never runs
 		// ahead of an event the consumer has yet to see.
 		if s.heartbeat > 0 && time.Since(s.lastSent) >= s.heartbeat {
-			if !s.send(ctx, &api.Event{Index: s.cursor, EventType: api.EventHeartbeat}) {
+			if !s.send(ctx, delivery.Of(&api.Event{Index: s.cursor, EventType: api.EventHeartbeat})) {
 				return
 			}
 		}
@@ -68,9 +77,20 @@ func (s *subscription) run(ctx context.Context) {
 	}
 }
 
-func (s *subscription) send(ctx context.Context, ev *api.Event) bool {
+func (s *subscription) close() {
+	if s.out != nil {
+		close(s.out)
+	} else {
+		close(s.deliver)
+	}
+}
+
+func (s *subscription) send(ctx context.Context, ev delivery.Event) bool {
 	select {
-	case s.out <- ev:
+	case s.out <- ev.Event:
+		s.lastSent = time.Now()
+		return true
+	case s.deliver <- ev:
 		s.lastSent = time.Now()
 		return true
 	case <-ctx.Done():

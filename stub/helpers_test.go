@@ -96,7 +96,7 @@ func (e *env) observe(typ, name string) func() []*api.Event {
 		for ev := range ch {
 			if ev.Info != nil && ev.Info.Name == name {
 				mu.Lock()
-				got = append(got, ev)
+				got = append(got, ev.Event)
 				mu.Unlock()
 			}
 		}

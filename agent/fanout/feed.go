@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 )
 
 // feed is one filter's shared upstream and its ring of the last events,
@@ -27,7 +28,7 @@ type feed struct {
 	// ring holds the last events (changes and resets, no heartbeats);
 	// the event with sequence number s is at ring[s%len(ring)], for
 	// first <= s < first+n.
-	ring  []*api.Event
+	ring  []delivery.Event
 	first uint64
 	n     int
 	// floor: a reader at index c >= floor finds every event after c in
@@ -50,7 +51,7 @@ func newFeed(h *Hub, key string, types []string) *feed {
 	return &feed{
 		h: h, key: key, types: types, linger: t,
 		ready:  make(chan struct{}),
-		ring:   make([]*api.Event, h.cfg.Buffer),
+		ring:   make([]delivery.Event, h.cfg.Buffer),
 		notify: make(chan struct{}),
 	}
 }
@@ -100,14 +101,13 @@ func (f *feed) take(ev *api.Event, next api.Cursor) bool {
 	return true
 }
 
+// appendLocked adds ev with the encodings every local subscriber will
+// share.
 func (f *feed) appendLocked(ev *api.Event) {
-	if ev.Memo == nil {
-		ev.Memo = &api.Memo{} // one encoding for every local subscriber
-	}
 	if f.n == len(f.ring) {
 		old := f.ring[f.first%uint64(len(f.ring))]
 		f.floor = max(f.floor, old.Index)
-		f.ring[f.first%uint64(len(f.ring))] = nil
+		f.ring[f.first%uint64(len(f.ring))] = delivery.Event{}
 		if f.hasReset && f.lastReset == f.first {
 			f.hasReset = false
 		}
@@ -115,14 +115,14 @@ func (f *feed) appendLocked(ev *api.Event) {
 		f.n--
 	}
 	s := f.first + uint64(f.n)
-	f.ring[s%uint64(len(f.ring))] = ev
+	f.ring[s%uint64(len(f.ring))] = delivery.Event{Event: ev, Shared: &delivery.Encodings{}}
 	f.n++
 	if ev.EventType == api.EventReset {
 		f.lastReset, f.hasReset = s, true
 	}
 }
 
-func (f *feed) atLocked(s uint64) *api.Event { return f.ring[s%uint64(len(f.ring))] }
+func (f *feed) atLocked(s uint64) delivery.Event { return f.ring[s%uint64(len(f.ring))] }
 
 // seekLocked returns the sequence number from which a reader that has
 // every event up to index c reads the rest: the first event after c when
@@ -144,7 +144,7 @@ func (f *feed) seekLocked(c uint64, allowReset bool) (uint64, bool) {
 
 // readResult is what one read hands a ring subscriber.
 type readResult struct {
-	events []*api.Event
+	events []delivery.Event
 	next   uint64 // the reader's next sequence number
 	fell   bool   // the reader's next event left the ring
 	// mark: every event at or below it is among the events read so far
@@ -161,7 +161,7 @@ func (f *feed) read(s uint64, limit int) readResult {
 		return readResult{fell: true}
 	}
 	end := f.first + uint64(f.n)
-	var out []*api.Event
+	var out []delivery.Event
 	for ; s < end && len(out) < limit; s++ {
 		out = append(out, f.atLocked(s))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/dynamicplugins"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"github.com/plugreg/plugreg/registry"
@@ -194,7 +195,7 @@ func describe(ev *api.Event) string {
 // heartbeat at >= upTo, or 200ms of silence), checking the stream's
 // promises on the way: indexes never decrease, and a heartbeat never runs
 // ahead of an undelivered event.
-func collect(t *testing.T, ch <-chan *api.Event, upTo uint64) []string {
+func collect(t *testing.T, ch <-chan delivery.Event, upTo uint64) []string {
 	t.Helper()
 	var out []string
 	var lastEv, lastHB uint64
@@ -221,10 +222,10 @@ func collect(t *testing.T, ch <-chan *api.Event, upTo uint64) []string {
 				continue
 			}
 			if ev.Index < lastEv || ev.Index <= lastHB {
-				t.Fatalf("%s after event %d / heartbeat %d", describe(ev), lastEv, lastHB)
+				t.Fatalf("%s after event %d / heartbeat %d", describe(ev.Event), lastEv, lastHB)
 			}
 			lastEv = ev.Index
-			out = append(out, describe(ev))
+			out = append(out, describe(ev.Event))
 			reached = reached || ev.Index >= upTo
 		case <-quiet:
 			return out
@@ -239,7 +240,7 @@ func direct(t *testing.T, s *dynamicplugins.Local, types []string, from, upTo ui
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := s.WatchWithHeartbeat(ctx, registry.Filter{Types: types}, from, 20*time.Millisecond)
+	ch, err := s.Deliver(ctx, registry.Filter{Types: types}, from, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

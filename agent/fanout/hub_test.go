@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/dynamicplugins"
 )
 
@@ -22,7 +23,7 @@ func TestSubscribersShareOneUpstream(t *testing.T) {
 	write(t, u.s, 5, "csi", "device")
 
 	const n = 50
-	chans := make([]<-chan *api.Event, n)
+	chans := make([]<-chan delivery.Event, n)
 	var start uint64
 	for i := range chans {
 		types := []string{"csi", "device"}
@@ -223,7 +224,7 @@ func TestSlowSubscriber(t *testing.T) {
 	want := direct(t, u.s, types, start, last)
 	same(t, "fast subscriber", fastEvents, want)
 
-	var got []*api.Event
+	var got []delivery.Event
 	for ev := range slow { // drains what it holds, then sees the close
 		got = append(got, ev)
 	}
@@ -249,7 +250,7 @@ func TestSlowSubscriber(t *testing.T) {
 	rest := collect(t, resumed, last)
 	var all []string
 	for _, ev := range got {
-		all = append(all, describe(ev))
+		all = append(all, describe(ev.Event))
 	}
 	for i := 0; i < had; i++ {
 		if rest[i] != all[len(all)-had+i] {
@@ -322,7 +323,7 @@ func TestCloseWithActiveSubscribers(t *testing.T) {
 	h.Close()
 	h.Close()
 	<-done
-	for _, ch := range []<-chan *api.Event{stuck, pass} {
+	for _, ch := range []<-chan delivery.Event{stuck, pass} {
 		for range ch {
 		}
 	}
@@ -387,7 +388,7 @@ func TestRewoundUpstream(t *testing.T) {
 				continue
 			}
 			if ev.EventType != api.EventReset || ev.Index != at {
-				t.Fatalf("after the rewind: %s, want a reset at %d", describe(ev), at)
+				t.Fatalf("after the rewind: %s, want a reset at %d", describe(ev.Event), at)
 			}
 			next := writeRange(t, restored, 5, 6, "csi")
 			if got := collect(t, ch, next); len(got) != 1 {
@@ -397,5 +398,41 @@ func TestRewoundUpstream(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no reset after the rewind")
 		}
+	}
+}
+
+// Two local subscribers of one feed receive each change as one event with
+// one set of encodings (delivery.Event.Shared), so the HTTP stream encodes
+// it once for both; heartbeats are each subscriber's own.
+func TestSubscribersShareEncodings(t *testing.T) {
+	u := newTestUpstream(t, 0)
+	h := newHub(t, u, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, _, err := h.Subscribe(ctx, []string{"csi"}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := h.Subscribe(ctx, []string{"csi"}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, u.s, 1, "csi")
+	change := func(ch <-chan delivery.Event) delivery.Event {
+		t.Helper()
+		for {
+			select {
+			case ev := <-ch:
+				if ev.EventType != api.EventHeartbeat {
+					return ev
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no change within 10s")
+			}
+		}
+	}
+	ea, eb := change(a), change(b)
+	if ea.Shared == nil || ea.Shared != eb.Shared || ea.Event != eb.Event {
+		t.Fatalf("subscribers got events %p/%p with encodings %p/%p: want one, shared", ea.Event, eb.Event, ea.Shared, eb.Shared)
 	}
 }

@@ -146,7 +146,7 @@ func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 			if k&changeKinds != 0 && mask&k == 0 {
 				continue
 			}
-			if err := stream.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Event{Event: pb.FromEvent(ev)}}); err != nil {
+			if err := stream.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Event{Event: pb.FromEvent(ev.Event)}}); err != nil {
 				return err
 			}
 		case m := <-msgs:
