@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/transport"
 )
@@ -57,34 +58,11 @@ func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, 
 	return s.applyOutcome(s.raft.Apply(cmd, s.cfg.ApplyTimeout))
 }
 
-// awaitFuture is f.Error(), unless Raft stopped without answering f.
-// hashicorp/raft v1.7.3 can drop a committed batch at shutdown (runFSM
-// returns while batches wait in its channel, and the futures of Apply and
-// Barrier carry no shutdown channel), so f.Error() alone can block forever,
-// and an RPC handler or the leader loop blocked there hangs Shutdown (the
-// mux and the server wait for them). The goroutine that waits on f ends
-// when Raft answers it, or with the process.
-func (s *Server) awaitFuture(f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-s.raftGone:
-	}
-	select {
-	case err := <-done:
-		return err
-	default:
-		return fmt.Errorf("%w: raft stopped without answering", raft.ErrRaftShutdown)
-	}
-}
-
 // applyOutcome waits for f and returns the FSM's result, or the error in
 // the form forwarding keeps (its Outcome says whether it may have
 // applied).
 func (s *Server) applyOutcome(f raft.ApplyFuture) (*fsm.ApplyResult, error) {
-	err := s.awaitFuture(f)
+	err := raftx.Await(f, s.raftGone)
 	switch {
 	case err == nil:
 	case errors.Is(err, raft.ErrNotLeader):

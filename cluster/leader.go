@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/gossip"
 )
 
@@ -47,7 +48,7 @@ func (s *Server) monitorLeadership() {
 // read-index reads are safe) and then reconciles membership until stop.
 func (s *Server) leaderLoop(stop <-chan struct{}) {
 	for {
-		err := s.awaitFuture(s.raft.Barrier(s.cfg.ApplyTimeout))
+		err := raftx.Await(s.raft.Barrier(s.cfg.ApplyTimeout), s.raftGone)
 		if err == nil {
 			break
 		}

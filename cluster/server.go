@@ -553,7 +553,7 @@ func (s *Server) Shutdown() error {
 			errs = append(errs, err)
 		}
 		// Whatever Raft did not answer by now it never will: release
-		// its waiters (awaitFuture). Also when Raft was abandoned:
+		// its waiters (raftx.Await). Also when Raft was abandoned:
 		// Shutdown returns anyway.
 		close(s.raftGone)
 		if s.gossip != nil {

@@ -4,12 +4,17 @@
 //
 //   - HeartbeatsInOrder: raft's heartbeat fast path off (hashicorp/raft
 //     issue 695: a deposed leader stamped entries with the new term).
+//     Wired in cluster/server.go (setupRaft).
 //   - CommitNotifier (Watch): followers told the commit index as soon as
 //     the leader applied an entry (hashicorp/raft issues 28 and 282).
+//     Wired in cluster/server.go (setupRaft).
+//   - Await: a wait on a future that gives up once raft has stopped
+//     (hashicorp/raft issue 498: futures never answered at shutdown).
+//     Used by cluster/apply.go (applyOutcome) and cluster/leader.go (the
+//     leader's barrier); internal/testing/testcluster/leak.go allows its
+//     goroutine.
 //
-// Still in package cluster, for they need the server's own state:
-// awaitFuture (issue 498: futures that never resolve at shutdown), the
-// stale-last-log watch (issue 697, stalelog.go), pipelining off (issue
-// 612, config.go) and the raft-wal reopen after a failed write
-// (logstore.go).
+// Still in package cluster: the stale-last-log watch (issue 697,
+// stalelog.go), pipelining off (issue 612, server.go) and the raft-wal
+// reopen after a failed write (walstore.go).
 package raftx

@@ -13,8 +13,8 @@ func LeakOptions() []goleak.Option {
 		// not wait for it, and it returns by itself after its timeout.
 		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
 		// A wait on a raft future that raft dropped at shutdown (see
-		// cluster's awaitFuture): raft never answers it, the server
-		// stopped waiting, and it ends with the process.
-		goleak.IgnoreAnyFunction("github.com/plugreg/plugreg/cluster.(*Server).awaitFuture.func1"),
+		// raftx.Await): raft never answers it, the server stopped
+		// waiting, and it ends with the process.
+		goleak.IgnoreAnyFunction("github.com/plugreg/plugreg/cluster/raftx.Await.func1"),
 	}
 }
