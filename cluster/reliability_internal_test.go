@@ -31,7 +31,8 @@ func TestRPCBeforeRaftIsNotReady(t *testing.T) {
 }
 
 // Pipelined replication must be off: raft v1.7.3's pipeline can park a
-// follower's replication forever (hashicorp/raft issue 612).
+// follower's replication forever (hashicorp/raft issue 612). The server's
+// transport is built with raftx.NoPipelining.
 func TestReplicationIsNotPipelined(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.BindAddr = "solo", t.TempDir(), "127.0.0.1"

@@ -199,16 +199,9 @@ func (s *Server) setupRaft() error {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("raft-net"),
-		// No pipelined replication. In raft v1.7.3, when a follower
-		// answers a pipelined AppendEntries with Success=false (normal
-		// after a restart or a leader change), the decoder returns while
-		// the sender is parked on the pipeline's unbuffered in-flight
-		// channel, and the deferred pipeline.Close never runs: the
-		// follower gets heartbeats but no entries, for good, and
-		// raft.Shutdown waits on that goroutine forever (hashicorp/raft
-		// issue 612). One RPC in flight turns pipelining off; raft then
-		// replicates with plain request/response AppendEntries.
-		MaxRPCsInFlight: 1,
+		// raft's pipeline can park a follower's replication for good
+		// (hashicorp/raft issue 612; see raftx.NoPipelining).
+		MaxRPCsInFlight: raftx.NoPipelining,
 	})
 	if recovering {
 		if err := s.recoverCluster(rc, s.logs, snaps, rec); err != nil {

@@ -13,8 +13,11 @@
 //     Used by cluster/apply.go (applyOutcome) and cluster/leader.go (the
 //     leader's barrier); internal/testing/testcluster/leak.go allows its
 //     goroutine.
+//   - NoPipelining: pipelined replication off (hashicorp/raft issue 612:
+//     a pipeline parked a follower's replication for good). Wired in
+//     cluster/server.go (setupRaft, the transport's MaxRPCsInFlight).
 //
 // Still in package cluster: the stale-last-log watch (issue 697,
-// stalelog.go), pipelining off (issue 612, server.go) and the raft-wal
-// reopen after a failed write (walstore.go).
+// stalelog.go) and the raft-wal reopen after a failed write
+// (walstore.go).
 package raftx
