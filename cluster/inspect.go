@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -160,7 +161,7 @@ func openStoresForInspect(dir, kind string) (raft.LogStore, raft.StableStore, io
 		}
 		return b, b, b, nil
 	default:
-		w, err := openWALStore(filepath.Join(dir, "wal"), walSegmentSize, hclog.NewNullLogger())
+		w, err := raftx.OpenWAL(filepath.Join(dir, "wal"), walSegmentSize, hclog.NewNullLogger())
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("open wal: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/plugreg/plugreg/cluster/raftx"
 )
 
 // Log store kinds for Config.LogStore.
@@ -80,7 +81,7 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		if cfg.WALSegmentSize != 0 {
 			size = cfg.WALSegmentSize
 		}
-		w, err := openWALStore(dir, size, cfg.Logger.Named("wal"))
+		w, err := raftx.OpenWAL(dir, size, cfg.Logger.Named("wal"))
 		if err != nil {
 			return nil, nil, nil, &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}
 		}

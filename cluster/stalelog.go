@@ -25,7 +25,7 @@ import (
 // and comes back consistent. The agent re-executes itself.
 
 // logEmptiedNotifier is a log store that says when a deletion left it
-// empty (walStore).
+// empty (raftx.WALStore).
 type logEmptiedNotifier interface {
 	Emptied() <-chan struct{}
 }

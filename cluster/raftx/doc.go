@@ -1,6 +1,7 @@
-// Package raftx holds plugreg's workarounds for hashicorp/raft, each with
-// the upstream issue it waits on, so that the day upstream fixes one,
-// removing it is one commit here and one line where cluster wires it:
+// Package raftx holds plugreg's workarounds for hashicorp/raft and
+// hashicorp/raft-wal, each with the upstream issue it waits on, so that
+// the day upstream fixes one, removing it is one commit here and one line
+// where cluster wires it:
 //
 //   - HeartbeatsInOrder: raft's heartbeat fast path off (hashicorp/raft
 //     issue 695: a deposed leader stamped entries with the new term).
@@ -16,8 +17,14 @@
 //   - NoPipelining: pipelined replication off (hashicorp/raft issue 612:
 //     a pipeline parked a follower's replication for good). Wired in
 //     cluster/server.go (setupRaft, the transport's MaxRPCsInFlight).
+//   - WALStore (OpenWAL): raft-wal reopened from disk after a failed
+//     write (raft-wal v0.4.2 cannot append again after a write failed for
+//     want of room; not reported upstream as far as searched) and its
+//     meta store closed by plugreg (v0.4.2's Open leaves it open when it
+//     fails); its Emptied notice serves the stale-last-log watch (raft
+//     issue 697). Opened by cluster/logstore.go (openStores) and
+//     cluster/inspect.go.
 //
 // Still in package cluster: the stale-last-log watch (issue 697,
-// stalelog.go) and the raft-wal reopen after a failed write
-// (walstore.go).
+// stalelog.go).
 package raftx

@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"errors"
@@ -11,22 +11,25 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 )
 
-// walStore is raft-wal as the log and stable store, reopened from disk
-// after any failed write. raft-wal v0.4.2 cannot recover in process from a
-// write that failed for want of room: a segment rotation that fails leaves
-// its tail sealed and every later append answers "segment is sealed", and
-// a segment file whose preallocation failed is left behind while its state
-// names that segment next, so every later rotation or truncation answers
-// "file exists" (TestWALTakesEntriesAfterItsDiskFilled). A follower in that
-// state never appended again (fault suite, disk family, seed 101 on
-// 2026-11-25) until its process restarted, and with another server down
-// the cluster had no quorum. Opening the WAL again is what a restart does:
-// it reads what was synced, deletes unused segment files and starts a new
-// tail. Entries raft was told were stored were synced, so nothing
-// acknowledged is lost; raft retries what failed. etcd exits on a failed
-// WAL write for the same reason (a store whose write failed is not to be
-// trusted in memory); reopening keeps the agent serving.
-type walStore struct {
+// WALStore is raft-wal as the log and stable store, reopened from disk
+// after any failed write, and saying when a deletion emptied the log (for
+// hashicorp/raft issue 697: see Emptied). raft-wal v0.4.2 (the newest; not
+// reported upstream as far as searched, docs/dependencies.md) cannot
+// recover in process from a write that failed for want of room: a segment
+// rotation that fails leaves its tail sealed and every later append
+// answers "segment is sealed", and a segment file whose preallocation
+// failed is left behind while its state names that segment next, so every
+// later rotation or truncation answers "file exists"
+// (TestWALTakesEntriesAfterItsDiskFilled). A follower in that state never
+// appended again (fault suite, disk family, seed 101 on 2026-11-25) until
+// its process restarted, and with another server down the cluster had no
+// quorum. Opening the WAL again is what a restart does: it reads what was
+// synced, deletes unused segment files and starts a new tail. Entries raft
+// was told were stored were synced, so nothing acknowledged is lost; raft
+// retries what failed. etcd exits on a failed WAL write for the same
+// reason (a store whose write failed is not to be trusted in memory);
+// reopening keeps the agent serving.
+type WALStore struct {
 	dir    string
 	size   int // segment size
 	logger hclog.Logger
@@ -36,19 +39,21 @@ type walStore struct {
 	meta *metadb.BoltMetaDB
 	gen  uint64 // counts opens, so one failure reopens once
 
-	emptied chan struct{} // a deletion left the log empty (stalelog.go)
+	emptied chan struct{} // a deletion left the log empty (see Emptied)
 }
 
 var (
-	_ raft.LogStore          = (*walStore)(nil)
-	_ raft.StableStore       = (*walStore)(nil)
-	_ raft.MonotonicLogStore = (*walStore)(nil)
+	_ raft.LogStore          = (*WALStore)(nil)
+	_ raft.StableStore       = (*WALStore)(nil)
+	_ raft.MonotonicLogStore = (*WALStore)(nil)
 )
 
 var errWALClosed = errors.New("wal is closed")
 
-func openWALStore(dir string, size int, logger hclog.Logger) (*walStore, error) {
-	s := &walStore{dir: dir, size: size, logger: logger, emptied: make(chan struct{}, 1)}
+// OpenWAL opens the WAL in dir, which must exist, with segments of size
+// bytes.
+func OpenWAL(dir string, size int, logger hclog.Logger) (*WALStore, error) {
+	s := &WALStore{dir: dir, size: size, logger: logger, emptied: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
@@ -59,7 +64,7 @@ func openWALStore(dir string, size int, logger hclog.Logger) (*walStore, error) 
 // The meta store is ours to close: raft-wal v0.4.0's Close left its bolt
 // file open (and locked), so the same process could never open the data
 // dir again; v0.4.1 closes it too, and BoltMetaDB.Close is idempotent.
-func (s *walStore) open() error {
+func (s *WALStore) open() error {
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(s.dir, wal.WithLogger(s.logger), wal.WithSegmentSize(s.size), wal.WithMetaStore(meta))
 	if err != nil {
@@ -71,7 +76,7 @@ func (s *walStore) open() error {
 	return nil
 }
 
-func (s *walStore) closeLocked() error {
+func (s *WALStore) closeLocked() error {
 	if s.w == nil {
 		return nil
 	}
@@ -82,7 +87,7 @@ func (s *walStore) closeLocked() error {
 
 // reopen closes and opens the WAL again, unless another call already did
 // since gen.
-func (s *walStore) reopen(gen uint64, cause error) {
+func (s *WALStore) reopen(gen uint64, cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen || s.dir == "" {
@@ -100,7 +105,7 @@ func (s *walStore) reopen(gen uint64, cause error) {
 }
 
 // do runs fn on the open WAL; a failed write (or no WAL) reopens it.
-func (s *walStore) do(write bool, fn func(*wal.WAL) error) error {
+func (s *WALStore) do(write bool, fn func(*wal.WAL) error) error {
 	s.mu.RLock()
 	w, gen := s.w, s.gen
 	var err error
@@ -116,29 +121,29 @@ func (s *walStore) do(write bool, fn func(*wal.WAL) error) error {
 	return err
 }
 
-func (s *walStore) FirstIndex() (i uint64, err error) {
+func (s *WALStore) FirstIndex() (i uint64, err error) {
 	err = s.do(false, func(w *wal.WAL) (err error) { i, err = w.FirstIndex(); return })
 	return
 }
 
-func (s *walStore) LastIndex() (i uint64, err error) {
+func (s *WALStore) LastIndex() (i uint64, err error) {
 	err = s.do(false, func(w *wal.WAL) (err error) { i, err = w.LastIndex(); return })
 	return
 }
 
-func (s *walStore) GetLog(index uint64, l *raft.Log) error {
+func (s *WALStore) GetLog(index uint64, l *raft.Log) error {
 	return s.do(false, func(w *wal.WAL) error { return w.GetLog(index, l) })
 }
 
-func (s *walStore) StoreLog(l *raft.Log) error {
+func (s *WALStore) StoreLog(l *raft.Log) error {
 	return s.do(true, func(w *wal.WAL) error { return w.StoreLog(l) })
 }
 
-func (s *walStore) StoreLogs(ls []*raft.Log) error {
+func (s *WALStore) StoreLogs(ls []*raft.Log) error {
 	return s.do(true, func(w *wal.WAL) error { return w.StoreLogs(ls) })
 }
 
-func (s *walStore) DeleteRange(min, max uint64) error {
+func (s *WALStore) DeleteRange(min, max uint64) error {
 	var empty bool
 	err := s.do(true, func(w *wal.WAL) error {
 		if err := w.DeleteRange(min, max); err != nil {
@@ -158,33 +163,34 @@ func (s *walStore) DeleteRange(min, max uint64) error {
 }
 
 // Emptied receives after a deletion that left the log empty: raft's
-// removeOldLogs after it installed a snapshot (stalelog.go).
-func (s *walStore) Emptied() <-chan struct{} { return s.emptied }
+// removeOldLogs after it installed a snapshot, when raft's last log index
+// may be left stale (hashicorp/raft issue 697; cluster/stalelog.go).
+func (s *WALStore) Emptied() <-chan struct{} { return s.emptied }
 
-func (s *walStore) Set(k, v []byte) error {
+func (s *WALStore) Set(k, v []byte) error {
 	return s.do(true, func(w *wal.WAL) error { return w.Set(k, v) })
 }
 
-func (s *walStore) Get(k []byte) (v []byte, err error) {
+func (s *WALStore) Get(k []byte) (v []byte, err error) {
 	err = s.do(false, func(w *wal.WAL) (err error) { v, err = w.Get(k); return })
 	return
 }
 
-func (s *walStore) SetUint64(k []byte, v uint64) error {
+func (s *WALStore) SetUint64(k []byte, v uint64) error {
 	return s.do(true, func(w *wal.WAL) error { return w.SetUint64(k, v) })
 }
 
-func (s *walStore) GetUint64(k []byte) (v uint64, err error) {
+func (s *WALStore) GetUint64(k []byte) (v uint64, err error) {
 	err = s.do(false, func(w *wal.WAL) (err error) { v, err = w.GetUint64(k); return })
 	return
 }
 
 // IsMonotonic: raft then removes the whole log after installing a
 // snapshot instead of keeping entries a WAL cannot hold with a gap.
-func (s *walStore) IsMonotonic() bool { return true }
+func (s *WALStore) IsMonotonic() bool { return true }
 
 // Close closes the WAL for good.
-func (s *walStore) Close() error {
+func (s *WALStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dir = "" // no reopen after Close
