@@ -62,7 +62,7 @@ type Server struct {
 	rpcReady atomic.Bool
 
 	raftGone     chan struct{}   // closed once Raft has stopped (or was never started)
-	needsRestart chan error      // see NeedsRestart (stalelog.go)
+	needsRestart chan error      // see NeedsRestart
 	ctx          context.Context // cancelled by Shutdown
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup // every goroutine the Server starts
@@ -235,7 +235,14 @@ func (s *Server) setupRaft() error {
 	}); err != nil {
 		return err
 	}
-	s.watchStaleLastLog(store)
+	// raft claiming entries its emptied store lost cannot go on
+	// (hashicorp/raft issue 697): the server asks to be restarted.
+	s.goFunc(func() {
+		if err := raftx.WatchStaleLastLog(s.ctx, store, s.raft.Stats); err != nil {
+			s.logger.Error("raft cannot go on until restarted; restarting", "error", err)
+			s.needsRestart <- err // buffered: the one send
+		}
+	})
 	if !existing && cfg.BootstrapExpect == 1 {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(s.raftAddr), Suffrage: raft.Voter,
@@ -416,6 +423,12 @@ func (s *Server) RaftConfiguration() ([]raft.Server, error) {
 
 // Stats returns raft's stats (state, term, indexes, ...).
 func (s *Server) Stats() map[string]string { return s.raft.Stats() }
+
+// NeedsRestart receives, once, why this server cannot go on without a
+// restart of its process (hashicorp/raft issue 697; see
+// raftx.WatchStaleLastLog). Nothing is lost: the log and the snapshot on
+// disk are consistent; only raft's memory is not.
+func (s *Server) NeedsRestart() <-chan error { return s.needsRestart }
 
 // AppliedIndex is the index of the last entry this node's FSM applied.
 func (s *Server) AppliedIndex() uint64 { return s.fsm.State().Index() }

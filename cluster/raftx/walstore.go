@@ -164,7 +164,7 @@ func (s *WALStore) DeleteRange(min, max uint64) error {
 
 // Emptied receives after a deletion that left the log empty: raft's
 // removeOldLogs after it installed a snapshot, when raft's last log index
-// may be left stale (hashicorp/raft issue 697; cluster/stalelog.go).
+// may be left stale (hashicorp/raft issue 697; WatchStaleLastLog).
 func (s *WALStore) Emptied() <-chan struct{} { return s.emptied }
 
 func (s *WALStore) Set(k, v []byte) error {

@@ -1,6 +1,7 @@
-package cluster
+package raftx
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -16,46 +17,40 @@ import (
 // leader sends the snapshot again, for good; or, when a leader's previous
 // entry matches the stale index, it commits past its store and panics
 // ("log not found"). TestDeposedLeaderWithSuffixPastTheSnapshotCatchesUp
-// gets there with small segments and trailing logs.
+// (package cluster) gets there with small segments and trailing logs.
 //
 // Nothing outside raft can set its last log index: raft.NewRaft reads it
 // from the store. So the server watches for the state (the store emptied
 // while raft's last log index is past its last snapshot) and asks to be
-// restarted (NeedsRestart); a restart reads the store and the snapshot
-// and comes back consistent. The agent re-executes itself.
+// restarted (cluster's Server.NeedsRestart); a restart reads the store and
+// the snapshot and comes back consistent. The agent re-executes itself.
 
 // logEmptiedNotifier is a log store that says when a deletion left it
-// empty (raftx.WALStore).
+// empty (WALStore).
 type logEmptiedNotifier interface {
 	Emptied() <-chan struct{}
 }
 
-// NeedsRestart receives, once, why this server cannot go on without a
-// restart of its process (raft issue 697). Nothing is lost: the log and
-// the snapshot on disk are consistent; only raft's memory is not.
-func (s *Server) NeedsRestart() <-chan error { return s.needsRestart }
-
-// watchStaleLastLog checks raft against its log store each time the store
-// is emptied, until the server shuts down.
-func (s *Server) watchStaleLastLog(store raft.LogStore) {
+// WatchStaleLastLog checks raft (its stats) against its log store each
+// time the store is emptied, and returns why raft cannot go on without a
+// restart once it finds the state of issue 697, or nil when ctx is done.
+// For a store that never says it was emptied it returns nil at once:
+// boltdb keeps the log past a snapshot, so no issue 697.
+func WatchStaleLastLog(ctx context.Context, store raft.LogStore, stats func() map[string]string) error {
 	n, ok := store.(logEmptiedNotifier)
 	if !ok {
-		return // boltdb keeps the log past a snapshot: no issue 697
+		return nil
 	}
-	s.goFunc(func() {
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-n.Emptied():
-			}
-			if err := staleLastLog(store, s.raft.Stats()); err != nil {
-				s.logger.Error("raft cannot go on until restarted; restarting", "error", err)
-				s.needsRestart <- err // buffered: the one send
-				return
-			}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.Emptied():
 		}
-	})
+		if err := staleLastLog(store, stats()); err != nil {
+			return err
+		}
+	}
 }
 
 // staleLastLog says whether raft's stats claim log entries past its last
