@@ -1,6 +1,6 @@
-// Package cluster runs one plugreg server node: Raft over raft-boltdb/v2
-// (behind raft.LogCache) with a FileSnapshotStore under the data dir,
-// memberlist for discovery, bootstrap with -bootstrap-expect, the leader's
+// Package cluster runs one plugreg server node: Raft over raft-wal (or
+// raft-boltdb/v2, for a data dir that holds one) behind raft.LogCache,
+// with a FileSnapshotStore under the data dir, memberlist for discovery, bootstrap with -bootstrap-expect, the leader's
 // duties (reconcile memberlist with the Raft configuration, remove servers
 // that left, reap plugins of dead nodes), write forwarding to the leader,
 // and read-index reads on any node.
