@@ -1,9 +1,10 @@
 // Package cluster runs one plugreg server node: Raft over raft-wal (or
 // raft-boltdb/v2, for a data dir that holds one) behind raft.LogCache,
-// with a FileSnapshotStore under the data dir, memberlist for discovery, bootstrap with -bootstrap-expect, the leader's
-// duties (reconcile memberlist with the Raft configuration, remove servers
-// that left, reap plugins of dead nodes), write forwarding to the leader,
-// and read-index reads on any node.
+// with a FileSnapshotStore under the data dir, memberlist for discovery,
+// bootstrap with -bootstrap-expect, the leader's duties (reconcile
+// memberlist with the Raft configuration, remove servers that left, reap
+// plugins of dead nodes), write forwarding to the leader, and read-index
+// reads on any node.
 //
 // Writes are built into commands and proposed through Raft in write.go;
 // events reach subscribers through the node's watch hub (package

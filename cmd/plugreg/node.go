@@ -96,7 +96,6 @@ func listenHTTP(httpAddr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// startNode starts a server and serves its HTTP API on httpAddr.
 // apiOptions are the HTTP API's access settings.
 type apiOptions struct {
 	token string // the single write token of -acl-token ("" none)
@@ -108,6 +107,7 @@ type apiOptions struct {
 	keyring *gossip.Keyring
 }
 
+// startNode starts a server and serves its HTTP API on httpAddr.
 func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) (*node, error) {
 	ln, err := listenHTTP(httpAddr)
 	if err != nil {
