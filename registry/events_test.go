@@ -283,7 +283,7 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	b, _ := s.Deliver(ctx, registry.Filter{Types: []string{"csi"}}, 0, 0)
 	c, _ := s.Watch(ctx, registry.Filter{}, 0)
 	mustRegister(t, s, plugin("csi", "ebs", "a1"))
-	ea, eb, ec := nextDelivery(t, a), nextDelivery(t, b), next(t, c)
+	ea, eb, ec := next(t, a), next(t, b), next(t, c)
 	if ea.Shared == nil || ea.Shared != eb.Shared {
 		t.Fatalf("encodings %p %p: want one, shared", ea.Shared, eb.Shared)
 	}
@@ -295,7 +295,7 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	}
 	ec.Info.Version = "changed by c"
 	late, _ := s.Deliver(ctx, registry.Filter{}, 0, 0)
-	if got := nextDelivery(t, late).Info.Version; got == "changed by c" {
+	if got := next(t, late).Info.Version; got == "changed by c" {
 		t.Fatal("a copy's change reached the journal")
 	}
 	line := 0

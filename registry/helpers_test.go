@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/dynamicplugins"
 )
 
@@ -36,9 +35,11 @@ func mustRegister(t testing.TB, s dynamicplugins.Registry, p *api.PluginInfo) ap
 	return res
 }
 
-// next receives one event or fails after a deadline.
-func next(t testing.TB, ch <-chan *api.Event) *api.Event {
+// next receives one event (a watch's or a delivery stream's) or fails
+// after a deadline.
+func next[E any](t testing.TB, ch <-chan E) E {
 	t.Helper()
+	var zero E
 	select {
 	case ev, ok := <-ch:
 		if !ok {
@@ -48,22 +49,7 @@ func next(t testing.TB, ch <-chan *api.Event) *api.Event {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event within 10s")
 	}
-	return nil
-}
-
-// nextDelivery is next for a delivery stream.
-func nextDelivery(t testing.TB, ch <-chan delivery.Event) delivery.Event {
-	t.Helper()
-	select {
-	case ev, ok := <-ch:
-		if !ok {
-			t.Fatal("channel closed")
-		}
-		return ev
-	case <-time.After(10 * time.Second):
-		t.Fatal("no event within 10s")
-	}
-	return delivery.Event{}
+	return zero
 }
 
 // none asserts nothing arrives within a short grace period.
