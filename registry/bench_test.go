@@ -3,7 +3,7 @@ package registry_test
 import (
 	"context"
 	"fmt"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 	"github.com/plugreg/plugreg/registry"
 	"testing"
 )
@@ -12,7 +12,7 @@ import (
 // subscribers; ns/op is from the write to the last subscriber's receipt.
 func BenchmarkDeliver1000Subscribers(b *testing.B) {
 	const subs = 1000
-	s := dynamicplugins.NewLocal(0, nil)
+	s := localreg.New(0)
 	defer s.Shutdown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -42,7 +42,7 @@ func BenchmarkDeliver1000Subscribers(b *testing.B) {
 func BenchmarkRegister(b *testing.B) {
 	for _, stuck := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stuck-subscriber=%v", stuck), func(b *testing.B) {
-			s := dynamicplugins.NewLocal(0, nil)
+			s := localreg.New(0)
 			defer s.Shutdown()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -4,7 +4,7 @@
 //
 // It holds no write path: in a cluster, writes are proposed through Raft
 // by package cluster (cluster/write.go); in one process, by
-// dynamicplugins.Local. Either way the FSM hands the entry's events to
+// localreg.Local. Either way the FSM hands the entry's events to
 // this node's Journal, from which each subscription delivers them. Every
 // node applies the same log, so every node's journal holds the same
 // sequence and subscribers anywhere see the same order.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 )
 
 func plugin(ptype, name, alloc string) *api.PluginInfo {
@@ -19,14 +19,14 @@ func plugin(ptype, name, alloc string) *api.PluginInfo {
 
 // newStore is a real registry of one process, whose hub is the one under
 // test.
-func newStore(t testing.TB, journalSize int) *dynamicplugins.Local {
+func newStore(t testing.TB, journalSize int) *localreg.Local {
 	t.Helper()
-	s := dynamicplugins.NewLocal(journalSize, nil)
+	s := localreg.New(journalSize)
 	t.Cleanup(s.Shutdown)
 	return s
 }
 
-func mustRegister(t testing.TB, s dynamicplugins.Registry, p *api.PluginInfo) api.WriteResult {
+func mustRegister(t testing.TB, s *localreg.Local, p *api.PluginInfo) api.WriteResult {
 	t.Helper()
 	res, err := s.RegisterPlugin(context.Background(), p)
 	if err != nil {

@@ -52,11 +52,16 @@ func (s *subscription) run(ctx context.Context) {
 			return
 		}
 		for i := range b.events {
-			ev := b.events[i].shared
-			if ev == nil {
-				ev = &delivery.Event{Event: copiedEvent(&b.events[i].ev)}
+			// A delivery stream gets the slot's shared event; a plain
+			// watch its own copy, even when a delivery stream has read
+			// the slot first.
+			var ev delivery.Event
+			if s.deliver != nil {
+				ev = *b.events[i].shared
+			} else {
+				ev = delivery.Of(copiedEvent(&b.events[i].ev))
 			}
-			if !s.send(ctx, *ev) {
+			if !s.send(ctx, ev) {
 				return
 			}
 		}
