@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"github.com/plugreg/plugreg/registry"
 )
@@ -22,7 +22,7 @@ import (
 // Upstream, which can be broken (its channels closed, as when a server
 // dies) while the store lives on.
 type testUpstream struct {
-	s        *dynamicplugins.Local
+	s        *localreg.Local
 	hb       time.Duration
 	opens    atomic.Int64
 	live     atomic.Int64
@@ -34,14 +34,14 @@ type testUpstream struct {
 }
 
 func newTestUpstream(t *testing.T, journalSize int) *testUpstream {
-	s := dynamicplugins.NewLocal(journalSize, nil)
+	s := localreg.New(journalSize)
 	u := &testUpstream{s: s, hb: 20 * time.Millisecond, brk: make(chan struct{})}
 	t.Cleanup(func() { u.wg.Wait(); s.Shutdown() })
 	return u
 }
 
 // store is the registry the upstream serves now (rewind swaps it).
-func (u *testUpstream) store() *dynamicplugins.Local {
+func (u *testUpstream) store() *localreg.Local {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.s
@@ -50,7 +50,7 @@ func (u *testUpstream) store() *dynamicplugins.Local {
 // rewind makes the upstream serve s, a registry whose history ends before
 // what it served (a cluster restored from a backup), and breaks every
 // upstream open.
-func (u *testUpstream) rewind(s *dynamicplugins.Local) {
+func (u *testUpstream) rewind(s *localreg.Local) {
 	u.mu.Lock()
 	u.s = s
 	u.mu.Unlock()
@@ -149,13 +149,13 @@ func plugin(ptype, name, alloc, node string) *api.PluginInfo {
 
 // write makes n changes over types, with a DeregisterNode (several events
 // at one index) every 10th, and returns the last index.
-func write(t *testing.T, s *dynamicplugins.Local, n int, types ...string) uint64 {
+func write(t *testing.T, s *localreg.Local, n int, types ...string) uint64 {
 	t.Helper()
 	return writeRange(t, s, 0, n, types...)
 }
 
 // writeRange makes changes from to end of the sequence write makes.
-func writeRange(t *testing.T, s *dynamicplugins.Local, from, end int, types ...string) uint64 {
+func writeRange(t *testing.T, s *localreg.Local, from, end int, types ...string) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	var last uint64
@@ -236,7 +236,7 @@ func collect(t *testing.T, ch <-chan delivery.Event, upTo uint64) []string {
 }
 
 // direct is what a subscription straight at the store delivers.
-func direct(t *testing.T, s *dynamicplugins.Local, types []string, from, upTo uint64) []string {
+func direct(t *testing.T, s *localreg.Local, types []string, from, upTo uint64) []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

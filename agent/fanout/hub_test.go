@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 )
 
 // Many local subscribers with one filter (spelled differently) share one
@@ -376,7 +376,7 @@ func TestRewoundUpstream(t *testing.T) {
 	top := write(t, u.s, 20, "csi")
 	collect(t, ch, top)
 
-	restored := dynamicplugins.NewLocal(0, nil)
+	restored := localreg.New(0)
 	t.Cleanup(restored.Shutdown)
 	at := write(t, restored, 5, "csi")
 	u.rewind(restored)

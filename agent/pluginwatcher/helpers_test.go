@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -65,12 +65,12 @@ func testLogger(t *testing.T) hclog.Logger {
 
 // ---- registrar: a real registry of one process behind the Registrar interface ----
 
-// storeRegistrar is the test's Registrar: dynamicplugins.NewLocal, real
+// storeRegistrar is the test's Registrar: localreg.New, real
 // registry code. It counts calls, can be told to fail, and fails the test
 // if two calls for one plugin name ever overlap.
 type storeRegistrar struct {
 	t      *testing.T
-	store  *dynamicplugins.Local
+	store  *localreg.Local
 	nodeID string
 
 	failRegister   atomic.Int32 // fail this many more Register calls
@@ -84,7 +84,7 @@ type storeRegistrar struct {
 }
 
 func newStoreRegistrar(t *testing.T, nodeID string) *storeRegistrar {
-	s := dynamicplugins.NewLocal(1024, nil)
+	s := localreg.New(1024)
 	t.Cleanup(s.Shutdown)
 	return &storeRegistrar{t: t, store: s, nodeID: nodeID, inFlight: map[string]bool{}}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/dynamicplugins"
+	"github.com/plugreg/plugreg/internal/testing/localreg"
 	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
@@ -48,7 +48,7 @@ func (stubDriver) WatchHealthStatus(context.Context, chan<- kubeletplugin.Device
 }
 
 // storeRegistrar registers into a real single-process registry.
-type storeRegistrar struct{ store *dynamicplugins.Local }
+type storeRegistrar struct{ store *localreg.Local }
 
 func (r storeRegistrar) Register(ctx context.Context, info *api.PluginInfo) error {
 	_, err := r.store.RegisterPlugin(ctx, info)
@@ -67,7 +67,7 @@ func (r storeRegistrar) Deregister(ctx context.Context, info *api.PluginInfo) er
 type env struct {
 	regDir  string // the watcher's Dir, the helper's RegistrarDirectoryPath
 	dataDir string // the helper's PluginDataDirectoryPath
-	store   *dynamicplugins.Local
+	store   *localreg.Local
 	w       *pluginwatcher.Watcher
 }
 
@@ -90,7 +90,7 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	e.store = dynamicplugins.NewLocal(1024, nil)
+	e.store = localreg.New(1024)
 	t.Cleanup(e.store.Shutdown)
 	cfg := pluginwatcher.DefaultConfig()
 	cfg.Dir, cfg.NodeID, cfg.Registrar = e.regDir, nodeID, storeRegistrar{e.store}

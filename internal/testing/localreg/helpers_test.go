@@ -1,4 +1,4 @@
-package dynamicplugins
+package localreg
 
 import (
 	"context"
@@ -20,12 +20,12 @@ func plugin(ptype, name, alloc string) *api.PluginInfo {
 
 func newStore(t testing.TB, journalSize int) *Local {
 	t.Helper()
-	s := NewLocal(journalSize, nil)
+	s := New(journalSize)
 	t.Cleanup(s.Shutdown)
 	return s
 }
 
-func mustRegister(t testing.TB, s Registry, p *api.PluginInfo) api.WriteResult {
+func mustRegister(t testing.TB, s *Local, p *api.PluginInfo) api.WriteResult {
 	t.Helper()
 	res, err := s.RegisterPlugin(context.Background(), p)
 	if err != nil {

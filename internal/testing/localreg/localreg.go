@@ -1,4 +1,10 @@
-package dynamicplugins
+// Package localreg is a registry of one process, for tests: an FSM to which
+// it applies each write itself, as a single-node log would, with its own
+// watch hub. The agent's parts (the plugin watcher, the fan-out) and the
+// kubelet compat tests run against it as the real registry code behind
+// them, without Raft. The product's own registries are a server's
+// (package cluster) and the network one of package dynamicplugins.
+package localreg
 
 import (
 	"context"
@@ -15,34 +21,18 @@ import (
 // write itself, with consecutive indexes, as a single-node log would, and
 // a watch hub over the FSM's journal.
 type Local struct {
-	*registry.Hub // Watch, WatchWithHeartbeat, WatchFromState, Shutdown
+	*registry.Hub // Watch, Deliver, ..., Shutdown
 
 	fsm     *fsm.FSM
 	applyMu sync.Mutex // serialises apply, as raft's FSM goroutine does
-
-	mu         sync.RWMutex // guards dispensers and stubs; never held while calling out
-	dispensers map[string]PluginDispenser
-	stubs      map[string]PluginDispenser
 }
 
-var _ Registry = (*Local)(nil)
-
-// NewLocal returns a single-process registry whose journal keeps
-// journalSize events (zero: registry.DefaultJournalSize), with dispensers
-// by plugin type (may be nil).
-func NewLocal(journalSize int, dispensers map[string]PluginDispenser) *Local {
+// New returns a registry of one process whose journal keeps journalSize
+// events (zero: registry.DefaultJournalSize).
+func New(journalSize int) *Local {
 	j := registry.NewJournal(journalSize)
 	hub, _ := registry.NewHub(j, 0) // cannot fail: a journal and the default buffer
-	l := &Local{
-		Hub:        hub,
-		fsm:        fsm.New(j),
-		dispensers: make(map[string]PluginDispenser),
-		stubs:      make(map[string]PluginDispenser),
-	}
-	for t, d := range dispensers {
-		l.dispensers[t] = d
-	}
-	return l
+	return &Local{Hub: hub, fsm: fsm.New(j)}
 }
 
 // FSM returns the state machine the registry applies to.
@@ -140,37 +130,8 @@ func copies(in []*api.PluginInfo) []*api.PluginInfo {
 	return out
 }
 
-// DispensePlugin calls the type's dispenser (a stub set by
-// StubDispenserForType wins) with a copy of the newest instance, outside
-// every lock: a slow dispenser delays only its caller.
-func (l *Local) DispensePlugin(ptype, name string) (interface{}, error) {
-	l.mu.RLock()
-	d, ok := l.stubs[ptype]
-	if !ok {
-		d, ok = l.dispensers[ptype]
-	}
-	l.mu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, ErrNoDispenser)
-	}
-	p := l.fsm.State().Newest(ptype, name)
-	if p == nil {
-		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, api.ErrNotFound)
-	}
-	v, err := d(p.Copy())
-	if err != nil {
-		return nil, fmt.Errorf("dispense %s/%s/%s: %w", ptype, name, p.AllocID, err)
-	}
-	return v, nil
-}
-
-// StubDispenserForType overrides the dispenser of ptype (for tests).
-func (l *Local) StubDispenserForType(ptype string, d PluginDispenser) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stubs[ptype] = d
-}
-
+// PluginsUpdatedCh streams ptype's events from now on; the channel is
+// closed when ctx is done or the registry shuts down.
 func (l *Local) PluginsUpdatedCh(ctx context.Context, ptype string) <-chan *api.Event {
 	ch, err := l.Watch(ctx, registry.Filter{Types: []string{ptype}}, l.Journal().State().Index())
 	if err != nil {

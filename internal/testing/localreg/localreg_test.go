@@ -1,4 +1,4 @@
-package dynamicplugins
+package localreg
 
 import (
 	"context"
@@ -87,75 +87,8 @@ func TestHandsOutCopies(t *testing.T) {
 	}
 }
 
-func TestDispense(t *testing.T) {
-	var calls []string
-	s := NewLocal(0, map[string]PluginDispenser{
-		"csi": func(p *api.PluginInfo) (interface{}, error) {
-			calls = append(calls, "real:"+p.AllocID)
-			return p.AllocID, nil
-		},
-	})
-	defer s.Shutdown()
-	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, api.ErrNotFound) {
-		t.Fatalf("dispense absent: %v", err)
-	}
-	if _, err := s.DispensePlugin("device", "gpu"); !errors.Is(err, ErrNoDispenser) {
-		t.Fatalf("dispense without dispenser: %v", err)
-	}
-	mustRegister(t, s, plugin("csi", "ebs", "a1"))
-	mustRegister(t, s, plugin("csi", "ebs", "a2"))
-	if v, err := s.DispensePlugin("csi", "ebs"); err != nil || v != "a2" {
-		t.Fatalf("dispense = %v, %v; want the newest, a2", v, err)
-	}
-	s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) { return "stub:" + p.AllocID, nil })
-	if v, _ := s.DispensePlugin("csi", "ebs"); v != "stub:a2" {
-		t.Fatalf("stub did not win: %v", v)
-	}
-	wantErr := errors.New("boom")
-	s.StubDispenserForType("csi", func(*api.PluginInfo) (interface{}, error) { return nil, wantErr })
-	if _, err := s.DispensePlugin("csi", "ebs"); !errors.Is(err, wantErr) {
-		t.Fatalf("dispenser error lost: %v", err)
-	}
-}
-
-// A dispenser runs outside every registry lock: it may call back into the
-// registry (here: write, and replace its own dispenser) without deadlock.
-// Run with -race: StubDispenserForType races DispensePlugin.
-func TestDispenserOutsideLocksAndRaceFree(t *testing.T) {
-	s := newStore(t, 0)
-	mustRegister(t, s, plugin("csi", "ebs", "a1"))
-	s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) {
-		s.StubDispenserForType("other", func(*api.PluginInfo) (interface{}, error) { return nil, nil })
-		_, err := s.RegisterPlugin(context.Background(), plugin("device", "d", p.AllocID))
-		return "ok", err
-	})
-	if v, err := s.DispensePlugin("csi", "ebs"); err != nil || v != "ok" {
-		t.Fatalf("dispense = %v, %v", v, err)
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			for j := 0; j < 200; j++ {
-				s.StubDispenserForType("csi", func(p *api.PluginInfo) (interface{}, error) { return p.Name, nil })
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			for j := 0; j < 200; j++ {
-				if _, err := s.DispensePlugin("csi", "ebs"); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
 func TestShutdown(t *testing.T) {
-	s := NewLocal(0, nil)
+	s := New(0)
 	ctx := context.Background()
 	var chans []<-chan *api.Event
 	for i := 0; i < 10; i++ {
