@@ -28,10 +28,23 @@ type env struct {
 	grace time.Duration
 	// regTimeout is the agent's registration timeout (zero: the default).
 	regTimeout time.Duration
-	svc        *agent.Services
+	// registryDelay holds each of the agent's registry writes for a
+	// plugin this long (zero: none): a slow registry, so an agent slow to
+	// answer a registration.
+	registryDelay time.Duration
+	svc           *agent.Services
 }
 
 func newEnv(t *testing.T, grace time.Duration) *env {
+	t.Helper()
+	e := newEnvWithoutAgent(t, grace)
+	e.startAgent()
+	return e
+}
+
+// newEnvWithoutAgent is the cluster of an env, with no agent services
+// (and no plugin socket) until startAgent.
+func newEnvWithoutAgent(t *testing.T, grace time.Duration) *env {
 	t.Helper()
 	c := testcluster.New(t, 3, testcluster.Options{})
 	dir, err := os.MkdirTemp("", "stub") // short: a socket path has 107 bytes at most
@@ -40,8 +53,11 @@ func newEnv(t *testing.T, grace time.Duration) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e := &env{t: t, c: c, path: filepath.Join(dir, "plugin.sock"), grace: grace}
-	e.startAgent()
-	t.Cleanup(func() { e.svc.Stop() })
+	t.Cleanup(func() {
+		if e.svc != nil {
+			e.svc.Stop()
+		}
+	})
 	return e
 }
 
@@ -49,13 +65,35 @@ func newEnv(t *testing.T, grace time.Duration) *env {
 func (e *env) startAgent() {
 	e.t.Helper()
 	be := e.c.Nodes[0].Backend()
-	svc, err := agent.StartServices(be, agent.ServicesConfig{PluginSocket: &pluginsock.Config{
+	var registry agent.Writer = be
+	if e.registryDelay > 0 {
+		registry = slowRegistry{Writer: be, delay: e.registryDelay}
+	}
+	svc, err := agent.StartServices(registry, agent.ServicesConfig{PluginSocket: &pluginsock.Config{
 		Path: e.path, Grace: e.grace, RegistrationTimeout: e.regTimeout, Heartbeat: 200 * time.Millisecond, Events: be,
 	}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.svc = svc
+}
+
+// slowRegistry is a registry whose plugin registrations take delay
+// longer (or until their ctx ends).
+type slowRegistry struct {
+	agent.Writer
+	delay time.Duration
+}
+
+func (r slowRegistry) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
+	t := time.NewTimer(r.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r.Writer.Register(ctx, p)
+	case <-ctx.Done():
+		return api.WriteResult{}, ctx.Err()
+	}
 }
 
 // listedEverywhere reports whether every server's own replica lists

@@ -42,6 +42,31 @@ func (c *session) close() {
 	c.conn.Close()
 }
 
+// why is the error of a failed handshake: err, or, when the stub ended
+// the handshake (its timeout, Start's ctx, Stop), that reason, which
+// gRPC reports only as "context canceled".
+func (c *session) why(err error) error {
+	if cause := context.Cause(c.ctx); cause != nil && !errors.Is(cause, errClosed) {
+		return cause
+	}
+	return err
+}
+
+var (
+	// errClosed ends a session the stub closes.
+	errClosed = errors.New("session closed")
+	// errStopped ends what Stop interrupts.
+	errStopped = errors.New("the stub was stopped")
+)
+
+// handshakeTimedOut is the error of a handshake the agent did not
+// complete within timeout. It wraps context.DeadlineExceeded and names
+// the option: a plugin that gave up first is otherwise a mystery
+// (containerd/nri#292 saw "ttrpc: closed").
+func handshakeTimedOut(timeout time.Duration) error {
+	return fmt.Errorf("the agent did not complete the registration within %v (the registration timeout: WithRegistrationTimeout): %w", timeout, context.DeadlineExceeded)
+}
+
 // ErrConfigure wraps the error of the plugin's Configure: the stub stops.
 var ErrConfigure = errors.New("plugin's Configure failed")
 
@@ -70,17 +95,19 @@ func (s *Stub) open(ctx context.Context, timeout time.Duration, interruptible bo
 	if err != nil {
 		return nil, nil, err
 	}
-	sctx, cancel := context.WithCancel(context.Background())
-	c := &session{conn: conn, ctx: sctx, cancel: cancel}
-	t := time.AfterFunc(timeout, cancel)
+	// What ended the handshake is its context's cause: gRPC says only
+	// "context canceled" (see session.why).
+	sctx, cancel := context.WithCancelCause(context.Background())
+	c := &session{conn: conn, ctx: sctx, cancel: func() { cancel(errClosed) }}
+	t := time.AfterFunc(timeout, func() { cancel(handshakeTimedOut(timeout)) })
 	watch := make(chan struct{})
 	if interruptible {
 		go func() {
 			select {
 			case <-s.stopCh:
-				cancel()
+				cancel(errStopped)
 			case <-ctx.Done():
-				cancel()
+				cancel(ctx.Err())
 			case <-watch:
 			}
 		}()
@@ -91,6 +118,7 @@ func (s *Stub) open(ctx context.Context, timeout time.Duration, interruptible bo
 	}
 	c.stream, err = pb.NewPluginsClient(conn).Session(sctx)
 	if err != nil {
+		err = c.why(err)
 		endHandshake()
 		c.close()
 		return nil, nil, err
@@ -101,11 +129,12 @@ func (s *Stub) open(ctx context.Context, timeout time.Duration, interruptible bo
 // connect opens a session and completes its handshake: Register,
 // Configure (the plugin's handler), Subscribe, Ready.
 func (s *Stub) connect(ctx context.Context) (*session, error) {
-	c, endHandshake, err := s.open(ctx, s.RegistrationTimeout(), true)
+	c, endHandshake, err := s.open(ctx, s.handshakeTimeout(), true)
 	if err != nil {
 		return nil, s.explain(err)
 	}
 	fail := func(err error) (*session, error) {
+		err = c.why(err)
 		endHandshake()
 		c.close()
 		return nil, s.explain(err)

@@ -28,7 +28,8 @@ const (
 	SocketPathEnv = "PLUGREG_PLUGIN_SOCKET"
 
 	// Until the agent says otherwise (Configure), these bound the first
-	// registration and Stop's deregistration.
+	// registration and Stop's deregistration. WithRegistrationTimeout
+	// replaces the first for good.
 	defaultRegistrationTimeout = 5 * time.Second
 	defaultRequestTimeout      = 10 * time.Second
 	// stallTimeout: a session silent this long (the agent sends a heartbeat
@@ -140,6 +141,32 @@ func WithoutReconnect() Option {
 	return func(s *Stub) error { s.noReconnect = true; return nil }
 }
 
+// WithRegistrationTimeout sets how long the stub waits for the agent to
+// register the plugin (default 5s): Start retries (an agent still
+// starting, a socket not there yet) until d has passed, and each
+// handshake, Start's and every reconnect's, is given up when the agent
+// has not completed it within d. Start's error then wraps
+// context.DeadlineExceeded.
+//
+// It bounds the plugin's own wait, and wins over the agent's timeout:
+// the agent sends its registration timeout in Configure
+// (Config.RegistrationTimeout, RegistrationTimeout), which bounds how long
+// the agent waits for the plugin; without this option the stub also waits
+// that long for the agent once it has heard it, with it the stub waits d.
+// An agent whose registry is slow answers a registration only after its
+// request timeout (10s by default, then the write is left pending): a
+// plugin that must not fail at a slow boot sets d above that
+// (containerd/nri#292: a plugin's fixed 5s lost that race).
+func WithRegistrationTimeout(d time.Duration) Option {
+	return func(s *Stub) error {
+		if d <= 0 {
+			return fmt.Errorf("stub: %w: registration timeout %v (WithRegistrationTimeout) is not positive", api.ErrInvalid, d)
+		}
+		s.registrationTimeout = d
+		return nil
+	}
+}
+
 // WithLogger sets the stub's logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Stub) error { s.logger = l; return nil }
@@ -161,6 +188,8 @@ type Stub struct {
 	resume                  bool
 	noReconnect             bool
 	logger                  *slog.Logger
+	// registrationTimeout is WithRegistrationTimeout's (zero: not set).
+	registrationTimeout time.Duration
 
 	started  atomic.Bool
 	stopCh   chan struct{} // closed by Stop
@@ -244,11 +273,22 @@ func nameFromExecutable() (name, idx string) {
 }
 
 // RegistrationTimeout is the agent's registration timeout (5s until the
-// agent said).
+// agent said): how long the agent waits for the plugin. The stub's own
+// wait is WithRegistrationTimeout's when set.
 func (s *Stub) RegistrationTimeout() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.agent.RegistrationTimeout
+}
+
+// handshakeTimeout is how long the stub waits for the agent to complete a
+// handshake: WithRegistrationTimeout's (the plugin's choice wins), else
+// the agent's registration timeout as last heard.
+func (s *Stub) handshakeTimeout() time.Duration {
+	if s.registrationTimeout > 0 {
+		return s.registrationTimeout
+	}
+	return s.RegistrationTimeout()
 }
 
 // RequestTimeout is the agent's request timeout: the time the plugin's
@@ -281,17 +321,19 @@ func (s *Stub) Run(ctx context.Context) error {
 }
 
 // Start connects to the agent and registers the plugin, retrying with
-// backoff for the registration timeout (an agent still starting, a socket
-// not there yet); errors the agent would repeat (invalid fields, a plugin
-// of this identity already connected, a Configure that failed) end it at
-// once. ctx bounds only this: Start returns when the plugin is
-// registered, and the stub then keeps it registered, reconnecting when
-// needed, until Stop (Run stops it when its ctx ends).
+// backoff for the registration timeout (WithRegistrationTimeout, default
+// 5s: an agent still starting, a socket not there yet); errors the agent
+// would repeat (invalid fields, a plugin of this identity already
+// connected, a Configure that failed) end it at once. ctx bounds only
+// this, and its end is in Start's error (errors.Is(err, ctx.Err())):
+// Start returns when the plugin is registered, and the stub then keeps it
+// registered, reconnecting when needed, until Stop (Run stops it when its
+// ctx ends).
 func (s *Stub) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("stub: already started")
 	}
-	sess, err := s.connectRetrying(ctx, time.Now().Add(s.RegistrationTimeout()))
+	sess, err := s.connectRetrying(ctx, time.Now().Add(s.handshakeTimeout()))
 	if err != nil {
 		s.finish(err)
 		return err
@@ -405,14 +447,32 @@ func (s *Stub) connectRetrying(ctx context.Context, deadline time.Time) (*sessio
 			}
 			return sess, nil
 		}
-		if permanent(err) || ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
+		if ctx.Err() != nil {
+			return nil, s.interrupted(ctx, err)
+		}
+		if permanent(err) || (!deadline.IsZero() && time.Now().After(deadline)) {
 			return nil, err
 		}
 		s.logger.Debug("connecting to the agent failed; retrying", "attempt", attempt+1, "error", err)
 		if !s.sleep(ctx, backoff(attempt)) {
-			return nil, fmt.Errorf("%w (stopped while connecting)", err)
+			return nil, s.interrupted(ctx, err)
 		}
 	}
+}
+
+// interrupted is the error of attempts that ctx's end or Stop ended
+// (err is the last attempt's): it wraps ctx's error or errStopped, which
+// a caller of Start tests for (a long WithRegistrationTimeout is ended
+// by ctx).
+func (s *Stub) interrupted(ctx context.Context, err error) error {
+	why := ctx.Err()
+	if why == nil {
+		why = errStopped
+	}
+	if errors.Is(err, why) {
+		return err
+	}
+	return fmt.Errorf("stub %s/%s: connecting to the agent at %s: %w (last attempt: %v)", s.typ, s.name, s.socketPath, why, err)
 }
 
 // stopDisconnected deregisters a plugin that is stopped while it has no

@@ -328,6 +328,7 @@ func TestRefusals(t *testing.T) {
 		}, "session with the agent at", codes.Unavailable},
 		{"no endpoint", func() error { return start(&recorder{}, stub.WithSocketPath(e.path), stub.WithPluginType("demo")) }, "no endpoint", codes.Unknown},
 		{"bad idx", func() error { return start(&recorder{}, append(ok, stub.WithPluginIdx("7"))...) }, "two digits", codes.Unknown},
+		{"zero registration timeout", func() error { return start(&recorder{}, append(ok, stub.WithRegistrationTimeout(0))...) }, "(WithRegistrationTimeout) is not positive", codes.Unknown},
 		{"reserved option", func() error {
 			return start(&recorder{}, append(ok, stub.WithPluginName("a"), stub.WithOptions(map[string]string{"plugreg.source": "x"}))...)
 		}, "reserved", codes.InvalidArgument},
