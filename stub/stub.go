@@ -167,6 +167,30 @@ func WithRegistrationTimeout(d time.Duration) Option {
 	}
 }
 
+// WithWaitForSocket makes Start wait for the agent's plugin socket while
+// it is missing or refuses connections (the agent has not started yet: a
+// plugin started at boot before its agent), instead of failing after the
+// registration timeout. Start looks at the socket with jittered backoff,
+// up to a second apart, for at most limit (zero: until Start's ctx ends
+// or Stop), then registers within the registration timeout as without
+// this option. Start's error wraps ctx's error when ctx ended the wait,
+// context.DeadlineExceeded when limit did.
+//
+// The socket is missing when a dial fails with an error that wraps
+// fs.ErrNotExist, and refuses connections when it wraps
+// syscall.ECONNREFUSED, as net.Dialer's errors do; a dialer given with
+// WithDialer must keep them for the wait to see them. Any other failure
+// is the registration's to retry and report.
+func WithWaitForSocket(limit time.Duration) Option {
+	return func(s *Stub) error {
+		if limit < 0 {
+			return fmt.Errorf("stub: %w: socket wait %v (WithWaitForSocket) is negative", api.ErrInvalid, limit)
+		}
+		s.waitForSocket, s.socketWaitLimit = true, limit
+		return nil
+	}
+}
+
 // WithLogger sets the stub's logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Stub) error { s.logger = l; return nil }
@@ -190,6 +214,9 @@ type Stub struct {
 	logger                  *slog.Logger
 	// registrationTimeout is WithRegistrationTimeout's (zero: not set).
 	registrationTimeout time.Duration
+	// waitForSocket and socketWaitLimit are WithWaitForSocket's.
+	waitForSocket   bool
+	socketWaitLimit time.Duration
 
 	started  atomic.Bool
 	stopCh   chan struct{} // closed by Stop
@@ -333,7 +360,7 @@ func (s *Stub) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("stub: already started")
 	}
-	sess, err := s.connectRetrying(ctx, time.Now().Add(s.handshakeTimeout()))
+	sess, err := s.firstSession(ctx)
 	if err != nil {
 		s.finish(err)
 		return err
@@ -341,6 +368,17 @@ func (s *Stub) Start(ctx context.Context) error {
 	go s.handle()
 	go s.run(sess)
 	return nil
+}
+
+// firstSession is Start's connection: after the wait for the socket, if
+// asked for, the attempts within the registration timeout.
+func (s *Stub) firstSession(ctx context.Context) (*session, error) {
+	if s.waitForSocket {
+		if err := s.awaitSocket(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.connectRetrying(ctx, time.Now().Add(s.handshakeTimeout()))
 }
 
 // Stop deregisters the plugin (an orderly stop: at once, not after the
@@ -398,7 +436,11 @@ func (s *Stub) sleep(ctx context.Context, d time.Duration) bool {
 // jittered so that the plugins of a restarted agent do not come back in
 // step.
 func backoff(n int) time.Duration {
-	d := min(100*time.Millisecond<<min(n, 6), maxBackoff)
+	return jittered(min(100*time.Millisecond<<min(n, 6), maxBackoff))
+}
+
+// jittered is a random duration between d/2 and d.
+func jittered(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 

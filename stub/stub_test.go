@@ -329,6 +329,7 @@ func TestRefusals(t *testing.T) {
 		{"no endpoint", func() error { return start(&recorder{}, stub.WithSocketPath(e.path), stub.WithPluginType("demo")) }, "no endpoint", codes.Unknown},
 		{"bad idx", func() error { return start(&recorder{}, append(ok, stub.WithPluginIdx("7"))...) }, "two digits", codes.Unknown},
 		{"zero registration timeout", func() error { return start(&recorder{}, append(ok, stub.WithRegistrationTimeout(0))...) }, "(WithRegistrationTimeout) is not positive", codes.Unknown},
+		{"negative socket wait", func() error { return start(&recorder{}, append(ok, stub.WithWaitForSocket(-time.Second))...) }, "(WithWaitForSocket) is negative", codes.Unknown},
 		{"reserved option", func() error {
 			return start(&recorder{}, append(ok, stub.WithPluginName("a"), stub.WithOptions(map[string]string{"plugreg.source": "x"}))...)
 		}, "reserved", codes.InvalidArgument},

@@ -3,6 +3,7 @@ package stub_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,4 +48,130 @@ func TestRegistrationTimeout(t *testing.T) {
 		t.Fatalf("Start with a registration timeout longer than the agent's answer: %v", err)
 	}
 	e.c.Eventually(20*time.Second, "registered on every server", func() bool { return e.listedEverywhere("demo", "patient", 1) })
+}
+
+// retriesOver is how long after Start a stub without WithWaitForSocket
+// has given up on a missing socket for certain: the registration timeout
+// (5s by default), then at most one backoff (at most 5s) until the
+// attempt that finds it passed.
+const retriesOver = 11 * time.Second
+
+// TestWaitForSocket: a stub started WithWaitForSocket before its agent
+// waits for the agent's plugin socket longer than it would retry without
+// the option, and registers once the agent has started.
+func TestWaitForSocket(t *testing.T) {
+	e := newEnvWithoutAgent(t, 10*time.Second)
+	seen := e.observe("demo", "early")
+	looks := &dialTimes{}
+	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo"), stub.WithPluginName("early"),
+		stub.WithEndpoint("/run/early.sock"), stub.WithDialer(looks.dial), stub.WithWaitForSocket(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	started := make(chan error, 1)
+	go func() { started <- s.Start(context.Background()) }()
+
+	time.Sleep(retriesOver)
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned before the agent had started: %v", err)
+	default:
+	}
+	if n := looks.count(); n < 2 {
+		t.Fatalf("the stub looked at the socket %d times while it waited", n)
+	}
+	e.startAgent()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("Start once the agent had started: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Start still waiting a minute after the agent's start")
+	}
+	e.c.Eventually(20*time.Second, "registered on every server", func() bool { return e.listedEverywhere("demo", "early", 1) })
+	if evs := seen(); len(evs) != 1 {
+		t.Fatalf("the plugin's own events: %v, want its one registration", describeEvents(evs))
+	}
+}
+
+// TestWaitForSocketEnds: the wait for a socket that never comes ends with
+// Start's ctx (its error wrapped), with Stop, and at WithWaitForSocket's
+// limit (a timeout error). No agent: the socket's directory does not even
+// exist. The stubs' registration timeout is short, so that each wait
+// outlasts the retries that would end Start without the option.
+func TestWaitForSocketEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "not-yet", "plugin.sock")
+	const regTimeout = 300 * time.Millisecond
+	// past: longer than regTimeout and the backoff after it (at most
+	// 800ms after 300ms).
+	const past = 3 * time.Second
+	newStub := func(t *testing.T, wait time.Duration) (*stub.Stub, *dialTimes) {
+		looks := &dialTimes{}
+		s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(path), stub.WithPluginType("demo"), stub.WithPluginName("never"),
+			stub.WithEndpoint("/run/never.sock"), stub.WithDialer(looks.dial), stub.WithRegistrationTimeout(regTimeout), stub.WithWaitForSocket(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		return s, looks
+	}
+	startWaiting := func(t *testing.T, ctx context.Context, s *stub.Stub) <-chan error {
+		started := make(chan error, 1)
+		go func() { started <- s.Start(ctx) }()
+		time.Sleep(past)
+		select {
+		case err := <-started:
+			t.Fatalf("Start returned while it should wait for the socket: %v", err)
+		default:
+		}
+		return started
+	}
+	ended := func(t *testing.T, started <-chan error, by string) error {
+		select {
+		case err := <-started:
+			if err == nil {
+				t.Fatalf("Start ended by %s: nil error", by)
+			}
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Start still waiting 10s after %s", by)
+			return nil
+		}
+	}
+
+	t.Run("ctx", func(t *testing.T) {
+		s, _ := newStub(t, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		started := startWaiting(t, ctx, s)
+		cancel()
+		err := ended(t, started, "ctx's cancel")
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Start: %v; want ctx's error wrapped", err)
+		}
+		t.Logf("Start: %v", err)
+	})
+	t.Run("Stop", func(t *testing.T) {
+		s, _ := newStub(t, 0)
+		started := startWaiting(t, context.Background(), s)
+		s.Stop()
+		err := ended(t, started, "Stop")
+		if werr := s.Wait(); werr == nil || werr.Error() != err.Error() {
+			t.Fatalf("Wait after Stop in the wait: %v; want Start's error %v", werr, err)
+		}
+		t.Logf("Start: %v", err)
+	})
+	t.Run("limit", func(t *testing.T) {
+		s, looks := newStub(t, past)
+		err := s.Start(context.Background())
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "WithWaitForSocket") {
+			t.Fatalf("Start: %v; want a timeout error that names WithWaitForSocket", err)
+		}
+		t.Logf("Start: %v", err)
+		if n := looks.count(); n < 2 {
+			t.Fatalf("the stub looked at the socket %d times in %v", n, past)
+		}
+	})
 }
