@@ -25,7 +25,17 @@
 //   - A handler that is slow or panics affects only its own plugin: the
 //     panic is recovered and logged, and a slow handler only holds back
 //     this plugin's own events (the agent and other plugins never wait).
+//   - How long it waits for the agent is the plugin's to say
+//     (WithRegistrationTimeout; NRI's stub waits a fixed 5s), and a plugin
+//     started before its agent can wait for the agent's socket to appear
+//     (WithWaitForSocket) instead of failing (containerd/nri#292: a plugin
+//     lost the race with a slow runtime at boot). The plugin's timeout
+//     bounds its own wait; the agent's, sent in Configure, bounds the
+//     agent's wait for the plugin, and replaces the stub's default (5s)
+//     only when WithRegistrationTimeout is not set.
 //
 // The package depends on api, api/pluginpb and gRPC only: never on raft or
-// the server (agent.TestHostSideDoesNotImportTheServer checks).
+// the server (agent.TestHostSideDoesNotImportTheServer checks), nor on
+// anything else of plugreg (agent.TestStubImportsOnlyTheProtocol). That
+// is why the wait for the socket polls instead of watching the directory.
 package stub
