@@ -31,8 +31,10 @@
 //     (WithWaitForSocket) instead of failing (containerd/nri#292: a plugin
 //     lost the race with a slow runtime at boot). The plugin's timeout
 //     bounds its own wait; the agent's, sent in Configure, bounds the
-//     agent's wait for the plugin, and replaces the stub's default (5s)
-//     only when WithRegistrationTimeout is not set.
+//     agent's wait for the plugin; without WithRegistrationTimeout the
+//     stub waits the agent's registration and request timeouts together
+//     (15s until the agent said), since the agent answers only once its
+//     registry write is done or its request timeout passed.
 //
 // The package depends on api, api/pluginpb and gRPC only: never on raft or
 // the server (agent.TestHostSideDoesNotImportTheServer checks), nor on

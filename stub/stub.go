@@ -142,21 +142,18 @@ func WithoutReconnect() Option {
 }
 
 // WithRegistrationTimeout sets how long the stub waits for the agent to
-// register the plugin (default 5s): Start retries (an agent still
-// starting, a socket not there yet) until d has passed, and each
-// handshake, Start's and every reconnect's, is given up when the agent
-// has not completed it within d. Start's error then wraps
-// context.DeadlineExceeded.
+// register the plugin: Start retries (an agent still starting, a socket
+// not there yet) until d has passed, and each handshake, Start's and every
+// reconnect's, is given up when the agent has not completed it within d.
+// Start's error then wraps context.DeadlineExceeded.
 //
-// It bounds the plugin's own wait, and wins over the agent's timeout:
-// the agent sends its registration timeout in Configure
-// (Config.RegistrationTimeout, RegistrationTimeout), which bounds how long
-// the agent waits for the plugin; without this option the stub also waits
-// that long for the agent once it has heard it, with it the stub waits d.
-// An agent whose registry is slow answers a registration only after its
-// request timeout (10s by default, then the write is left pending): a
-// plugin that must not fail at a slow boot sets d above that
-// (containerd/nri#292: a plugin's fixed 5s lost that race).
+// It bounds the plugin's own wait, and wins over the agent's: without it
+// the stub waits the agent's registration timeout plus its request
+// timeout (15s until the agent says them in Configure), because an agent
+// whose registry is slow answers a registration only after its request
+// timeout (10s by default; the write is then left pending). A d below
+// that may give up on an agent about to answer (containerd/nri#292: a
+// plugin's fixed 5s lost that race at boot).
 func WithRegistrationTimeout(d time.Duration) Option {
 	return func(s *Stub) error {
 		if d <= 0 {
@@ -301,7 +298,7 @@ func nameFromExecutable() (name, idx string) {
 
 // RegistrationTimeout is the agent's registration timeout (5s until the
 // agent said): how long the agent waits for the plugin. The stub's own
-// wait is WithRegistrationTimeout's when set.
+// wait is handshakeTimeout.
 func (s *Stub) RegistrationTimeout() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -310,12 +307,18 @@ func (s *Stub) RegistrationTimeout() time.Duration {
 
 // handshakeTimeout is how long the stub waits for the agent to complete a
 // handshake: WithRegistrationTimeout's (the plugin's choice wins), else
-// the agent's registration timeout as last heard.
+// the agent's registration timeout plus its request timeout, as last
+// heard (5s + 10s before the agent said). A handshake waits for both: the
+// agent's own steps, then its write to the registry, which it answers
+// within the request timeout even when the cluster is electing a leader.
+// Waiting only the first lost that race at boot (containerd/nri#292).
 func (s *Stub) handshakeTimeout() time.Duration {
 	if s.registrationTimeout > 0 {
 		return s.registrationTimeout
 	}
-	return s.RegistrationTimeout()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agent.RegistrationTimeout + s.agent.RequestTimeout
 }
 
 // RequestTimeout is the agent's request timeout: the time the plugin's

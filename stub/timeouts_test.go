@@ -48,11 +48,24 @@ func TestRegistrationTimeout(t *testing.T) {
 		t.Fatalf("Start with a registration timeout longer than the agent's answer: %v", err)
 	}
 	e.c.Eventually(20*time.Second, "registered on every server", func() bool { return e.listedEverywhere("demo", "patient", 1) })
+
+	// The default: the agent's registration and request timeouts
+	// together (15s), above an agent that answers after 7s. A stub that
+	// waited only the registration timeout (5s) gave up here.
+	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo"), stub.WithPluginName("default"),
+		stub.WithEndpoint("/run/default.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start with the default registration timeout and an agent that answers after 7s: %v", err)
+	}
 }
 
 // retriesOver is how long after Start a stub without WithWaitForSocket
-// has given up on a missing socket for certain: the registration timeout
-// (5s by default), then at most one backoff (at most 5s) until the
+// and with a 5s registration timeout has given up on a missing socket for
+// certain: the timeout, then at most one backoff (at most 5s) until the
 // attempt that finds it passed.
 const retriesOver = 11 * time.Second
 
@@ -64,7 +77,8 @@ func TestWaitForSocket(t *testing.T) {
 	seen := e.observe("demo", "early")
 	looks := &dialTimes{}
 	s, err := stub.New(&recorder{}, quiet, stub.WithSocketPath(e.path), stub.WithPluginType("demo"), stub.WithPluginName("early"),
-		stub.WithEndpoint("/run/early.sock"), stub.WithDialer(looks.dial), stub.WithWaitForSocket(0))
+		stub.WithEndpoint("/run/early.sock"), stub.WithDialer(looks.dial), stub.WithWaitForSocket(0),
+		stub.WithRegistrationTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
