@@ -75,13 +75,22 @@ type storeRegistrar struct {
 
 	failRegister   atomic.Int32 // fail this many more Register calls
 	failDeregister atomic.Int32
-	registerDelay  atomic.Int64 // a Register takes this long (ns)
-	registers      atomic.Int32
-	deregisters    atomic.Int32
+	// registerErr is what a failing Register returns (nil:
+	// errToldToFail); with applyThenFail it applies first, as a write
+	// whose answer was lost does.
+	registerErr   atomic.Pointer[error]
+	applyThenFail atomic.Bool
+	registerDelay atomic.Int64 // a Register takes this long (ns)
+	registers     atomic.Int32
+	deregisters   atomic.Int32
 
 	mu       sync.Mutex
 	inFlight map[string]bool
 }
+
+// errToldToFail is a failing call's error when the test gave none: an
+// error no one classified, as a transport's may be.
+var errToldToFail = errors.New("registrar told to fail")
 
 func newStoreRegistrar(t *testing.T, nodeID string) *storeRegistrar {
 	s := localreg.New(1024)
@@ -115,17 +124,31 @@ func (r *storeRegistrar) Register(ctx context.Context, info *api.PluginInfo) err
 		}
 	}
 	if r.failRegister.Add(-1) >= 0 {
-		return errors.New("registrar told to fail")
+		if r.applyThenFail.Load() {
+			if _, err := r.store.RegisterPlugin(ctx, info); err != nil {
+				return err
+			}
+		}
+		if err := r.registerErr.Load(); err != nil {
+			return *err
+		}
+		return errToldToFail
 	}
 	_, err := r.store.RegisterPlugin(ctx, info)
 	return err
+}
+
+// failRegistersWith makes the next n Register calls fail with err.
+func (r *storeRegistrar) failRegistersWith(n int32, err error) {
+	r.registerErr.Store(&err)
+	r.failRegister.Store(n)
 }
 
 func (r *storeRegistrar) Deregister(ctx context.Context, info *api.PluginInfo) error {
 	defer r.enter(info)()
 	r.deregisters.Add(1)
 	if r.failDeregister.Add(-1) >= 0 {
-		return errors.New("registrar told to fail")
+		return errToldToFail
 	}
 	cur, _, err := r.store.PluginForAlloc(info.Type, info.Name, info.AllocID)
 	if err != nil || cur.NodeID != r.nodeID {
@@ -213,6 +236,13 @@ func (p *fakePlugin) NotifyRegistrationStatus(_ context.Context, s *registerapi.
 	p.statuses = append(p.statuses, s)
 	p.mu.Unlock()
 	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// setInfo changes what GetInfo answers.
+func (p *fakePlugin) setInfo(info *registerapi.PluginInfo) {
+	p.mu.Lock()
+	p.info = info
+	p.mu.Unlock()
 }
 
 func (p *fakePlugin) setErr(err error) {

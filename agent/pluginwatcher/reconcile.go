@@ -103,7 +103,7 @@ func (w *Watcher) see(f found) {
 		w.log.Debug("socket re-created", "path", f.path)
 	}
 	s.stamp, s.seq = f.stamp, w.seq
-	s.failures, s.retryAt = 0, time.Time{}
+	s.failures, s.retryAt, s.probeFailed = 0, time.Time{}, false
 }
 
 // forget removes a socket, or every socket below a removed directory, from
@@ -170,6 +170,7 @@ func (w *Watcher) reconcile(ctx context.Context, now time.Time) time.Duration {
 		if n.busy {
 			continue
 		}
+		w.unsureGone(key, n)
 		if len(n.stale) > 0 && due(n.retryAt) {
 			w.startDeregister(ctx, key, n)
 			continue
@@ -188,17 +189,46 @@ func (w *Watcher) reconcile(ctx context.Context, now time.Time) time.Duration {
 			if n.reg == nil || n.reg.path != win.path || n.reg.seq != win.gotSeq || !infoEqual(n.reg.info, win.info) {
 				w.startRegister(ctx, key, n, win)
 			}
+		case n.reg != nil && w.mayStillBe(n.reg.path, key):
+			// Its socket answered, but a new Register of it failed
+			// (the cluster unreachable): it is retrying, from GetInfo,
+			// and keeps what it has meanwhile.
 		case n.reg != nil:
 			w.log.Info("plugin gone; deregistering", "type", key.typ, "name", key.name, "socket", n.reg.path)
 			n.stale = append(n.stale, n.reg.info)
 			n.reg = nil
 			w.publish()
 			w.startDeregister(ctx, key, n)
-		case len(n.stale) == 0:
+		case n.idle():
 			delete(w.names, key)
 		}
 	}
 	return wake.Sub(now)
+}
+
+// mayStillBe reports whether the socket at path may still be the plugin
+// key: it is there, its last probe did not fail, and it has not answered
+// as another name since. A socket whose Register failed is one: it
+// answered, only plugreg's write failed.
+func (w *Watcher) mayStillBe(path string, key nameKey) bool {
+	s := w.dsw[path]
+	return s != nil && !s.probeFailed && !(s.answered() && s.key != key)
+}
+
+// unsureGone makes stale the name's unsure instances whose plugin is gone
+// before a Register of it succeeded: the Registrar may hold them (the
+// agent's Host would write them once the cluster is back), and nothing
+// would ever remove them.
+func (w *Watcher) unsureGone(key nameKey, n *nameState) {
+	for alloc, r := range n.unsure {
+		if w.mayStillBe(r.path, key) {
+			continue
+		}
+		w.log.Info("plugin gone before it was registered; deregistering what the failed registration may have left",
+			"type", key.typ, "name", key.name, "socket", r.path)
+		n.stale = append(n.stale, r.info)
+		delete(n.unsure, alloc)
+	}
 }
 
 // backoff returns the jittered wait after the n-th consecutive failure:
@@ -255,6 +285,7 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 				return
 			}
 			s.slow = 0
+			s.probeFailed = err != nil
 			if err != nil {
 				if s.ok {
 					w.log.Warn("plugin stopped answering", "socket", path, "error", err)
@@ -294,6 +325,7 @@ func (w *Watcher) startRegister(ctx context.Context, key nameKey, n *nameState, 
 			n.busy = false
 			if err != nil {
 				w.log.Warn("registration failed; will retry from GetInfo", "type", key.typ, "name", key.name, "socket", path, "error", err)
+				n.failedToRegister(&registration{path: path, seq: seq, info: info})
 				if s := w.dsw[path]; s != nil && s.seq == seq {
 					s.ok = false
 					s.failures++
@@ -303,6 +335,7 @@ func (w *Watcher) startRegister(ctx context.Context, key nameKey, n *nameState, 
 			}
 			w.log.Info("plugin registered", "type", key.typ, "name", key.name, "socket", path, "alloc_id", info.AllocID)
 			n.reg = &registration{path: path, seq: seq, info: info, told: told}
+			n.registered(info)
 			if leftover != nil {
 				n.stale = append(n.stale, leftover)
 				n.retryAt = time.Now().Add(w.backoff(1))

@@ -2,6 +2,7 @@ package pluginwatcher
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
@@ -34,6 +35,11 @@ type socketState struct {
 	slow     int       // consecutive timed-out probes while registered (see SlowProbes)
 	retryAt  time.Time // no probe before this, while !ok or unanswered
 	probeAt  time.Time // next periodic probe, while ok
+
+	// probeFailed: the last probe of this incarnation failed (no answer,
+	// an error, or refused). A socket whose Register failed has answered:
+	// it is still the plugin, and what it may hold is kept (mayStillBe).
+	probeFailed bool
 }
 
 // newer reports whether s is a newer socket than o.
@@ -65,9 +71,37 @@ type nameState struct {
 	reg  *registration // nil: nothing registered for the name
 	// stale are registrations of the name to remove: a replaced instance,
 	// or one whose Deregister failed; they are retried with backoff.
-	stale    []*api.PluginInfo
+	stale []*api.PluginInfo
+	// unsure are the instances whose last Register failed, by AllocID:
+	// the Registrar may hold them all the same (the agent's Host keeps
+	// what it was asked, for anti-entropy to write once the cluster is
+	// back, and a write that timed out may have applied). One whose
+	// socket goes away before a Register of it succeeds becomes stale.
+	unsure   map[string]*registration
 	failures int
 	retryAt  time.Time
+}
+
+// registered notes that info is registered: it is no longer unsure, and a
+// pending Deregister of the same instance (an earlier incarnation of the
+// same socket, whose removal failed while the cluster was unreachable) is
+// dropped, or its retry would remove the instance just registered.
+func (n *nameState) registered(info *api.PluginInfo) {
+	delete(n.unsure, info.AllocID)
+	n.stale = slices.DeleteFunc(n.stale, func(p *api.PluginInfo) bool { return p.AllocID == info.AllocID })
+}
+
+// failedToRegister notes an instance whose Register failed.
+func (n *nameState) failedToRegister(r *registration) {
+	if n.unsure == nil {
+		n.unsure = make(map[string]*registration)
+	}
+	n.unsure[r.info.AllocID] = r
+}
+
+// idle reports whether the name holds nothing any more: the loop forgets it.
+func (n *nameState) idle() bool {
+	return !n.busy && n.reg == nil && len(n.stale) == 0 && len(n.unsure) == 0
 }
 
 func infoEqual(a, b *api.PluginInfo) bool {
