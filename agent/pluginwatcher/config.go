@@ -22,6 +22,13 @@ type Config struct {
 	// Registrar receives the registrations. Required.
 	Registrar Registrar
 
+	// Mode says whether kubelet watches Dir too (ModeShared: plugreg
+	// never sends NotifyRegistrationStatus) or plugreg alone
+	// (ModeOwned: plugreg tells its plugins). Zero: ModeAuto, which is
+	// ModeShared for a Dir named KubeletDirName (before or after its
+	// symbolic links are resolved) and ModeOwned for any other.
+	Mode Mode
+
 	// Logger receives the watcher's log lines. Zero: hclog's null logger.
 	Logger hclog.Logger
 
@@ -97,6 +104,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Registrar == nil {
 		return fmt.Errorf("%w: Registrar is nil", ErrConfig)
+	}
+	if !c.Mode.valid() {
+		return fmt.Errorf("%w: Mode %q: want %s, %s or %s", ErrConfig, c.Mode, ModeAuto, ModeShared, ModeOwned)
 	}
 	if c.GetInfoTimeout < 0 {
 		return fmt.Errorf("%w: GetInfoTimeout %v is negative", ErrConfig, c.GetInfoTimeout)

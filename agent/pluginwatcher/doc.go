@@ -5,12 +5,20 @@
 // kubelet's plugins_registry) and serves kubelet's registration API on it
 // (k8s.io/kubelet/pkg/apis/pluginregistration/v1). The watcher finds the
 // socket (fsnotify, recursively, after an initial walk), asks GetInfo,
-// validates the answer with the Handler of its type, registers the
-// instance through the Registrar and tells the plugin with
-// NotifyRegistrationStatus. Real kubelet plugins (the DRA kubelet-plugin
-// helper, CSI node-driver-registrar) register unchanged. docs/kubelet.md
-// describes the protocol, the state machine and where plugreg differs from
-// kubelet.
+// validates the answer with the Handler of its type and registers the
+// instance through the Registrar. Real kubelet plugins (the DRA
+// kubelet-plugin helper, CSI node-driver-registrar) register unchanged.
+// docs/kubelet.md describes the protocol, the state machine and where
+// plugreg differs from kubelet.
+//
+// Whether the plugin is told (NotifyRegistrationStatus) depends on the
+// dir's Mode. In a dir shared with kubelet (ModeShared; kubelet's own
+// plugins_registry by default) kubelet answers its plugins and the watcher
+// never does. In a dir plugreg owns (ModeOwned) the watcher tells a plugin
+// "registered" once it is, and "not registered" only when the plugin
+// itself is refused; a failure of plugreg's own (no leader, no server) is
+// retried, never told: CSI's node-driver-registrar exits on "not
+// registered" (kubernetes/kubernetes#69992).
 //
 // The package owns:
 //
@@ -24,6 +32,7 @@
 //   - the retries (jittered exponential backoff, from GetInfo again) and the
 //     probes (GetInfo every ProbeInterval; a plugin that stops answering is
 //     deregistered, and registered again once it answers);
+//   - the notices to the plugins, in an owned dir only (Mode);
 //   - the registration's content: Type and Name from GetInfo, NodeID, a
 //     stable AllocID (see AllocID), the endpoint, the versions and the
 //     source marker (api.OptionSource = api.SourceKubelet) in Options.

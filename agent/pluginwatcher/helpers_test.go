@@ -178,6 +178,7 @@ type fakePlugin struct {
 	hang     chan struct{} // non-nil: GetInfo blocks until closed or ctx ends
 	statuses []*registerapi.RegistrationStatus
 	getInfos int
+	notifies int // NotifyRegistrationStatus calls, failed ones too
 	// failNotify: fail this many NotifyRegistrationStatus calls (not
 	// recorded), as a plugin on a loaded host would time out.
 	failNotify int
@@ -228,6 +229,7 @@ func (p *fakePlugin) GetInfo(ctx context.Context, _ *registerapi.InfoRequest) (*
 
 func (p *fakePlugin) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
 	p.mu.Lock()
+	p.notifies++
 	if p.failNotify > 0 {
 		p.failNotify--
 		p.mu.Unlock()
@@ -267,6 +269,26 @@ func (p *fakePlugin) calls() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.getInfos
+}
+
+// notifyCalls returns how many NotifyRegistrationStatus calls came.
+func (p *fakePlugin) notifyCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notifies
+}
+
+// toldFalse returns the "not registered" notices received.
+func (p *fakePlugin) toldFalse() []*registerapi.RegistrationStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*registerapi.RegistrationStatus
+	for _, s := range p.statuses {
+		if !s.PluginRegistered {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // lastStatus returns the last NotifyRegistrationStatus received, or nil.

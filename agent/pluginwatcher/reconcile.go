@@ -415,7 +415,9 @@ func (w *Watcher) register(ctx context.Context, path string, info *api.PluginInf
 	defer c.Close()
 	if err := w.cfg.Registrar.Register(ctx, info.Copy()); err != nil {
 		err = stopping(ctx, fmt.Errorf("register: %w", err))
-		if ctx.Err() == nil {
+		// plugreg's own failures are retried, not told: a plugin told
+		// "not registered" may exit (kubernetes/kubernetes#69992).
+		if ctx.Err() == nil && refusesPlugin(err) {
 			w.tell(ctx, c, path, false, err.Error())
 		}
 		return nil, false, err
@@ -461,11 +463,16 @@ func (w *Watcher) retell(ctx context.Context, path string) bool {
 	return ok
 }
 
-// tell sends NotifyRegistrationStatus and reports whether the plugin took
-// it. A failed "registered" is sent again after the next successful probe
-// (kubelet does not retry it; the scale bench saw plugins never told on a
-// loaded host); a failed refusal is logged only.
+// tell sends NotifyRegistrationStatus and reports whether nothing more is
+// owed to the plugin: it took the notice, or the dir is shared, where
+// kubelet answers its plugins and plugreg never does (Mode). Every notice
+// goes through here. A failed "registered" is sent again after the next
+// successful probe (kubelet does not retry it; the scale bench saw plugins
+// never told on a loaded host); a failed refusal is logged only.
 func (w *Watcher) tell(ctx context.Context, c *pluginConn, path string, registered bool, reason string) bool {
+	if !w.notifies() {
+		return true
+	}
 	err := c.notify(ctx, w.cfg.GetInfoTimeout, registered, reason)
 	switch {
 	case err == nil || ctx.Err() != nil:

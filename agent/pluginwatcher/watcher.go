@@ -62,6 +62,7 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: plugins dir %s: %v", ErrConfig, cfg.Dir, err)
 	}
+	cfg.Mode = resolveMode(cfg.Mode, cfg.Dir, dir)
 	cfg.Dir = dir
 	return &Watcher{
 		cfg:      cfg,
@@ -79,6 +80,24 @@ func New(cfg Config) (*Watcher, error) {
 // Dir returns the directory watched: Config.Dir made absolute, with
 // symbolic links resolved.
 func (w *Watcher) Dir() string { return w.cfg.Dir }
+
+// Mode returns the mode the watcher runs in: ModeShared or ModeOwned
+// (Config.Mode, ModeAuto resolved).
+func (w *Watcher) Mode() Mode { return w.cfg.Mode }
+
+// resolveMode resolves ModeAuto for a dir given as given and found at
+// resolved: kubelet's dir under either name is shared (a link to it, or
+// kubelet's root dir behind a link, is still the dir kubelet watches).
+func resolveMode(m Mode, given, resolved string) Mode {
+	if m.Resolve(given) == ModeShared {
+		return ModeShared
+	}
+	return m.Resolve(resolved)
+}
+
+// notifies reports whether the watcher may send NotifyRegistrationStatus:
+// only in a dir plugreg owns (see Mode).
+func (w *Watcher) notifies() bool { return w.cfg.Mode == ModeOwned }
 
 // Start watches Dir, walks it for the sockets already there, and starts
 // the loop that registers them. ctx bounds the watcher's life: when it
@@ -110,7 +129,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	w.cancel = cancel
 	w.started = true
-	w.log.Info("watching for kubelet plugins", "dir", w.cfg.Dir, "sockets", len(socks))
+	w.log.Info("watching for kubelet plugins", "dir", w.cfg.Dir, "mode", w.cfg.Mode, "sockets", len(socks))
 	go w.run(ctx, fsw)
 	return nil
 }

@@ -3,6 +3,7 @@ package pluginwatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -386,17 +387,18 @@ func TestRestartedPlugin(t *testing.T) {
 	}
 }
 
-// A failing Registrar: the plugin is told, and the registration is
-// retried from scratch until it succeeds; a failed Deregister is retried
-// too.
+// A Registrar that refuses the plugin (its type not this agent's to
+// register, until an operator grants it): the plugin is told why, and the
+// registration is retried from scratch until it succeeds; a failed
+// Deregister is retried too.
 func TestRegistrarFailures(t *testing.T) {
 	f := newFixture(t)
-	f.reg.failRegister.Store(3)
+	f.reg.failRegistersWith(3, fmt.Errorf("the agent token may not register DRAPlugin: %w", api.ErrPermissionDenied))
 	f.reg.failDeregister.Store(2)
 	f.start(t)
 	p := startPlugin(t, filepath.Join(f.dir, "p.sock"), draInfo("retry.example.com"))
 	s := waitStatus(t, p, false)
-	if !strings.Contains(s.Error, "registrar told to fail") {
+	if !strings.Contains(s.Error, "may not register DRAPlugin") {
 		t.Fatalf("status error %q", s.Error)
 	}
 	f.waitRegistered(t, registerapi.DRAPlugin, "retry.example.com", p.path)
