@@ -136,6 +136,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.DurationVar(&s.commitTimeout, "commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
 	fs.BoolVar(&s.commitNotify, "commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
 	fs.StringVar(&s.host.pluginsDir, "plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
+	fs.StringVar(&s.host.pluginsDirMode, "plugins-dir-mode", string(pluginwatcher.ModeAuto), "who answers the plugins of -plugins-dir: shared (kubelet watches it too: plugreg never sends them NotifyRegistrationStatus), owned (they register with plugreg alone: plugreg tells them, never \"not registered\" for a failure of its own), auto (shared for a dir named plugins_registry, kubelet's, else owned)")
 	fs.StringVar(&s.host.pluginSocket, "plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
 	fs.DurationVar(&s.host.pluginGrace, "plugin-grace", 10*time.Second, "keep a plugin registered this long after its session ended without Stop, for it to reconnect")
 	fs.StringVar(&s.host.pluginSocketOwner, "plugin-socket-owner", "", "owner of the plugin socket file: a user name or uid (changing it takes root)")
@@ -234,6 +235,11 @@ func (s *agentSettings) hostServicesConfig() (hostServices, error) {
 			return hs, fmt.Errorf("-plugins-dir: %w", err)
 		}
 	}
+	mode, err := pluginwatcher.ParseMode(hs.pluginsDirMode)
+	if err != nil {
+		return hs, fmt.Errorf("-plugins-dir-mode: %w", err)
+	}
+	hs.pluginsDirMode = string(mode)
 	if hs.pluginGrace <= 0 {
 		return hs, fmt.Errorf("-plugin-grace %v: want a positive duration", hs.pluginGrace)
 	}
@@ -386,7 +392,7 @@ func logRunning(logger hclog.Logger, s *agentSettings, a *agentSetup, n *node) {
 	} else {
 		msg = "client agent running"
 	}
-	kv = append(kv, "gossip", n.gossipAddr(), "plugins_dir", s.host.pluginsDir, "plugin_socket", n.pluginSocket())
+	kv = append(kv, "gossip", n.gossipAddr(), "plugins_dir", s.host.pluginsDir, "plugins_dir_mode", n.pluginsDirMode(), "plugin_socket", n.pluginSocket())
 	logger.Info(msg, kv...)
 }
 

@@ -69,6 +69,38 @@ func TestConfigFile(t *testing.T) {
 	}
 }
 
+// -plugins-dir-mode reaches the plugins dir's watcher as given, on the
+// command line or in -config; unset, it is auto (pluginwatcher resolves
+// it by the dir's name).
+func TestPluginsDirModeFlag(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(config, []byte(`{"plugins-dir-mode": "shared"}`), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unset", nil, "auto"},
+		{"owned", []string{"-plugins-dir-mode", "owned"}, "owned"},
+		{"shared from -config", []string{"-config", config}, "shared"},
+		{"the command line wins over -config", []string{"-config", config, "-plugins-dir-mode", "owned"}, "owned"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := parseAgentFlags(append([]string{"-data-dir", t.TempDir()}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs, err := s.hostServicesConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hs.pluginsDirMode != tc.want {
+				t.Fatalf("mode %q, want %q", hs.pluginsDirMode, tc.want)
+			}
+		})
+	}
+}
+
 // An agent refuses bad flags before it starts anything: nothing is created
 // in its data dir, and the error names the flag and the path.
 func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
@@ -81,6 +113,8 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 	}{
 		{"plugins dir missing", []string{"-plugins-dir", "/nonexistent/plugins"}, "/nonexistent/plugins"},
 		{"plugins dir is a file", []string{"-plugins-dir", file}, "not a directory"},
+		{"plugins dir mode unknown", []string{"-plugins-dir-mode", "kubelet"}, `-plugins-dir-mode: pluginwatcher: invalid config: mode "kubelet": want auto, shared or owned`},
+		{"plugins dir mode capitalised", []string{"-plugins-dir-mode", "Shared"}, `mode "Shared": want auto, shared or owned`},
 		{"gossip key not base64", []string{"-encrypt", "not a key!"}, "-encrypt: plugreg: invalid request: gossip key is not valid base64"},
 		{"gossip key too short", []string{"-encrypt", "c2hvcnQ="}, "gossip key has 5 bytes"},
 		{"plugin socket uid not a number", []string{"-plugin-socket-allow-uid", "0,nobody"}, `-plugin-socket-allow-uid: "nobody" is not a uid`},

@@ -184,6 +184,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"snapshot", ""}, []string{"save", "restore", "inspect"}},
 		{[]string{"operator", "raft", ""}, []string{"list-peers", "remove-peer", "transfer-leader"}},
 		{[]string{"agent", "-data"}, []string{"-data-dir"}},
+		{[]string{"agent", "-plugins-d"}, []string{"-plugins-dir", "-plugins-dir-mode"}},
 		{[]string{"agent", "-node", "x", "-enc"}, []string{"-encrypt", "-encrypt-verify-incoming", "-encrypt-verify-outgoing"}},
 		{[]string{"snapshot", "save", "-st"}, []string{"-stale"}},
 		{[]string{"list", "-"}, []string{"-addr", "-token", "-ca-file"}},

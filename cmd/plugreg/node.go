@@ -15,6 +15,7 @@ import (
 	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginsock"
+	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
@@ -158,6 +159,7 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 // hostServices are what an agent runs for its host.
 type hostServices struct {
 	pluginsDir      string        // kubelet discovery; "" off
+	pluginsDirMode  string        // pluginwatcher.Mode of pluginsDir; "" auto
 	pluginSocket    string        // the SDK's socket; "" off
 	pluginGrace     time.Duration // zero: pluginsock's default
 	pluginConfigDir string
@@ -172,6 +174,7 @@ type hostServices struct {
 // first.
 func (n *node) startServices(h hostServices, logger hclog.Logger) error {
 	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")}
+	cfg.Watcher.Mode = pluginwatcher.Mode(h.pluginsDirMode)
 	if h.pluginSocket != "" {
 		cfg.PluginSocket = &pluginsock.Config{Path: h.pluginSocket, Grace: h.pluginGrace, ConfigDir: h.pluginConfigDir, Events: n.be,
 			Owner: h.pluginSocketOwner, Group: h.pluginSocketGroup, AllowUIDs: h.pluginSocketAllowUIDs}
@@ -182,6 +185,15 @@ func (n *node) startServices(h hostServices, logger hclog.Logger) error {
 	}
 	n.services = svc
 	return nil
+}
+
+// pluginsDirMode is the mode the node's plugins dir runs in (auto
+// resolved), "" without one.
+func (n *node) pluginsDirMode() string {
+	if n.services == nil || n.services.Watcher == nil {
+		return ""
+	}
+	return string(n.services.Watcher.Mode())
 }
 
 // pluginSocket is the path of the node's plugin socket, "" when it has none.
