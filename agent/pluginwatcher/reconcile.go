@@ -335,7 +335,10 @@ func (w *Watcher) startRegister(ctx context.Context, key nameKey, n *nameState, 
 			}
 			w.log.Info("plugin registered", "type", key.typ, "name", key.name, "socket", path, "alloc_id", info.AllocID)
 			n.reg = &registration{path: path, seq: seq, info: info, told: told}
-			n.registered(info)
+			if n.registered(info) {
+				w.log.Info("pending deregistration dropped: the same instance is registered again", "type", key.typ, "name", key.name,
+					"socket", path, "alloc_id", info.AllocID)
+			}
 			if leftover != nil {
 				n.stale = append(n.stale, leftover)
 				n.retryAt = time.Now().Add(w.backoff(1))

@@ -85,10 +85,13 @@ type nameState struct {
 // registered notes that info is registered: it is no longer unsure, and a
 // pending Deregister of the same instance (an earlier incarnation of the
 // same socket, whose removal failed while the cluster was unreachable) is
-// dropped, or its retry would remove the instance just registered.
-func (n *nameState) registered(info *api.PluginInfo) {
+// dropped, or its retry would remove the instance just registered. It
+// reports whether one was dropped.
+func (n *nameState) registered(info *api.PluginInfo) (droppedDeregister bool) {
 	delete(n.unsure, info.AllocID)
+	before := len(n.stale)
 	n.stale = slices.DeleteFunc(n.stale, func(p *api.PluginInfo) bool { return p.AllocID == info.AllocID })
+	return len(n.stale) < before
 }
 
 // failedToRegister notes an instance whose Register failed.
