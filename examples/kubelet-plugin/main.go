@@ -1,7 +1,10 @@
 // Command kubelet-plugin is a plugin of the kubelet plugin registration
 // protocol, for trying plugreg's discovery: it puts a registration socket
 // in a plugins dir (a plugreg agent's -plugins-dir, or kubelet's
-// /var/lib/kubelet/plugins_registry) and says what the agent answers.
+// /var/lib/kubelet/plugins_registry) and says what it is answered: by the
+// agent in a dir plugreg owns; in a dir shared with kubelet (kubelet's
+// own, by default) only kubelet answers, and plugreg never does
+// (docs/kubelet.md).
 //
 //	go run ./examples/kubelet-plugin -dir DIR -type CSIPlugin -name ebs.csi.example.com -versions 1.0.0
 //
