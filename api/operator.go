@@ -86,3 +86,23 @@ type AgentConfig struct {
 	GossipEncrypted bool
 	TLS             bool
 }
+
+// ReapStatus is the leader's guard on reaping (POST
+// /v1/operator/reap/resume answers it): while more than PauseAbove of the
+// client agents, and at least PauseMinFailed, are failed, the leader
+// reaps no failed node.
+type ReapStatus struct {
+	// Paused: the guard holds the reaping of failed nodes now.
+	Paused bool
+	// Resumed: an operator resumed reaping while the guard would hold
+	// it; it holds again after the failures fall within PauseAbove and
+	// then rise above it.
+	Resumed bool
+	// FailedClients are the client agents failed with plugins still
+	// registered; Clients, those and the alive ones (agents that left,
+	// and failed ones without plugins, do not count).
+	FailedClients  int
+	Clients        int
+	PauseAbove     float64
+	PauseMinFailed int
+}

@@ -82,6 +82,8 @@ type Config struct {
 	// NodeReapAfter: a node dead for longer has its plugins deregistered by
 	// the leader. Zero: 30s. Negative: never.
 	NodeReapAfter time.Duration
+	// ReapBrakes bound how fast, and whether, the leader reaps.
+	ReapBrakes ReapBrakes
 	// DeadServerCleanup: a failed voter dead for longer is removed from
 	// the Raft configuration, never below MinQuorum voters. Zero: never.
 	DeadServerCleanup time.Duration
@@ -136,6 +138,7 @@ func DefaultConfig() *Config {
 		ApplyTimeout:      5 * time.Second,
 		ReconcileInterval: 2 * time.Second,
 		NodeReapAfter:     30 * time.Second,
+		ReapBrakes:        DefaultReapBrakes(),
 		ShutdownTimeout:   3 * time.Second,
 		Logger:            hclog.NewNullLogger(),
 	}
@@ -163,6 +166,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := ValidateLogStore(c.LogStore, c.WALSegmentSize); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.ReapBrakes.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
@@ -205,6 +211,7 @@ func (c *Config) withDefaults() *Config {
 	if cp.NodeReapAfter == 0 {
 		cp.NodeReapAfter = d.NodeReapAfter
 	}
+	cp.ReapBrakes = cp.ReapBrakes.withDefaults()
 	if cp.ShutdownTimeout <= 0 {
 		cp.ShutdownTimeout = d.ShutdownTimeout
 	}

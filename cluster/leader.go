@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/gossip"
@@ -63,16 +65,26 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	s.logger.Info("leadership established", "applied", s.AppliedIndex())
 	defer s.leaderReady.Store(false)
 
+	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
+	s.brakes.Store(brakes)
+	defer s.brakes.Store(nil)
 	reaped := make(map[string]bool)
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
-		s.reconcile(stop, reaped)
+		// Nodes the reap rate put off are due again when the next token
+		// is, not a ReconcileInterval later: the rate is the rate.
+		var putOff <-chan time.Time
+		if wait := s.reconcile(stop, reaped, brakes); wait > 0 {
+			putOff = time.After(wait)
+		}
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		case <-s.gossip.Changed():
+		case <-brakes.kick:
+		case <-putOff:
 		}
 	}
 }
@@ -81,12 +93,13 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 // alive servers become voters, servers that left are removed, servers dead
 // for longer than DeadServerCleanup are removed while enough voters remain,
 // and the plugins of nodes dead for longer than NodeReapAfter are
-// deregistered.
-func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
+// deregistered as the brakes allow (reapDead). It returns how soon nodes
+// the reap rate put off are due (0: none were).
+func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool, brakes *reapBrakes) time.Duration {
 	servers, err := s.RaftConfiguration()
 	if err != nil {
 		s.logger.Warn("reconcile: raft configuration", "error", err)
-		return
+		return 0
 	}
 	inConfig := make(map[string]raft.Server, len(servers))
 	voters := 0
@@ -97,10 +110,11 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 		}
 	}
 	now := time.Now()
-	for _, m := range s.gossip.Members() {
+	members := s.gossip.Members()
+	for _, m := range members {
 		select {
 		case <-stop:
-			return
+			return 0
 		default:
 		}
 		srv, ok := inConfig[m.Meta.ID]
@@ -135,15 +149,73 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool) {
 				voters--
 			}
 		}
+	}
+	return s.reapDead(stop, members, reaped, brakes)
+}
+
+// reapDead deregisters the plugins of the nodes gone for longer than
+// NodeReapAfter, longest gone first, as the brakes allow: the guard holds
+// failed nodes while too many client agents are failed at once (it does
+// not hold nodes that left: they said so), and the rate spaces the rest.
+// reaped holds the nodes done with in this leadership; one that is alive
+// again leaves it. It returns how soon the nodes the rate put off are due
+// (0: none were).
+func (s *Server) reapDead(stop <-chan struct{}, members []gossip.Member, reaped map[string]bool, brakes *reapBrakes) time.Duration {
+	for _, m := range members {
 		if m.Status == gossip.StatusAlive {
 			delete(reaped, m.Name)
 		}
-		if m.Status != gossip.StatusAlive && s.cfg.NodeReapAfter > 0 && now.Sub(m.Since) > s.cfg.NodeReapAfter && !reaped[m.Name] {
+	}
+	if s.cfg.NodeReapAfter < 0 {
+		return 0
+	}
+	st := s.fsm.State()
+	hasPlugins := func(node string) bool { return len(st.NodeInstances(node)) > 0 }
+	now := time.Now()
+	failed, clients := census(members, hasPlugins)
+	hold := brakes.observe(failed, clients, now)
+	for _, m := range dueForReaping(members, reaped, now, s.cfg.NodeReapAfter, brakes.releasedAt) {
+		select {
+		case <-stop:
+			return 0
+		default:
+		}
+		switch {
+		case !hasPlugins(m.Name):
+			reaped[m.Name] = true // nothing to deregister: no entry, no token
+		case hold && m.Status == gossip.StatusFailed:
+			// Held until the guard releases, or an operator resumes.
+		default:
+			if wait := brakes.bucket.take(time.Now()); wait > 0 {
+				return wait
+			}
 			if s.reapNode(m.Name) {
 				reaped[m.Name] = true
 			}
 		}
 	}
+	return 0
+}
+
+// dueForReaping returns the members not alive for longer than after that
+// are not done with yet, longest gone first. A failed member's time
+// counts from released at the earliest: when the guard last released by
+// itself (reapBrakes.releasedAt).
+func dueForReaping(members []gossip.Member, reaped map[string]bool, now time.Time, after time.Duration, released time.Time) []gossip.Member {
+	gone := func(m gossip.Member) time.Time {
+		if m.Status == gossip.StatusFailed && m.Since.Before(released) {
+			return released
+		}
+		return m.Since
+	}
+	var due []gossip.Member
+	for _, m := range members {
+		if m.Status != gossip.StatusAlive && now.Sub(gone(m)) > after && !reaped[m.Name] {
+			due = append(due, m)
+		}
+	}
+	sort.SliceStable(due, func(i, j int) bool { return due[i].Since.Before(due[j].Since) })
+	return due
 }
 
 func (s *Server) removeServer(id, why string) {
@@ -167,6 +239,7 @@ func (s *Server) reapNode(nodeID string) bool {
 		return false
 	}
 	s.logger.Info("reaped plugins of dead node", "dead_node", nodeID, "index", res.Index)
+	metrics.IncrCounterWithLabels([]string{"reap", "nodes"}, 1, []metrics.Label{{Name: "node", Value: s.cfg.NodeID}})
 	return true
 }
 

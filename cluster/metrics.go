@@ -20,6 +20,13 @@ func (s *Server) emitMetrics() {
 			leader = 1
 		}
 		metrics.SetGaugeWithLabels([]string{"server", "is_leader"}, leader, labels)
+		// 1 while the leader's guard holds reaping (reapbrakes.go); 0
+		// on the other servers.
+		paused := float32(0)
+		if st, ok := s.ReapStatus(); ok && st.Paused {
+			paused = 1
+		}
+		metrics.SetGaugeWithLabels([]string{"reap", "paused"}, paused, labels)
 		return true
 	})
 }

@@ -57,6 +57,9 @@ type Server struct {
 
 	leaderNotify chan bool
 	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
+	// brakes are the leader's brakes on reaping (reapbrakes.go); nil
+	// while this node does not lead.
+	brakes atomic.Pointer[reapBrakes]
 	// rpcReady is set once s.raft exists; internal RPC is refused before
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
