@@ -71,6 +71,7 @@ type agentSettings struct {
 	snapshotInterval                 time.Duration
 	maxAppendEntries, journalSize    int
 	nodeReapAfter, deadServerCleanup time.Duration
+	reapBrakes                       cluster.ReapBrakes
 	raftMultiplier, walSegmentSize   int
 	heartbeatTimeout, commitTimeout  time.Duration
 	commitNotify                     bool
@@ -116,6 +117,10 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
 	fs.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
 	fs.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
+	fs.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (negative: no limit)")
+	fs.IntVar(&s.reapBrakes.Burst, "node-reap-burst", d.ReapBrakes.Burst, "dead nodes that may be reaped at once before -node-reap-rate applies")
+	fs.Float64Var(&s.reapBrakes.PauseAbove, "node-reap-pause-above", d.ReapBrakes.PauseAbove, "reap no failed node while more than this fraction of the client agents is failed at once (likelier a partition than deaths), until enough come back or an operator runs plugreg operator reap resume (1: never pause)")
+	fs.IntVar(&s.reapBrakes.PauseMinFailed, "node-reap-pause-min-failed", d.ReapBrakes.PauseMinFailed, "pause reaping only with at least this many client agents failed, so that with few agents one death is still reaped")
 	fs.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
 	fs.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
 	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
@@ -203,6 +208,9 @@ func (s *agentSettings) setup() (*agentSetup, error) {
 		return nil, fmt.Errorf("-raft-multiplier %d: want 1 to 10", s.raftMultiplier)
 	}
 	if err := cluster.ValidateLogStore(s.logStore, s.walSegmentSize); err != nil {
+		return nil, err
+	}
+	if err := s.reapBrakes.Validate(); err != nil {
 		return nil, err
 	}
 	hs, err := s.hostServicesConfig()
@@ -358,6 +366,7 @@ func (s *agentSettings) serverConfig(a *agentSetup, enc gossip.Encryption) *clus
 	cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = s.snapshotThreshold, s.snapshotInterval, s.trailingLogs
 	cfg.MaxAppendEntries = s.maxAppendEntries
 	cfg.NodeReapAfter, cfg.DeadServerCleanup = s.nodeReapAfter, s.deadServerCleanup
+	cfg.ReapBrakes = s.reapBrakes
 	cfg.JournalSize = s.journalSize
 	mul := time.Duration(s.raftMultiplier)
 	// 500 ms per unit: a dead leader is noticed after a random 1-2x the
@@ -549,7 +558,7 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 // serverOnly are the flags that mean nothing to a client agent: setting
 // one with -client is a mistake worth saying.
 var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
-	"max-append-entries", "node-reap-after", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-log",
+	"max-append-entries", "node-reap-after", "node-reap-rate", "node-reap-burst", "node-reap-pause-above", "node-reap-pause-min-failed", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-log",
 	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
 
 func clientOnlyFlags(fs *flag.FlagSet) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testing/testpki"
@@ -123,6 +124,11 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"unknown log store", []string{"-log-store", "rocks"}, `log store "rocks": use "boltdb" or "wal"`},
 		{"shared token with ACLs", []string{"-acl-token", "s", "-acl-enabled"}, "-acl-token and -acl-enabled: choose one"},
 		{"no body read time", []string{"-http-body-read-timeout", "0s"}, "-http-body-read-timeout 0s: want a positive duration"},
+		{"reap rate not a number", []string{"-node-reap-rate", "NaN"}, "node reap rate NaN"},
+		{"negative reap burst", []string{"-node-reap-burst", "-1"}, "node reap burst -1"},
+		{"reap pause above 1", []string{"-node-reap-pause-above", "1.5"}, "node reap pause above 1.5: want a fraction from 0 to 1"},
+		{"negative reap pause minimum", []string{"-node-reap-pause-min-failed", "-2"}, "node reap pause min failed -2"},
+		{"client with reap brakes", []string{"-client", "-node-reap-pause-above", "1"}, "-node-reap-pause-above, -server-port: server flags"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,6 +139,37 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 			}
 			if _, err := os.Stat(data); !os.IsNotExist(err) {
 				t.Fatalf("the data dir was created (%v): the agent started before refusing", err)
+			}
+		})
+	}
+}
+
+// The reap brakes reach the server's configuration from the flags and
+// from -config; unset, they are cluster's defaults.
+func TestAgentReapBrakeFlags(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "agent.json")
+	os.WriteFile(config, []byte(`{"node-reap-pause-above": 1, "node-reap-rate": -1}`), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want cluster.ReapBrakes
+	}{
+		{"defaults", nil, cluster.DefaultReapBrakes()},
+		{"flags", []string{"-node-reap-rate", "0.5", "-node-reap-burst", "10", "-node-reap-pause-above", "0.8", "-node-reap-pause-min-failed", "5"},
+			cluster.ReapBrakes{Rate: 0.5, Burst: 10, PauseAbove: 0.8, PauseMinFailed: 5}},
+		{"config file", []string{"-config", config}, cluster.ReapBrakes{Rate: -1, Burst: 3, PauseAbove: 1, PauseMinFailed: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := parseAgentFlags(append([]string{"-data-dir", t.TempDir()}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := s.setup()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.serverConfig(a, gossip.Encryption{}).ReapBrakes; got != tc.want {
+				t.Fatalf("brakes %+v, want %+v", got, tc.want)
 			}
 		})
 	}
