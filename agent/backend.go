@@ -220,3 +220,8 @@ func (c *Client) TransferLeadership(ctx context.Context) (string, error) {
 func (c *Client) RemovePeer(ctx context.Context, id string) error {
 	return fmt.Errorf("remove peer %s: %w", id, api.ErrUnsupported)
 }
+
+// ResumeReaping is an operator call for the leader.
+func (c *Client) ResumeReaping(ctx context.Context) (api.ReapStatus, error) {
+	return api.ReapStatus{}, fmt.Errorf("resume reaping: %w", api.ErrUnsupported)
+}

@@ -145,6 +145,13 @@ func (g guard) RemovePeer(ctx context.Context, id string) error {
 	return g.b.RemovePeer(ctx, id)
 }
 
+func (g guard) ResumeReaping(ctx context.Context) (api.ReapStatus, error) {
+	if err := Operator(ctx); err != nil {
+		return api.ReapStatus{}, err
+	}
+	return g.b.ResumeReaping(ctx)
+}
+
 func (g guard) SnapshotSave(ctx context.Context, stale bool) (func(io.Writer) error, error) {
 	if err := Operator(ctx); err != nil {
 		return nil, err

@@ -41,6 +41,10 @@ type Backend interface {
 	AutopilotHealth(ctx context.Context) (api.AutopilotHealth, error)
 	TransferLeadership(ctx context.Context) (string, error)
 	RemovePeer(ctx context.Context, id string) error
+	// ResumeReaping lets the leader reap failed nodes while its guard
+	// would hold them (cluster.ReapBrakes), until the guard releases;
+	// it answers the guard's state. Only the leader has a guard.
+	ResumeReaping(ctx context.Context) (api.ReapStatus, error)
 
 	// SnapshotSave takes a snapshot (a refusal is the error); write
 	// writes its archive (package snapshot).

@@ -50,6 +50,17 @@ func (c *Client) TransferLeadership(ctx context.Context) (string, error) {
 	return out.Leader, c.aclCall(ctx, http.MethodPost, "/v1/operator/leadership-transfer", nil, &out)
 }
 
+// ReapStatus is the leader's guard on reaping.
+type ReapStatus = api.ReapStatus
+
+// ResumeReaping asks the leader (the answering agent must be the leader)
+// to reap the failed nodes its guard holds, until the guard releases, and
+// returns the guard's state.
+func (c *Client) ResumeReaping(ctx context.Context) (ReapStatus, error) {
+	var out ReapStatus
+	return out, c.aclCall(ctx, http.MethodPost, "/v1/operator/reap/resume", nil, &out)
+}
+
 // RemovePeer removes a server from the Raft configuration by its ID.
 func (c *Client) RemovePeer(ctx context.Context, id string) error {
 	var out struct{ Removed string }

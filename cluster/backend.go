@@ -236,6 +236,12 @@ func (b *Backend) RemovePeer(ctx context.Context, id string) error {
 	return b.s.RemovePeer(id)
 }
 
+// ResumeReaping lets the leader reap failed nodes while its guard would
+// hold them, until the guard releases (Server.ResumeReaping).
+func (b *Backend) ResumeReaping(ctx context.Context) (api.ReapStatus, error) {
+	return b.s.ResumeReaping()
+}
+
 // apiError gives the errors of this side of the system their api code, so
 // the HTTP API and the RPC answer them alike.
 func apiError(err error) error {

@@ -30,6 +30,18 @@ func (s *Server) autopilotHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, h)
 }
 
+// resumeReaping answers POST /v1/operator/reap/resume: the leader reaps
+// the failed nodes its guard holds, until the guard releases; the answer
+// is the guard's state. Another server answers 503 not_leader.
+func (s *Server) resumeReaping(w http.ResponseWriter, r *http.Request) {
+	st, err := s.be.ResumeReaping(r.Context())
+	if err != nil {
+		writeOperatorError(w, err, "resume_failed")
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
 // agentSelf answers GET /v1/agent/self.
 func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) {
 	self := api.AgentSelf{

@@ -121,3 +121,46 @@ func TestUIServed(t *testing.T) {
 		t.Fatalf("GET /nothing: %d %s", r.status, r.body)
 	}
 }
+
+// POST /v1/operator/reap/resume takes an operator's token; the leader
+// answers its guard's state (nothing held here, so nothing resumed), a
+// follower 503 not_leader (it has no guard: plugreg operator reap resume
+// asks the leader), a client agent 501.
+func TestReapResume(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
+	cn := c.AddClient(nil)
+	r := call(t, "PUT", c.Leader().HTTPURL+"/v1/acl/bootstrap", "")
+	var boot struct{ SecretID string }
+	if err := json.Unmarshal([]byte(r.body), &boot); r.status != 200 || err != nil {
+		t.Fatalf("bootstrap: %d %s", r.status, r.body)
+	}
+	root := boot.SecretID
+	read, _ := secretOf(t, c.Leader().HTTPURL, root, `[{"Kind":"read"}]`)
+	resume := func(u, token string) reply {
+		return call(t, "POST", u+"/v1/operator/reap/resume", "", "X-Plugreg-Token", token)
+	}
+
+	if r := resume(c.Leader().HTTPURL, read); r.status != 403 || !strings.Contains(r.body, `"permission_denied"`) {
+		t.Fatalf("a read token: %d %s", r.status, r.body)
+	}
+	c.Eventually(30*time.Second, "the leader to answer its guard's state", func() bool {
+		r := resume(c.Leader().HTTPURL, root)
+		var st api.ReapStatus
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &st) != nil {
+			return false
+		}
+		if st.Paused || st.Resumed || st.PauseAbove != 0.55 || st.PauseMinFailed != 3 {
+			t.Fatalf("nothing held: %s", r.body)
+		}
+		return st.Clients == 1
+	})
+	// Leadership may move meanwhile on a busy machine: ask whoever
+	// follows now until one answers as a follower.
+	c.Eventually(30*time.Second, "a follower to refuse", func() bool {
+		r := resume(c.Followers()[0].HTTPURL, root)
+		return r.status == 503 && strings.Contains(r.body, `"not_leader"`)
+	})
+	if r := resume(cn.HTTPURL, root); r.status != 501 || !strings.Contains(r.body, `"unsupported"`) {
+		t.Fatalf("a client agent: %d %s", r.status, r.body)
+	}
+}

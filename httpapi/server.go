@@ -164,6 +164,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/agent/leave", gate(authz.Operator, http.HandlerFunc(s.leave)))
 	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.transfer)
 	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.removePeer)
+	mux.HandleFunc("POST /v1/operator/reap/resume", s.resumeReaping)
 	if s.cfg.UI != nil {
 		// The UI's files hold no data (its requests carry the token), so
 		// they need none.

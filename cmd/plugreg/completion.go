@@ -21,8 +21,9 @@ var subcommands = map[string][]string{
 	"tls ca":        {"create"},
 	"tls cert":      {"create"},
 	"snapshot":      {"save", "restore", "inspect"},
-	"operator":      {"raft"},
+	"operator":      {"raft", "reap"},
 	"operator raft": {"list-peers", "remove-peer", "transfer-leader", "inspect"},
+	"operator reap": {"resume"},
 	"completion":    {"bash", "zsh"},
 }
 

@@ -37,7 +37,7 @@ var commands = map[string]command{
 	"keygen":     {"print a new gossip encryption key", runKeygen},
 	"keyring":    {"list or rotate every agent's gossip keys: -list, -install, -use, -remove", runKeyring},
 	"version":    {"print the version", runVersion},
-	"operator":   {"operator raft list-peers|remove-peer ID|transfer-leader|inspect -data-dir DIR", runOperator},
+	"operator":   {"operator raft list-peers|remove-peer ID|transfer-leader|inspect -data-dir DIR, operator reap resume", runOperator},
 	"snapshot":   {"back up and restore the registry: snapshot save|restore|inspect FILE", runSnapshot},
 }
 

@@ -10,7 +10,10 @@ import (
 )
 
 func runOperator(args []string) error {
-	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader | operator raft inspect -data-dir DIR"
+	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader | operator raft inspect -data-dir DIR | operator reap resume"
+	if len(args) >= 2 && args[0] == "reap" && args[1] == "resume" {
+		return runReapResume(args[2:])
+	}
 	if len(args) >= 2 && args[0] == "raft" {
 		switch args[1] {
 		case "list-peers":
@@ -116,6 +119,34 @@ func runTransferLeader(args []string) error {
 			return err
 		}
 		fmt.Printf("leadership moved from %s to %s\n", from, to)
+		return nil
+	})
+}
+
+func runReapResume(args []string) error {
+	cf := newClientFlags("operator reap resume", "", "Lets the leader reap the failed nodes its guard holds (more client agents failed at once\nthan -node-reap-pause-above allows), at -node-reap-rate, until the guard releases: for\nwhen those agents are known to be gone for good. The next mass failure holds again.")
+	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return err
+		}
+		lc, leader, err := cf.leaderClient(ms)
+		if err != nil {
+			return err
+		}
+		st, err := lc.ResumeReaping(ctx)
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(st)
+		}
+		counts := fmt.Sprintf("%d of %d client agents failed; the guard holds above %g, with at least %d failed", st.FailedClients, st.Clients, st.PauseAbove, st.PauseMinFailed)
+		if !st.Resumed {
+			fmt.Printf("reaping was not paused on %s (%s): nothing changed\n", leader, counts)
+			return nil
+		}
+		fmt.Printf("reaping resumed on %s (%s): the failed nodes are reaped at -node-reap-rate until the guard releases\n", leader, counts)
 		return nil
 	})
 }

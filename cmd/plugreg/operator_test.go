@@ -9,8 +9,9 @@ import (
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
-// plugreg operator raft list-peers, transfer-leader and remove-peer
-// against three server processes: leadership moves; a server killed -9
+// plugreg operator raft list-peers, transfer-leader and remove-peer, and
+// operator reap resume, against three server processes: reap resume says
+// nothing was paused; leadership moves; a server killed -9
 // shows unhealthy (and list-peers exits 1); removed, it is gone from the
 // configuration and the rest is healthy with no failure tolerance.
 func TestOperatorRaftCommands(t *testing.T) {
@@ -31,6 +32,12 @@ func TestOperatorRaftCommands(t *testing.T) {
 		return err == nil && len(healthyRows.FindAllString(out, -1)) == 3 && strings.Contains(out, "failure tolerance: 1"), out
 	})
 	leader := regexp.MustCompile(`(?m)^(server-\d)\s+\S+\s+leader`).FindStringSubmatch(out)[1]
+
+	// Nothing held: reap resume finds the leader, says so and changes
+	// nothing.
+	if out, err := cli(c.Servers[0].HTTP, "operator", "reap", "resume"); err != nil || !strings.Contains(out, "reaping was not paused on server-") {
+		t.Fatalf("reap resume: %v\n%s", err, out)
+	}
 
 	out, err := cli(c.Servers[1].HTTP, "operator", "raft", "transfer-leader")
 	if err != nil || !strings.Contains(out, "leadership moved from "+leader) {
