@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"math"
 	"sync"
 	"time"
@@ -115,34 +116,29 @@ func census(members []gossip.Member, hasPlugins func(node string) bool) (failed,
 }
 
 // tokenBucket spaces reaps: it holds up to burst tokens, one more every
-// 1/rate seconds, and starts full. A rate of zero or less never runs out.
-type tokenBucket struct {
-	rate, burst float64
-	tokens      float64
-	last        time.Time // of the last refill; zero before the first take
-}
+// 1/rate seconds, and starts full; a rate of zero or less never runs out.
+// It is x/time/rate's limiter, asked at the leader loop's own clock.
+type tokenBucket struct{ lim *rate.Limiter }
 
-func newTokenBucket(rate float64, burst int) tokenBucket {
-	return tokenBucket{rate: rate, burst: float64(burst), tokens: float64(burst)}
+func newTokenBucket(r float64, burst int) tokenBucket {
+	limit := rate.Limit(r)
+	if r <= 0 {
+		limit = rate.Inf
+	}
+	return tokenBucket{lim: rate.NewLimiter(limit, burst)}
 }
 
 // take takes a token at now and returns 0, or takes none and returns how
 // long until there is one.
 func (b *tokenBucket) take(now time.Time) time.Duration {
-	if b.rate <= 0 {
-		return 0
+	res := b.lim.ReserveN(now, 1)
+	if wait := res.DelayFrom(now); wait > 0 {
+		res.CancelAt(now)
+		// A millisecond more: a wake-up a hair early would find the
+		// token not quite there and wake again at once.
+		return wait + time.Millisecond
 	}
-	if !b.last.IsZero() && now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0
-	}
-	// Rounded up, and a millisecond more: a wake-up a hair early would
-	// find the token not quite there and wake again at once.
-	return time.Duration(math.Ceil((1-b.tokens)/b.rate*float64(time.Second))) + time.Millisecond
+	return 0
 }
 
 // reapBrakes are the brakes of one leadership: a new leader starts with a
