@@ -7,6 +7,11 @@ const (
 	EventRegistered   EventType = "registered"
 	EventUpdated      EventType = "updated"
 	EventDeregistered EventType = "deregistered"
+	// EventExpired reports an instance removed because its lease ran out
+	// (its TTL passed without a renewal; lease.go). Info is the removed
+	// instance and Current the newest left, as for EventDeregistered: a
+	// consumer that knows only deregistrations may take it for one.
+	EventExpired EventType = "expired"
 	// EventReset replaces everything the subscriber knew: Plugins is the
 	// complete state for its filter as of Index, and events continue after
 	// Index. It is sent when the subscriber's position is no longer in the
@@ -22,7 +27,8 @@ const (
 type Event struct {
 	Index     uint64
 	EventType EventType
-	// Info is the instance changed (the removed one, for deregistered).
+	// Info is the instance changed (the removed one, for deregistered
+	// and expired).
 	Info *PluginInfo `json:",omitempty"`
 	// Current is the newest instance of Info's (Type, Name) after the
 	// change; nil when the name is gone.

@@ -35,8 +35,14 @@ type PluginInfo struct {
 	NodeID         string            `json:",omitempty"`
 	ConnectionInfo *ConnectionInfo   `json:",omitempty"`
 	Options        map[string]string `json:",omitempty"`
-	CreateIndex    uint64
-	ModifyIndex    uint64
+	// TTL, when set, leases the registration (lease.go): it expires
+	// unless renewed at least once a TTL. Left out of every encoding when
+	// zero, so an instance without a lease encodes (in the log, in
+	// snapshots, in JSON) to the bytes it did before leases existed, and
+	// an entry or snapshot written before them decodes with none.
+	TTL         Duration `json:",omitempty"`
+	CreateIndex uint64
+	ModifyIndex uint64
 }
 
 // Copy returns a deep copy, so that the caller and the registry never share
@@ -79,6 +85,9 @@ func ValidatePlugin(p *PluginInfo) error {
 	ci := p.ConnectionInfo
 	if ci == nil || (ci.SocketPath == "" && ci.Address == "") {
 		return fmt.Errorf("%w: ConnectionInfo needs a SocketPath or an Address", ErrInvalid)
+	}
+	if err := ValidateTTL(p.TTL); err != nil {
+		return err
 	}
 	if len(p.Options) > MaxOptions {
 		return fmt.Errorf("%w: %d options, at most %d", ErrTooLarge, len(p.Options), MaxOptions)
@@ -161,12 +170,12 @@ const (
 )
 
 // SameContent reports whether a and b register the same thing: every
-// field but the indexes.
+// field but the indexes (a new TTL is a change).
 func SameContent(a, b *PluginInfo) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if a.Type != b.Type || a.Name != b.Name || a.AllocID != b.AllocID || a.Version != b.Version || a.NodeID != b.NodeID {
+	if a.Type != b.Type || a.Name != b.Name || a.AllocID != b.AllocID || a.Version != b.Version || a.NodeID != b.NodeID || a.TTL != b.TTL {
 		return false
 	}
 	ca, cb := a.ConnectionInfo, b.ConnectionInfo

@@ -42,6 +42,8 @@ func (t CommandType) String() string {
 		return "deregister-node"
 	case ConditionalDeregisterCommand:
 		return "conditional-deregister"
+	case ExpireCommand:
+		return "expire"
 	case ACLBootstrapCommand:
 		return "acl-bootstrap"
 	case ACLTokenSetCommand:
@@ -216,6 +218,8 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(DeregisterNodeRequest)
 	case ConditionalDeregisterCommand:
 		req = new(ConditionalDeregisterRequest)
+	case ExpireCommand:
+		req = new(ExpireRequest)
 	case ACLBootstrapCommand:
 		req = new(ACLBootstrapRequest)
 	case ACLTokenSetCommand:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
@@ -20,6 +21,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		&DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", RequestID: "r2"},
 		&DeregisterNodeRequest{NodeID: "n1"},
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n2", IfModifyIndex: 7, RequestID: "r3"},
+		&RegisterRequest{Plugin: leased(plugin("csi", "ebs", "a2"), time.Minute)},
+		expiry(lease("csi", "ebs", "a1", 3), lease("csi", "efs", "a2", 9)),
 	} {
 		t.Run(req.CommandType().String(), func(t *testing.T) {
 			b, err := EncodeCommand(req)
@@ -115,7 +118,7 @@ func TestApplyRejectsInvalidCommand(t *testing.T) {
 func TestApplyUnknownCommand(t *testing.T) {
 	t.Run("ignorable is skipped", func(t *testing.T) {
 		a := newApplier(t)
-		res := a.fsm.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownTypeFlag | 9), 0x80}}).(*ApplyResult)
+		res := a.fsm.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownTypeFlag | 42), 0x80}}).(*ApplyResult)
 		if res.Result != ResultIgnored || res.Err != nil {
 			t.Fatalf("got %+v", res)
 		}
@@ -127,7 +130,7 @@ func TestApplyUnknownCommand(t *testing.T) {
 				t.Fatal("Apply of an unknown command did not panic")
 			}
 		}()
-		a.fsm.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{9, 0x80}})
+		a.fsm.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{42, 0x80}})
 	})
 }
 

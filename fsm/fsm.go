@@ -22,7 +22,7 @@ const (
 type ApplyResult struct {
 	Index   uint64
 	Result  api.Result
-	Removed int   // instances removed, for deregister and deregister-node
+	Removed int   // instances removed, for deregister, deregister-node and expire
 	Err     error // the command was rejected; the state did not change
 	// Duplicate is set when the command's request ID was already applied:
 	// Index, Result and Removed are then the original write's, and
@@ -178,6 +178,8 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		// The node index finds its instances (through the batch's
 		// transactions, like every other read here).
 		res, evs = s.deregisterNode(index, r.NodeID)
+	case *ExpireRequest:
+		res, evs = s.expire(index, r)
 	case *PaddingRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
@@ -187,7 +189,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		}
 	}
 	ar := &ApplyResult{Index: index, Result: res}
-	if res == api.ResultDeregistered {
+	if res == api.ResultDeregistered || res == ResultExpired {
 		ar.Removed = len(evs)
 	}
 	if id != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
@@ -18,6 +19,8 @@ func FuzzDecodeCommand(f *testing.F) {
 		&RegisterRequest{Plugin: &api.PluginInfo{Type: "t", Name: "n", AllocID: "a", ConnectionInfo: &api.ConnectionInfo{Address: "x"}, Options: map[string]string{"k": "v"}}, RequestID: "r"},
 		dereg("csi", "ebs", "a1"),
 		&DeregisterNodeRequest{NodeID: "n1"},
+		reg(leased(plugin("csi", "ebs", "a2"), time.Minute)),
+		expiry(lease("csi", "ebs", "a1", 1), lease("csi", "ebs", "a2", 9)),
 	} {
 		b, _ := EncodeCommand(req)
 		f.Add(b)

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
@@ -88,7 +89,21 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		if h.rng.Intn(4) == 0 {
 			p.Options = map[string]string{"zone": h.pick("a", "b")}
 		}
+		if h.rng.Intn(3) == 0 {
+			p.TTL = api.Duration([]time.Duration{time.Second, 30 * time.Second}[h.rng.Intn(2)])
+		}
 		req = &RegisterRequest{Plugin: p, RequestID: h.requestID()}
+	case k < 51:
+		// A lessor's batch: instances of the state at their index (or at
+		// a stale one: a re-registration won), and one that is gone.
+		e := &ExpireRequest{}
+		for _, p := range state.Instances(typ, name) {
+			if h.rng.Intn(2) == 0 {
+				e.Leases = append(e.Leases, ExpiredLease{Type: p.Type, Name: p.Name, AllocID: p.AllocID, ModifyIndex: max(1, p.ModifyIndex-uint64(h.rng.Intn(2)))})
+			}
+		}
+		e.Leases = append(e.Leases, ExpiredLease{Type: typ, Name: name, AllocID: "gone", ModifyIndex: 1})
+		req = e
 	case k < 55:
 		req = &DeregisterRequest{Type: typ, Name: name, AllocID: fmt.Sprint("a", h.rng.Intn(6)), RequestID: h.requestID()}
 	case k < 63:
