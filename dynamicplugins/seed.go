@@ -66,7 +66,8 @@ const (
 	// registration changed (plugreg's "updated", which the seed left for
 	// later: hashicorp/nomad#11786).
 	EventTypeRegistered EventType = "registered"
-	// EventTypeDeregistered: a plugin instance was removed.
+	// EventTypeDeregistered: a plugin instance was removed (deregistered,
+	// or plugreg's "expired": its lease ran out).
 	EventTypeDeregistered EventType = "deregistered"
 )
 

@@ -123,7 +123,9 @@ func (u *updates) take(ctx context.Context, ev *api.Event) bool {
 	case api.EventRegistered, api.EventUpdated:
 		u.view[keyOf(ev.Info)] = ev.Info
 		return !deliver || u.send(ctx, EventTypeRegistered, ev.Info)
-	case api.EventDeregistered:
+	case api.EventDeregistered, api.EventExpired:
+		// The seed has no leases: an expired instance is gone, as a
+		// deregistered one is.
 		delete(u.view, keyOf(ev.Info))
 		return !deliver || u.send(ctx, EventTypeDeregistered, ev.Info)
 	case api.EventReset:

@@ -17,7 +17,11 @@ const (
 	Updated      = EventMask(pb.EventKind_EVENT_KIND_UPDATED)
 	Deregistered = EventMask(pb.EventKind_EVENT_KIND_DEREGISTERED)
 	Reset        = EventMask(pb.EventKind_EVENT_KIND_RESET)
-	AllEvents    = Registered | Updated | Deregistered | Reset
+	// Expired: an instance removed because its lease ran out. A mask
+	// without it but with Deregistered gets expiries as
+	// deregistrations (pb.MaskedKind).
+	Expired   = EventMask(pb.EventKind_EVENT_KIND_EXPIRED)
+	AllEvents = Registered | Updated | Deregistered | Reset | Expired
 )
 
 // Config is what the agent tells a plugin when it registers.
@@ -65,6 +69,15 @@ type DeregisteredInterface interface {
 	Deregistered(ctx context.Context, ev *api.Event) error
 }
 
+// ExpiredInterface receives expired events: ev.Info is the instance its
+// lease's end removed, ev.Current the newest left of its name (nil if
+// none). A plugin that does not implement it but implements
+// DeregisteredInterface gets expiries there, with ev.EventType "expired"
+// when its mask asks for Expired, "deregistered" otherwise.
+type ExpiredInterface interface {
+	Expired(ctx context.Context, ev *api.Event) error
+}
+
 // ResetInterface receives resets: ev.Plugins replaces everything the
 // plugin knew of its types, as of ev.Index. A plugin gets one when it has
 // fallen so far behind that the node no longer holds the events it
@@ -93,6 +106,9 @@ func derivedMask(p any) EventMask {
 	}
 	if _, ok := p.(ResetInterface); ok {
 		m |= Reset
+	}
+	if _, ok := p.(ExpiredInterface); ok {
+		m |= Expired
 	}
 	return m
 }

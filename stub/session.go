@@ -351,8 +351,8 @@ func (s *Stub) wants(ev *api.Event) bool {
 	if ev.EventType == api.EventReset {
 		return s.mask&Reset != 0
 	}
-	if s.mask&EventMask(pb.KindOf(ev.EventType)) == 0 {
-		return false
+	if _, ok := pb.MaskedKind(uint32(s.mask), pb.KindOf(ev.EventType)); !ok || ev.EventType == "" {
+		return false // not asked for, or a kind this SDK does not know
 	}
 	return len(s.types) == 0 || ev.Info == nil || slices.Contains(s.types, ev.Info.Type)
 }

@@ -596,6 +596,16 @@ func (s *Stub) dispatch(ctx context.Context, it item) (what string, err error) {
 		if h, ok := s.plugin.(DeregisteredInterface); ok {
 			err = h.Deregistered(ctx, ev)
 		}
+	case api.EventExpired:
+		// The instance is gone all the same: a plugin that handles
+		// only deregistrations is told there.
+		what = "Expired"
+		if h, ok := s.plugin.(ExpiredInterface); ok {
+			err = h.Expired(ctx, ev)
+		} else if h, ok := s.plugin.(DeregisteredInterface); ok {
+			what = "Deregistered"
+			err = h.Deregistered(ctx, ev)
+		}
 	case api.EventReset:
 		what = "Reset"
 		if h, ok := s.plugin.(ResetInterface); ok {

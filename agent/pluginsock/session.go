@@ -15,10 +15,6 @@ import (
 	pb "github.com/plugreg/plugreg/api/pluginpb"
 )
 
-// changeKinds are the event kinds a plugin's mask selects; heartbeats and
-// resets are always sent (they move the stream's position).
-const changeKinds = uint32(pb.EventKind_EVENT_KIND_REGISTERED | pb.EventKind_EVENT_KIND_UPDATED | pb.EventKind_EVENT_KIND_DEREGISTERED)
-
 // Session serves one plugin's session (see the package comment).
 func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 	ctx := stream.Context()
@@ -142,11 +138,17 @@ func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 			if !ok {
 				return status.Error(codes.Unavailable, "the node's event stream ended; resume from the last index")
 			}
-			k := uint32(pb.KindOf(ev.EventType))
-			if k&changeKinds != 0 && mask&k == 0 {
+			// The plugin's mask picks the change kinds it gets;
+			// heartbeats and resets always go (pb.MaskedKind), and an
+			// expiry goes as a deregistration to a plugin that asked
+			// for those only.
+			kind, ok := pb.MaskedKind(mask, pb.KindOf(ev.EventType))
+			if !ok {
 				continue
 			}
-			if err := stream.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Event{Event: pb.FromEvent(ev.Event)}}); err != nil {
+			msg := pb.FromEvent(ev.Event)
+			msg.Kind = kind
+			if err := stream.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Event{Event: msg}}); err != nil {
 				return err
 			}
 		case m := <-msgs:

@@ -2,8 +2,10 @@ package pluginpb
 
 import (
 	"maps"
+	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // FromPlugin converts an api.PluginInfo (nil stays nil).
@@ -17,6 +19,9 @@ func FromPlugin(p *api.PluginInfo) *PluginInfo {
 	}
 	if ci := p.ConnectionInfo; ci != nil {
 		out.Endpoint = &Endpoint{SocketPath: ci.SocketPath, Address: ci.Address}
+	}
+	if p.TTL != 0 {
+		out.Ttl = durationpb.New(time.Duration(p.TTL))
 	}
 	return out
 }
@@ -32,6 +37,9 @@ func (p *PluginInfo) API() *api.PluginInfo {
 	}
 	if len(p.GetOptions()) > 0 {
 		out.Options = maps.Clone(p.GetOptions())
+	}
+	if d := p.GetTtl(); d != nil {
+		out.TTL = api.Duration(d.AsDuration())
 	}
 	return out
 }
@@ -50,6 +58,7 @@ var kinds = map[api.EventType]EventKind{
 	api.EventDeregistered: EventKind_EVENT_KIND_DEREGISTERED,
 	api.EventReset:        EventKind_EVENT_KIND_RESET,
 	api.EventHeartbeat:    EventKind_EVENT_KIND_HEARTBEAT,
+	api.EventExpired:      EventKind_EVENT_KIND_EXPIRED,
 }
 
 // KindOf is the EventKind of an api.EventType (UNSPECIFIED for an unknown one).
@@ -68,6 +77,8 @@ func (k EventKind) APIType() api.EventType {
 		return api.EventReset
 	case EventKind_EVENT_KIND_HEARTBEAT:
 		return api.EventHeartbeat
+	case EventKind_EVENT_KIND_EXPIRED:
+		return api.EventExpired
 	}
 	return ""
 }

@@ -13,6 +13,7 @@ package pluginpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -37,6 +38,11 @@ const (
 	// Heartbeats are always sent and never masked: they carry the stream's
 	// position (a safe resume point).
 	EventKind_EVENT_KIND_HEARTBEAT EventKind = 16
+	// An instance removed because its lease ran out (its TTL passed without
+	// a renewal). A mask with this bit gets it as EXPIRED; a mask with only
+	// DEREGISTERED gets it as DEREGISTERED, which is what it is to a plugin
+	// built before leases (this kind was added after them).
+	EventKind_EVENT_KIND_EXPIRED EventKind = 32
 )
 
 // Enum value maps for EventKind.
@@ -48,6 +54,7 @@ var (
 		4:  "EVENT_KIND_DEREGISTERED",
 		8:  "EVENT_KIND_RESET",
 		16: "EVENT_KIND_HEARTBEAT",
+		32: "EVENT_KIND_EXPIRED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":  0,
@@ -56,6 +63,7 @@ var (
 		"EVENT_KIND_DEREGISTERED": 4,
 		"EVENT_KIND_RESET":        8,
 		"EVENT_KIND_HEARTBEAT":    16,
+		"EVENT_KIND_EXPIRED":      32,
 	}
 )
 
@@ -809,16 +817,18 @@ func (x *Event) GetPlugins() []*PluginInfo {
 
 // PluginInfo is one registered instance (api.PluginInfo).
 type PluginInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	AllocId       string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
-	Version       string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	NodeId        string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Endpoint      *Endpoint              `protobuf:"bytes,6,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Options       map[string]string      `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CreateIndex   uint64                 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Type        string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	AllocId     string                 `protobuf:"bytes,3,opt,name=alloc_id,json=allocId,proto3" json:"alloc_id,omitempty"`
+	Version     string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	NodeId      string                 `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Endpoint    *Endpoint              `protobuf:"bytes,6,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Options     map[string]string      `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CreateIndex uint64                 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64                 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// ttl leases the registration (api.PluginInfo.TTL); unset: no lease.
+	Ttl           *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +926,13 @@ func (x *PluginInfo) GetModifyIndex() uint64 {
 	return 0
 }
 
+func (x *PluginInfo) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
 // Shutdown says the agent is going away (it stops or restarts); the stub
 // reconnects when it is back.
 type Shutdown struct {
@@ -966,7 +983,7 @@ var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\fplugin.proto\x12\x11plugreg.plugin.v1\"\xbe\x01\n" +
+	"\fplugin.proto\x12\x11plugreg.plugin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbe\x01\n" +
 	"\rPluginMessage\x129\n" +
 	"\bregister\x18\x01 \x01(\v2\x1b.plugreg.plugin.v1.RegisterH\x00R\bregister\x12<\n" +
 	"\tsubscribe\x18\x02 \x01(\v2\x1c.plugreg.plugin.v1.SubscribeH\x00R\tsubscribe\x12-\n" +
@@ -1018,7 +1035,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.plugreg.plugin.v1.EventKindR\x04kind\x121\n" +
 	"\x04info\x18\x03 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\x04info\x127\n" +
 	"\acurrent\x18\x04 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\acurrent\x127\n" +
-	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\"\x83\x03\n" +
+	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\"\xb0\x03\n" +
 	"\n" +
 	"PluginInfo\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
@@ -1029,19 +1046,22 @@ const file_plugin_proto_rawDesc = "" +
 	"\bendpoint\x18\x06 \x01(\v2\x1b.plugreg.plugin.v1.EndpointR\bendpoint\x12D\n" +
 	"\aoptions\x18\a \x03(\v2*.plugreg.plugin.v1.PluginInfo.OptionsEntryR\aoptions\x12!\n" +
 	"\fcreate_index\x18\b \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex\x1a:\n" +
+	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex\x12+\n" +
+	"\x03ttl\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xa7\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xbf\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_KIND_REGISTERED\x10\x01\x12\x16\n" +
 	"\x12EVENT_KIND_UPDATED\x10\x02\x12\x1b\n" +
 	"\x17EVENT_KIND_DEREGISTERED\x10\x04\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10\b\x12\x18\n" +
-	"\x14EVENT_KIND_HEARTBEAT\x10\x102[\n" +
+	"\x14EVENT_KIND_HEARTBEAT\x10\x10\x12\x16\n" +
+	"\x12EVENT_KIND_EXPIRED\x10 2[\n" +
 	"\aPlugins\x12P\n" +
 	"\aSession\x12 .plugreg.plugin.v1.PluginMessage\x1a\x1f.plugreg.plugin.v1.AgentMessage(\x010\x01B)Z'github.com/plugreg/plugreg/api/pluginpbb\x06proto3"
 
@@ -1060,20 +1080,21 @@ func file_plugin_proto_rawDescGZIP() []byte {
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_plugin_proto_goTypes = []any{
-	(EventKind)(0),        // 0: plugreg.plugin.v1.EventKind
-	(*PluginMessage)(nil), // 1: plugreg.plugin.v1.PluginMessage
-	(*AgentMessage)(nil),  // 2: plugreg.plugin.v1.AgentMessage
-	(*Register)(nil),      // 3: plugreg.plugin.v1.Register
-	(*Endpoint)(nil),      // 4: plugreg.plugin.v1.Endpoint
-	(*Configure)(nil),     // 5: plugreg.plugin.v1.Configure
-	(*Subscribe)(nil),     // 6: plugreg.plugin.v1.Subscribe
-	(*Stop)(nil),          // 7: plugreg.plugin.v1.Stop
-	(*Ready)(nil),         // 8: plugreg.plugin.v1.Ready
-	(*Event)(nil),         // 9: plugreg.plugin.v1.Event
-	(*PluginInfo)(nil),    // 10: plugreg.plugin.v1.PluginInfo
-	(*Shutdown)(nil),      // 11: plugreg.plugin.v1.Shutdown
-	nil,                   // 12: plugreg.plugin.v1.Register.OptionsEntry
-	nil,                   // 13: plugreg.plugin.v1.PluginInfo.OptionsEntry
+	(EventKind)(0),              // 0: plugreg.plugin.v1.EventKind
+	(*PluginMessage)(nil),       // 1: plugreg.plugin.v1.PluginMessage
+	(*AgentMessage)(nil),        // 2: plugreg.plugin.v1.AgentMessage
+	(*Register)(nil),            // 3: plugreg.plugin.v1.Register
+	(*Endpoint)(nil),            // 4: plugreg.plugin.v1.Endpoint
+	(*Configure)(nil),           // 5: plugreg.plugin.v1.Configure
+	(*Subscribe)(nil),           // 6: plugreg.plugin.v1.Subscribe
+	(*Stop)(nil),                // 7: plugreg.plugin.v1.Stop
+	(*Ready)(nil),               // 8: plugreg.plugin.v1.Ready
+	(*Event)(nil),               // 9: plugreg.plugin.v1.Event
+	(*PluginInfo)(nil),          // 10: plugreg.plugin.v1.PluginInfo
+	(*Shutdown)(nil),            // 11: plugreg.plugin.v1.Shutdown
+	nil,                         // 12: plugreg.plugin.v1.Register.OptionsEntry
+	nil,                         // 13: plugreg.plugin.v1.PluginInfo.OptionsEntry
+	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
 }
 var file_plugin_proto_depIdxs = []int32{
 	3,  // 0: plugreg.plugin.v1.PluginMessage.register:type_name -> plugreg.plugin.v1.Register
@@ -1091,13 +1112,14 @@ var file_plugin_proto_depIdxs = []int32{
 	10, // 12: plugreg.plugin.v1.Event.plugins:type_name -> plugreg.plugin.v1.PluginInfo
 	4,  // 13: plugreg.plugin.v1.PluginInfo.endpoint:type_name -> plugreg.plugin.v1.Endpoint
 	13, // 14: plugreg.plugin.v1.PluginInfo.options:type_name -> plugreg.plugin.v1.PluginInfo.OptionsEntry
-	1,  // 15: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
-	2,  // 16: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 15: plugreg.plugin.v1.PluginInfo.ttl:type_name -> google.protobuf.Duration
+	1,  // 16: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
+	2,  // 17: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
