@@ -84,6 +84,10 @@ type Config struct {
 	NodeReapAfter time.Duration
 	// ReapBrakes bound how fast, and whether, the leader reaps.
 	ReapBrakes ReapBrakes
+	// LeaseExpiryRate is the most leased instances the leader expires a
+	// second, in one entry per leaseTick (leases.go). Zero:
+	// DefaultLeaseExpiryRate.
+	LeaseExpiryRate int
 	// DeadServerCleanup: a failed voter dead for longer is removed from
 	// the Raft configuration, never below MinQuorum voters. Zero: never.
 	DeadServerCleanup time.Duration
@@ -171,6 +175,9 @@ func (c *Config) Validate() error {
 	if err := c.ReapBrakes.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.LeaseExpiryRate < 0 {
+		errs = append(errs, fmt.Errorf("lease expiry rate %d: want a positive number (0: %d)", c.LeaseExpiryRate, DefaultLeaseExpiryRate))
+	}
 	if c.ServerPort != 0 && c.ServerPort == c.GossipPort {
 		errs = append(errs, fmt.Errorf("server and gossip ports are both %d", c.ServerPort))
 	}
@@ -212,6 +219,9 @@ func (c *Config) withDefaults() *Config {
 		cp.NodeReapAfter = d.NodeReapAfter
 	}
 	cp.ReapBrakes = cp.ReapBrakes.withDefaults()
+	if cp.LeaseExpiryRate == 0 {
+		cp.LeaseExpiryRate = DefaultLeaseExpiryRate
+	}
 	if cp.ShutdownTimeout <= 0 {
 		cp.ShutdownTimeout = d.ShutdownTimeout
 	}

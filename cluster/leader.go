@@ -47,7 +47,8 @@ func (s *Server) monitorLeadership() {
 
 // leaderLoop establishes leadership (a barrier: everything committed in
 // earlier terms is applied here, and the new term has committed an entry, so
-// read-index reads are safe) and then reconciles membership until stop.
+// read-index reads are safe), takes over the leases, and then reconciles
+// membership until stop.
 func (s *Server) leaderLoop(stop <-chan struct{}) {
 	for {
 		err := raftx.Await(s.raft.Barrier(s.cfg.ApplyTimeout), s.raftGone)
@@ -64,6 +65,9 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	s.leaderReady.Store(true)
 	s.logger.Info("leadership established", "applied", s.AppliedIndex())
 	defer s.leaderReady.Store(false)
+	// The leases of this term, each a full TTL from now (leases.go).
+	endLeases := s.startLeases(stop)
+	defer endLeases()
 
 	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
 	s.brakes.Store(brakes)

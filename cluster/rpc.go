@@ -61,6 +61,7 @@ func (r *applyReply) reject(err error) *applyReply {
 // are read. Client agents have the Agent.* methods, which check tokens.
 var serverOnly = map[string]bool{
 	rpcApply: true, rpcApplyBatch: true, rpcReadIndex: true, rpcLeave: true, rpcRaftStats: true, rpcPeers: true,
+	rpcRenew: true, // authorized where it came in (authz.Renew); client agents have Agent.Renew
 }
 
 // rpcRequestBound is how much of a request a peer may make a server read,
@@ -128,6 +129,19 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
 		}
 		return s.applyBatchLocal(ctx, args.Cmds), nil
+	case rpcRenew:
+		var req api.RenewRequest
+		if err := dec(&req); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", method, err)
+		}
+		if err := req.Validate(); err != nil {
+			return nil, api.ToWire(err)
+		}
+		res, err := s.renewLocal(req)
+		if err != nil {
+			return nil, api.ToWire(err)
+		}
+		return &res, nil
 	case rpcReadIndex:
 		var none struct{}
 		if err := dec(&none); err != nil {

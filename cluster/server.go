@@ -60,6 +60,14 @@ type Server struct {
 	// brakes are the leader's brakes on reaping (reapbrakes.go); nil
 	// while this node does not lead.
 	brakes atomic.Pointer[reapBrakes]
+
+	// lessor holds the leases while this server leads (leases.go); nil
+	// otherwise, and until the term's lessor has taken over.
+	lessor        atomic.Pointer[lessor]
+	expiryEntries atomic.Uint64 // ExpireCommands this server proposed and applied
+	expired       atomic.Uint64 // instances they removed
+	// expireHook, in tests, sees each expiry batch before it is proposed.
+	expireHook atomic.Pointer[func([]fsm.ExpiredLease)]
 	// rpcReady is set once s.raft exists; internal RPC is refused before
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
@@ -132,7 +140,7 @@ func (s *Server) start() (err error) {
 
 	s.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
-		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersionBatch},
+		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersionLeases},
 		PeersFile: peersFile(cfg.DataDir), Encryption: cfg.GossipEncryption, Logger: s.logger.Named("memberlist"),
 	})
 	if err != nil {

@@ -23,6 +23,9 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 	if err != nil {
 		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
 	}
+	if p.TTL != 0 && res.Result == api.ResultUnchanged {
+		s.renewAfterRegister(ctx, p)
+	}
 	return res, nil
 }
 
