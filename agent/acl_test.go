@@ -75,6 +75,23 @@ func TestClientAgentACLs(t *testing.T) {
 	if _, err := withToken("no-such-token").Register(ctx, plugin("h", "x", "1")); !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("unknown token through the agent: %v", err)
 	}
+	// A renewal needs what a write of its type needs: the csi token
+	// renews a csi lease (checked at the agent and again at the server),
+	// a device lease it may not.
+	leasedCSI := plugin("h", "ebs", "l1")
+	leasedCSI.TTL = api.Duration(time.Hour)
+	if _, err := withToken(csi.SecretID).Register(ctx, leasedCSI); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withToken(csi.SecretID).Renew(ctx, "csi", "ebs", "l1"); err != nil {
+		t.Fatalf("csi token renewing a csi lease through the agent: %v", err)
+	}
+	if _, err := withToken(csi.SecretID).Renew(ctx, "device", "gpu", "g1"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("csi token renewing a device lease through the agent: %v", err)
+	}
+	if _, err := withToken(csi.SecretID).Deregister(ctx, "csi", "ebs", "l1"); err != nil {
+		t.Fatal(err)
+	}
 
 	// The RPC itself: the agent's in-process backend, with no token in
 	// its context and none of its own, is refused by the server.
@@ -97,8 +114,8 @@ func TestClientAgentACLs(t *testing.T) {
 }
 
 // An agent token bound to its node (api.ACLToken.Node) acts for that node
-// alone, whichever edge its writes come in by: the agent's RPC (the
-// host's own registrations), its HTTP API, or a server's. Without the
+// alone, whichever edge its writes (and lease renewals) come in by: the
+// agent's RPC (the host's own registrations), its HTTP API, or a server's. Without the
 // binding the same token deregistered every other host's plugins.
 func TestNodeBoundAgentToken(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
@@ -168,6 +185,32 @@ func TestNodeBoundAgentToken(t *testing.T) {
 	}
 	if st := httpJSON(t, "DELETE", srv+"/v1/plugins/csi/ebs/b1", host1.SecretID, "", nil); st != http.StatusConflict {
 		t.Errorf("DELETE host2's instance at a server with host1's token: %d, want 409", st)
+	}
+	// Renewals: a node-bound token renews its own node's leases only,
+	// through the agent's RPC and over HTTP at a server alike.
+	for _, p := range []*api.PluginInfo{plugin("host1", "lease", "l1"), plugin("host2", "lease", "l2")} {
+		p.Type, p.TTL = "leased", api.Duration(time.Hour)
+		if _, err := root.Register(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renew := func(alloc, ifNode string) error {
+		_, err := cn.Client.Renew(ctx, api.RenewRequest{Type: "leased", Name: "lease", AllocID: alloc, IfNodeID: ifNode})
+		return err
+	}
+	if err := renew("l1", ""); err != nil {
+		t.Errorf("the agent renewing its own node's lease: %v", err)
+	}
+	if err := renew("l2", ""); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("renew another node's lease (RPC, made conditional): %v, want a conflict", err)
+	}
+	if err := renew("l2", "host2"); !errors.Is(err, api.ErrPermissionDenied) {
+		t.Errorf("renew with another node's condition (RPC): %v, want permission denied", err)
+	}
+	for alloc, want := range map[string]int{"l1": http.StatusOK, "l2": http.StatusConflict} {
+		if st := httpJSON(t, "PUT", srv+"/v1/plugins/leased/lease/"+alloc+"/renew", host1.SecretID, "", nil); st != want {
+			t.Errorf("renew %s at a server with host1's token: %d, want %d", alloc, st, want)
+		}
 	}
 	// Its own node it may clear.
 	if _, err := cn.Client.DeregisterNode(ctx, "host1"); err != nil {

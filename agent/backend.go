@@ -63,6 +63,22 @@ func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteRe
 		"deregister node "+nodeID)
 }
 
+// Renew renews a lease through a server, which passes it to the leader.
+// A renewal is safe to repeat: one a server did not serve is tried at the
+// next (tryServers).
+func (c *Client) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult, error) {
+	if err := req.Validate(); err != nil {
+		return api.RenewResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	var res api.RenewResult
+	if err := c.call(ctx, agentrpc.Renew, &agentrpc.RenewArgs{Request: req, Token: c.writeToken(ctx)}, &res); err != nil {
+		return res, fmt.Errorf("renew %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
+	}
+	return res, nil
+}
+
 // Query reads through a server, with the consistency (and blocking) the
 // query asks for: the server does what it would do for its own HTTP API.
 func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {

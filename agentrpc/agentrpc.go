@@ -16,6 +16,7 @@ const (
 	Register       = "Agent.Register"       // RegisterArgs -> WriteResult
 	Deregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult
 	DeregisterNode = "Agent.DeregisterNode" // DeregisterNodeArgs -> WriteResult
+	Renew          = "Agent.Renew"          // RenewArgs -> RenewResult
 	Query          = "Agent.Query"          // Query -> QueryResult
 	Subscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
 	Status         = "Agent.Status"         // struct{} -> StatusReply
@@ -89,6 +90,12 @@ type DeregisterNodeArgs struct {
 	NodeID    string
 	RequestID string `codec:",omitempty"`
 	Token     string `codec:",omitempty"`
+}
+
+// RenewArgs carries a lease renewal on behalf of Token's holder.
+type RenewArgs struct {
+	Request api.RenewRequest
+	Token   string `codec:",omitempty"`
 }
 
 // MinHeartbeat is the shortest heartbeat period a stream may ask for

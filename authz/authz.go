@@ -164,6 +164,24 @@ func Deregister(ctx context.Context, req api.DeregisterRequest) (api.DeregisterR
 	return req, nil
 }
 
+// Renew checks a lease renewal, as Deregister checks a deregistration:
+// write on its type, and for a node-bound caller the request made
+// conditional on the caller's node, checked by the leader against the
+// lease it holds.
+func Renew(ctx context.Context, req api.RenewRequest) (api.RenewRequest, error) {
+	id := From(ctx)
+	if !id.Grants.CanWrite(req.Type) {
+		return req, deny("renew the leases of plugins of type " + req.Type)
+	}
+	if id.Node != "" {
+		if req.IfNodeID != "" && req.IfNodeID != id.Node {
+			return req, deny(fmt.Sprintf("renew the leases of node %q (it is bound to node %q)", req.IfNodeID, id.Node))
+		}
+		req.IfNodeID = id.Node
+	}
+	return req, nil
+}
+
 // DeregisterNode checks a deregistration of every plugin of nodeID: write
 // on every type, and nodeID the caller's own node if it is bound to one.
 func DeregisterNode(ctx context.Context, nodeID string) error {

@@ -116,3 +116,37 @@ func TestNodeBinding(t *testing.T) {
 		t.Errorf("an unbound deregister stays as asked: %+v %v", req, err)
 	}
 }
+
+// A renewal needs what a write of its type needs, and a node-bound
+// caller's renewal is made conditional on its node, as its
+// deregistrations are: the leader checks it against the lease it holds.
+func TestRenewRule(t *testing.T) {
+	write := api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}}})
+	read := api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLRead}}})
+	req := api.RenewRequest{Type: "csi", Name: "n", AllocID: "a"}
+	for _, tc := range []struct {
+		name   string
+		id     Identity
+		req    api.RenewRequest
+		err    error
+		ifNode string
+	}{
+		{name: "writer", id: Identity{Grants: write}, req: req},
+		{name: "writer of another type", id: Identity{Grants: write}, req: api.RenewRequest{Type: "gpu", Name: "n", AllocID: "a"}, err: api.ErrPermissionDenied},
+		{name: "reader", id: Identity{Grants: read}, req: req, err: api.ErrPermissionDenied},
+		{name: "no identity", req: req, err: api.ErrPermissionDenied},
+		{name: "node-bound", id: Identity{Grants: write, Node: "h1"}, req: req, ifNode: "h1"},
+		{name: "node-bound, naming its node", id: Identity{Grants: write, Node: "h1"}, req: api.RenewRequest{Type: "csi", Name: "n", AllocID: "a", IfNodeID: "h1"}, ifNode: "h1"},
+		{name: "node-bound, naming another", id: Identity{Grants: write, Node: "h1"}, req: api.RenewRequest{Type: "csi", Name: "n", AllocID: "a", IfNodeID: "h2"}, err: api.ErrPermissionDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Renew(With(context.Background(), tc.id), tc.req)
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("Renew: %v, want %v", err, tc.err)
+			}
+			if err == nil && got.IfNodeID != tc.ifNode {
+				t.Fatalf("IfNodeID %q, want %q", got.IfNodeID, tc.ifNode)
+			}
+		})
+	}
+}

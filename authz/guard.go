@@ -48,6 +48,14 @@ func (g guard) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResu
 	return g.b.DeregisterNode(ctx, nodeID)
 }
 
+func (g guard) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult, error) {
+	req, err := Renew(ctx, req)
+	if err != nil {
+		return api.RenewResult{}, err
+	}
+	return g.b.Renew(ctx, req)
+}
+
 // Query refuses a read of one type the caller may not read; listings of
 // types and of a node's plugins are cut to what it may.
 func (g guard) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {

@@ -26,6 +26,9 @@ type Backend interface {
 	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
 	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
 	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
+	// Renew renews the lease of a leased instance on the leader (never a
+	// log entry): api.ErrNotFound when there is no such lease.
+	Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult, error)
 
 	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
 	// Subscribe streams events after *from (nil: from now) and returns the

@@ -86,6 +86,17 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
 		return res, true, api.ToWire(err)
+	case agentrpc.Renew:
+		var args agentrpc.RenewArgs
+		actx, err := as(&args, &args.Token)
+		if err != nil {
+			return nil, true, api.ToWire(err)
+		}
+		if err := args.Request.Validate(); err != nil {
+			return nil, true, api.ToWire(err)
+		}
+		res, err := g.Renew(actx, args.Request)
+		return res, true, api.ToWire(err)
 	case agentrpc.Query:
 		var q api.Query
 		if err := decode(&q); err != nil {

@@ -47,6 +47,12 @@ func (b *Backend) DeregisterNode(ctx context.Context, nodeID string) (api.WriteR
 	return res, apiError(err)
 }
 
+// Renew renews a lease on the leader (forwarded there from a follower).
+func (b *Backend) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult, error) {
+	res, err := b.s.Renew(ctx, req)
+	return res, apiError(err)
+}
+
 // Query answers a read: it blocks while asked to and nothing of the
 // queried types changed, then reads at the requested consistency.
 func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {

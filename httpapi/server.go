@@ -150,6 +150,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/plugins", s.register)
 	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregister)
+	mux.HandleFunc("PUT /v1/plugins/{type}/{name}/{alloc}/renew", s.renew)
 	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.deregisterNode)
 	mux.HandleFunc("GET /v1/nodes/{node}/plugins", s.nodePlugins)
 	mux.HandleFunc("GET /v1/types", s.types)
@@ -345,6 +346,25 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.be.Deregister(ctx, req)
 	s.writeResult(w, res, err)
+}
+
+// renew: PUT /v1/plugins/{type}/{name}/{alloc}/renew, no body. The
+// leader moves the instance's lease a TTL on and answers {"TTL": "30s"};
+// nothing is written to the log. 404 when it holds no such lease.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	req := api.RenewRequest{Type: r.PathValue("type"), Name: r.PathValue("name"), AllocID: r.PathValue("alloc")}
+	if err := req.Validate(); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), writeTimeout)
+	defer cancel()
+	res, err := s.be.Renew(ctx, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) deregisterNode(w http.ResponseWriter, r *http.Request) {

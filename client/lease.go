@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+)
+
+// Leases: register with PluginInfo.TTL set (api.MinTTL to api.MaxTTL), and
+// the instance stays registered only while its holder renews it at least
+// once a TTL; otherwise the leader expires it (an "expired" event). A
+// renewal is not a write: it is never in the log, carries no request ID,
+// and is safe to repeat.
+
+// Renew renews the lease of a leased instance: its deadline becomes the
+// leader's now plus its TTL, which the answer carries. It moves through
+// the nodes on failures another node may not have (as every call does).
+// An error matching ErrNotFound means there is no such lease: the
+// instance expired, was deregistered, or was registered without a TTL;
+// register it again.
+func (c *Client) Renew(ctx context.Context, ptype, name, allocID string) (api.RenewResult, error) {
+	path := "/v1/plugins/" + seg(ptype) + "/" + seg(name) + "/" + seg(allocID) + "/renew"
+	resp, err := c.do(ctx, http.MethodPut, path, nil, nil, nil)
+	if err != nil {
+		return api.RenewResult{}, err
+	}
+	var res api.RenewResult
+	if err := c.decode(resp, &res); err != nil {
+		return api.RenewResult{}, err // the answer names the instance
+	}
+	return res, nil
+}
+
+// KeepAlive renews the lease of a leased instance at once and then every
+// every (zero: a third of the TTL each renewal reports), until ctx ends:
+// then it returns nil. A renewal that fails where another node, or a
+// moment, may serve it (no leader during an election, a node down) is
+// tried again until it succeeds; a new leader starts every lease afresh,
+// so a holder that keeps trying through an election keeps its
+// registration. It returns the error of a renewal refused for good: one
+// matching ErrNotFound when the lease is gone (the caller registers
+// again), ErrPermissionDenied or ErrConflict when its token may not renew
+// it. It logs nothing and starts no goroutine: run it in one of yours.
+func (c *Client) KeepAlive(ctx context.Context, ptype, name, allocID string, every time.Duration) error {
+	for {
+		res, err := c.Renew(ctx, ptype, name, allocID)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("keep alive %s/%s/%s: %w", ptype, name, allocID, err)
+		}
+		wait := every
+		if wait <= 0 {
+			wait = max(time.Duration(res.TTL)/3, 10*time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
