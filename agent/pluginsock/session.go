@@ -142,8 +142,8 @@ func (s *Server) Session(stream pb.Plugins_SessionServer) error {
 			// heartbeats and resets always go (pb.MaskedKind), and an
 			// expiry goes as a deregistration to a plugin that asked
 			// for those only.
-			kind, ok := pb.MaskedKind(mask, pb.KindOf(ev.EventType))
-			if !ok {
+			kind, send := pb.MaskedKind(mask, pb.KindOf(ev.EventType))
+			if !send {
 				continue
 			}
 			msg := pb.FromEvent(ev.Event)
