@@ -70,6 +70,7 @@ type agentSettings struct {
 	snapshotThreshold, trailingLogs  uint64
 	snapshotInterval                 time.Duration
 	maxAppendEntries, journalSize    int
+	leaseExpiryRate                  int
 	nodeReapAfter, deadServerCleanup time.Duration
 	reapBrakes                       cluster.ReapBrakes
 	raftMultiplier, walSegmentSize   int
@@ -122,6 +123,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.Float64Var(&s.reapBrakes.PauseAbove, "node-reap-pause-above", d.ReapBrakes.PauseAbove, "reap no failed node while more than this fraction of the client agents is failed at once (likelier a partition than deaths), until enough come back or an operator runs plugreg operator reap resume (1: never pause)")
 	fs.IntVar(&s.reapBrakes.PauseMinFailed, "node-reap-pause-min-failed", d.ReapBrakes.PauseMinFailed, "pause reaping only with at least this many client agents failed, so that with few agents one death is still reaped")
 	fs.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
+	fs.IntVar(&s.leaseExpiryRate, "lease-expiry-rate", cluster.DefaultLeaseExpiryRate, "the most leased plugins (registered with a TTL) the leader expires a second, one log entry every 100ms")
 	fs.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
 	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
 	fs.StringVar(&s.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -212,6 +214,9 @@ func (s *agentSettings) setup() (*agentSetup, error) {
 	}
 	if err := s.reapBrakes.Validate(); err != nil {
 		return nil, err
+	}
+	if s.leaseExpiryRate < 1 {
+		return nil, fmt.Errorf("-lease-expiry-rate %d: want a positive number", s.leaseExpiryRate)
 	}
 	hs, err := s.hostServicesConfig()
 	if err != nil {
@@ -367,6 +372,7 @@ func (s *agentSettings) serverConfig(a *agentSetup, enc gossip.Encryption) *clus
 	cfg.MaxAppendEntries = s.maxAppendEntries
 	cfg.NodeReapAfter, cfg.DeadServerCleanup = s.nodeReapAfter, s.deadServerCleanup
 	cfg.ReapBrakes = s.reapBrakes
+	cfg.LeaseExpiryRate = s.leaseExpiryRate
 	cfg.JournalSize = s.journalSize
 	mul := time.Duration(s.raftMultiplier)
 	// 500 ms per unit: a dead leader is noticed after a random 1-2x the
@@ -558,7 +564,7 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 // serverOnly are the flags that mean nothing to a client agent: setting
 // one with -client is a mistake worth saying.
 var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
-	"max-append-entries", "node-reap-after", "node-reap-rate", "node-reap-burst", "node-reap-pause-above", "node-reap-pause-min-failed", "dead-server-cleanup", "journal-size", "raft-multiplier", "apply-log",
+	"max-append-entries", "node-reap-after", "node-reap-rate", "node-reap-burst", "node-reap-pause-above", "node-reap-pause-min-failed", "dead-server-cleanup", "lease-expiry-rate", "journal-size", "raft-multiplier", "apply-log",
 	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
 
 func clientOnlyFlags(fs *flag.FlagSet) error {

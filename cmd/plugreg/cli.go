@@ -171,6 +171,8 @@ func runRegister(args []string) error {
 	cf.fs.StringVar(&conn.Address, "address", "", "plugin network address")
 	cf.fs.Var(opts, "opt", "an option key=value (repeatable)")
 	file := cf.fs.String("file", "", "read the PluginInfo JSON from this file (- for stdin)")
+	ttl := cf.fs.Duration("ttl", 0, "lease the registration: it expires unless renewed within this long (1s to 24h; 0: no lease)")
+	renew := cf.fs.Bool("renew", false, "with a TTL: stay in the foreground renewing the lease (registering again if it is lost) until Ctrl-C, then deregister")
 	if err := cf.parse(args, 0); err != nil {
 		return err
 	}
@@ -197,6 +199,13 @@ func runRegister(args []string) error {
 			info.Options = opts
 		}
 	}
+	if *ttl != 0 {
+		info.TTL = api.Duration(*ttl)
+	}
+	if *renew && info.TTL == 0 {
+		fmt.Fprintln(cf.fs.Output(), "plugreg register: -renew keeps a lease: give it a -ttl")
+		return errUsage
+	}
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -208,10 +217,17 @@ func runRegister(args []string) error {
 		return err
 	}
 	if *cf.json {
-		return printJSON(res)
+		if err := printJSON(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Printf("%s %s/%s/%s at index %d\n", res.Result, info.Type, info.Name, info.AllocID, res.Index)
 	}
-	fmt.Printf("%s %s/%s/%s at index %d\n", res.Result, info.Type, info.Name, info.AllocID, res.Index)
-	return nil
+	if !*renew {
+		return nil
+	}
+	cancel() // the hold runs until a signal, not -timeout
+	return holdLease(c, &info, res, *cf.timeout)
 }
 
 func runDeregister(args []string) error {

@@ -129,6 +129,7 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"reap pause above 1", []string{"-node-reap-pause-above", "1.5"}, "node reap pause above 1.5: want a fraction from 0 to 1"},
 		{"negative reap pause minimum", []string{"-node-reap-pause-min-failed", "-2"}, "node reap pause min failed -2"},
 		{"client with reap brakes", []string{"-client", "-node-reap-pause-above", "1"}, "-node-reap-pause-above, -server-port: server flags"},
+		{"negative lease expiry rate", []string{"-lease-expiry-rate", "-1"}, "-lease-expiry-rate -1: want a positive number"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,7 @@ var commands = map[string]command{
 	"dev":        {"run a local three-node cluster on 127.0.0.1", runDev},
 	"register":   {"register or update a plugin instance", runRegister},
 	"deregister": {"deregister a plugin instance (or -node N: all of a node's)", runDeregister},
+	"renew":      {"renew the lease of a plugin instance registered with a TTL", runRenew},
 	"list":       {"list the newest instance of each plugin of a type", runList},
 	"get":        {"show a plugin's instances, or one instance", runGet},
 	"types":      {"list plugin types", runTypes},
