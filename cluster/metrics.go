@@ -27,6 +27,12 @@ func (s *Server) emitMetrics() {
 			paused = 1
 		}
 		metrics.SetGaugeWithLabels([]string{"reap", "paused"}, paused, labels)
+		// Leases: held by the leader's lessor (0 elsewhere), and the
+		// expiries this server proposed and applied (counts since start).
+		ls := s.LeaseStats()
+		metrics.SetGaugeWithLabels([]string{"leases", "held"}, float32(ls.Leases), labels)
+		metrics.SetGaugeWithLabels([]string{"leases", "expiry_entries"}, float32(ls.ExpiryEntries), labels)
+		metrics.SetGaugeWithLabels([]string{"leases", "expired"}, float32(ls.Expired), labels)
 		return true
 	})
 }
