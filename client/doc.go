@@ -6,5 +6,7 @@
 // across its retries, so the cluster applies it at most once however the
 // retries fall (the FSM remembers recent IDs and answers a retry with the
 // original result). Watch follows the event stream across node failures
-// and resumes where it stopped, without a gap or a duplicate.
+// and resumes where it stopped, without a gap or a duplicate. A
+// registration with a TTL is leased: Renew renews it once, KeepAlive keeps
+// it (lease.go).
 package client

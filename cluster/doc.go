@@ -3,8 +3,9 @@
 // with a FileSnapshotStore under the data dir, memberlist for discovery,
 // bootstrap with -bootstrap-expect, the leader's duties (reconcile
 // memberlist with the Raft configuration, remove servers that left, reap
-// plugins of dead nodes), write forwarding to the leader, and read-index
-// reads on any node.
+// plugins of dead nodes, keep the leases of registrations with a TTL and
+// expire those that run out: lessor.go, leases.go), write forwarding to
+// the leader, and read-index reads on any node.
 //
 // Writes are built into commands and proposed through Raft in write.go;
 // events reach subscribers through the node's watch hub (package
