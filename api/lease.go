@@ -39,13 +39,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
+	// The error cannot name its field (encoding/json does not say which
+	// one it was decoding): it says TTL, which every field of this type is.
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration %s: want a string such as \"30s\"", b)
+		return fmt.Errorf("a TTL (a duration) is a string such as \"30s\", not %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("duration %q: want a string such as \"30s\"", s)
+		return fmt.Errorf("a TTL (a duration) is a string such as \"30s\", not %q", s)
 	}
 	*d = Duration(v)
 	return nil

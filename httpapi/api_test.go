@@ -73,7 +73,7 @@ func TestAPI(t *testing.T) {
 		{"leased instance read back", "GET", "/v1/plugins/csi/ebs/l1", "", nil, 200, `"TTL":"30s"`},
 		{"TTL too short", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l2","TTL":"500ms"`, 1), nil, 400, `TTL 500ms`},
 		{"TTL too long", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l2","TTL":"25h"`, 1), nil, 400, `TTL 25h0m0s`},
-		{"TTL as a number", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l2","TTL":30`, 1), nil, 400, `such as \"30s\"`},
+		{"TTL as a number", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l2","TTL":30`, 1), nil, 400, `a TTL (a duration) is a string such as \"30s\", not 30`},
 		{"renew", "PUT", "/v1/plugins/csi/ebs/l1/renew", "", nil, 200, `{"TTL":"30s"}`},
 		{"renew without a lease", "PUT", "/v1/plugins/csi/ebs/a1/renew", "", nil, 404, `registered without a TTL`},
 		{"renew absent", "PUT", "/v1/plugins/csi/ebs/zz/renew", "", nil, 404, `"code":"not_found"`},
