@@ -54,6 +54,7 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 		{"ApplyBatch", struct{ Cmds [][]byte }{[][]byte{mint}}},
 		{"Leave", struct{ ID string }{c.Followers()[0].Config.NodeID}},
 		{"ReadIndex", struct{}{}},
+		{"Renew", api.RenewRequest{Type: "csi", Name: "x", AllocID: "a"}}, // authorized at its edge: Agent.Renew is the client agents'
 		{"RaftStats", struct{}{}},
 		{"Peers", struct{}{}},
 	}
