@@ -76,17 +76,19 @@ func (l *lessor) observe(ev *api.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch ev.EventType {
-	case api.EventRegistered, api.EventUpdated:
-		if ev.Info.TTL == 0 {
-			l.remove(leaseKeyOf(ev.Info))
+	case api.EventRegistered, api.EventUpdated, api.EventDeregistered, api.EventExpired:
+		k := leaseKeyOf(ev.Info)
+		starts := (ev.EventType == api.EventRegistered || ev.EventType == api.EventUpdated) && ev.Info.TTL != 0
+		// The lessor may hold this registration's lease already, or a
+		// later one's: a renewal found it in the leader's state, which
+		// is ahead of the events read here. Older news changes nothing.
+		if cur := l.leases[k]; cur != nil && (cur.modifyIndex > ev.Info.ModifyIndex || starts && cur.modifyIndex == ev.Info.ModifyIndex) {
 			return
 		}
-		if cur := l.leases[leaseKeyOf(ev.Info)]; cur != nil && cur.modifyIndex == ev.Info.ModifyIndex {
-			return // this registration's lease already runs (a renewal found it first)
+		l.remove(k)
+		if starts {
+			l.put(ev.Info, l.now())
 		}
-		l.put(ev.Info, l.now())
-	case api.EventDeregistered, api.EventExpired:
-		l.remove(leaseKeyOf(ev.Info))
 	case api.EventReset:
 		// The journal could not give the events (this node restored a
 		// snapshot, or the lessor fell behind): the reset is the whole

@@ -191,6 +191,38 @@ func TestLessorFollowsEvents(t *testing.T) {
 	}
 }
 
+// A renewal can find a registration in the leader's state before the
+// lessor has read the events that led to it (an older registration of the
+// instance, its removal, the new one): that older news leaves the lease
+// the renewal started as it runs.
+func TestLessorIgnoresOlderNews(t *testing.T) {
+	clock := newFakeClock()
+	l := clock.lessor(1000)
+	l.grantAll(stateOf(t))
+	old, now := leasedPlugin("a1", time.Second), leasedPlugin("a1", time.Second)
+	old.ModifyIndex = 1
+	st := stateOf(t, leasedPlugin("x", 0), leasedPlugin("a1", 2*time.Second)) // a1 at index 2
+	if err := renew(l, st, "a1"); err != nil {
+		t.Fatalf("renewal found in the state: %v", err)
+	}
+	now.ModifyIndex, now.TTL = 2, api.Duration(2*time.Second)
+	clock.advance(1500 * time.Millisecond)
+	for _, ev := range []*api.Event{
+		{Index: 1, EventType: api.EventRegistered, Info: old},
+		{Index: 2, EventType: api.EventDeregistered, Info: old},
+		{Index: 2, EventType: api.EventRegistered, Info: now}, // the same registration: its lease runs on
+	} {
+		l.observe(ev)
+	}
+	if b := l.due(); len(b) != 0 {
+		t.Fatalf("due: %s", allocsOf(b))
+	}
+	clock.advance(500 * time.Millisecond)
+	if b := allocsOf(l.due()); b != "a1@2" {
+		t.Fatalf("due %q, want a1@2 two seconds after the renewal", b)
+	}
+}
+
 // The budget spaces a mass expiry: with a rate of 20 a second and a tick
 // of 100 ms, no batch holds more than 2, and 50 leases take 25 batches.
 // At the default rate the same 50 are one batch.
