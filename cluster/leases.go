@@ -103,6 +103,9 @@ func (s *Server) expireLoop(ctx context.Context, stop <-chan struct{}, l *lessor
 			return
 		case <-t.C:
 		}
+		if !l.anyDue() {
+			continue
+		}
 		if old := s.serverWithoutLeases(); old != "" {
 			if !held {
 				s.logger.Warn("leases that run out are not expired while a server of the configuration cannot apply an expiry; upgrade it", "server", old)

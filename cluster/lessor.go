@@ -146,6 +146,13 @@ func (l *lessor) renew(req api.RenewRequest, st *fsm.State) (api.RenewResult, er
 	return api.RenewResult{TTL: api.Duration(cur.ttl)}, nil
 }
 
+// anyDue reports whether a lease's deadline has passed.
+func (l *lessor) anyDue() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.queue.Len() > 0 && !l.queue[0].deadline.After(l.now())
+}
+
 // due takes the leases whose deadline has passed, soonest first, as many
 // as the budget allows, and marks them expiring: the batch of one
 // ExpireCommand. The caller proposes it and reports with settled.
