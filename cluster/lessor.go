@@ -3,6 +3,7 @@ package cluster
 import (
 	"container/heap"
 	"fmt"
+	"golang.org/x/time/rate"
 	"sync"
 	"time"
 
@@ -255,25 +256,22 @@ func (q *leaseQueue) Pop() any {
 // other write; etcd bounds its lease revocations the same way
 // (leaseRevokeRate, 1000 a second).
 type expiryBudget struct {
-	rate   float64 // tokens a second
-	batch  int     // the most one entry expires
-	tokens float64
-	last   time.Time
+	lim *rate.Limiter // x/time/rate's bucket, asked at the lessor's clock
 }
 
-func newExpiryBudget(rate int, tick time.Duration, now time.Time) expiryBudget {
-	batch := min(max(1, int(float64(rate)*tick.Seconds())), fsm.MaxExpireBatch)
-	return expiryBudget{rate: float64(rate), batch: batch, tokens: float64(batch), last: now}
+func newExpiryBudget(r int, tick time.Duration, now time.Time) expiryBudget {
+	batch := min(max(1, int(float64(r)*tick.Seconds())), fsm.MaxExpireBatch)
+	lim := rate.NewLimiter(rate.Limit(r), batch)
+	lim.AllowN(now, 0) // the clock starts now, the bucket full
+	return expiryBudget{lim: lim}
 }
 
-// take refills the bucket up to now and lets use take up to what it holds
-// (a whole number, at most one batch); use returns how many it took.
+// take lets use take up to what the bucket holds at now (a whole number,
+// at most one batch); use returns how many it took.
 func (b *expiryBudget) take(now time.Time, use func(max int) int) int {
-	if now.After(b.last) {
-		b.tokens = min(float64(b.batch), b.tokens+b.rate*now.Sub(b.last).Seconds())
-		b.last = now
+	n := use(int(b.lim.TokensAt(now)))
+	if n > 0 {
+		b.lim.AllowN(now, n)
 	}
-	n := use(int(b.tokens))
-	b.tokens -= float64(n)
 	return n
 }
