@@ -155,13 +155,22 @@ func Deregister(ctx context.Context, req api.DeregisterRequest) (api.DeregisterR
 	if !id.Grants.CanWrite(req.Type) {
 		return req, deny("deregister plugins of type " + req.Type)
 	}
-	if id.Node != "" {
-		if req.IfNodeID != "" && req.IfNodeID != id.Node {
-			return req, deny(fmt.Sprintf("deregister plugins of node %q (it is bound to node %q)", req.IfNodeID, id.Node))
-		}
-		req.IfNodeID = id.Node
+	err := bindToNode(id, &req.IfNodeID, "deregister plugins")
+	return req, err
+}
+
+// bindToNode makes a node-bound caller's request conditional on its node
+// (*ifNode, checked where the request takes effect), refusing one that
+// names another node; a caller bound to no node leaves it as it is.
+func bindToNode(id Identity, ifNode *string, what string) error {
+	if id.Node == "" {
+		return nil
 	}
-	return req, nil
+	if *ifNode != "" && *ifNode != id.Node {
+		return deny(fmt.Sprintf("%s of node %q (it is bound to node %q)", what, *ifNode, id.Node))
+	}
+	*ifNode = id.Node
+	return nil
 }
 
 // Renew checks a lease renewal, as Deregister checks a deregistration:
@@ -173,13 +182,8 @@ func Renew(ctx context.Context, req api.RenewRequest) (api.RenewRequest, error) 
 	if !id.Grants.CanWrite(req.Type) {
 		return req, deny("renew the leases of plugins of type " + req.Type)
 	}
-	if id.Node != "" {
-		if req.IfNodeID != "" && req.IfNodeID != id.Node {
-			return req, deny(fmt.Sprintf("renew the leases of node %q (it is bound to node %q)", req.IfNodeID, id.Node))
-		}
-		req.IfNodeID = id.Node
-	}
-	return req, nil
+	err := bindToNode(id, &req.IfNodeID, "renew the leases")
+	return req, err
 }
 
 // DeregisterNode checks a deregistration of every plugin of nodeID: write

@@ -156,18 +156,7 @@ func startAgents(t *testing.T) *agentsEnv {
 	// The client agent.
 	root := shortDir(t) // unix socket paths are short
 	e.pluginsDir, e.draDir = filepath.Join(root, "plugins"), filepath.Join(root, "dra")
-	for _, d := range []string{e.pluginsDir, e.draDir} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var err error
-	if e.pluginsDir, err = filepath.EvalSymlinks(e.pluginsDir); err != nil {
-		t.Fatal(err)
-	}
-	if e.draDir, err = filepath.EvalSymlinks(e.draDir); err != nil {
-		t.Fatal(err)
-	}
+	makeDirs(t, &e.pluginsDir, &e.draDir)
 	e.client = e.StartClient(t, clientNode, "127.0.0.10", "-plugins-dir", e.pluginsDir)
 
 	for _, s := range e.Servers {

@@ -82,6 +82,23 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
+// makeDirs creates each directory (parents too) and sets it to its path
+// with symlinks resolved (the agents log and compare resolved paths; on
+// some machines the temp dir is a symlink).
+func makeDirs(t *testing.T, dirs ...*string) {
+	t.Helper()
+	for _, d := range dirs {
+		if err := os.MkdirAll(*d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		real, err := filepath.EvalSymlinks(*d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*d = real
+	}
+}
+
 func newEnv(t *testing.T) *env {
 	root := shortDir(t)
 	e := &env{regDir: filepath.Join(root, "reg"), dataDir: filepath.Join(root, "data")}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -263,18 +262,7 @@ func startOutageCluster(t *testing.T) (*proctest.Cluster, []*outageHost) {
 	for _, h := range hosts {
 		h.dir = filepath.Join(root, h.name, pluginwatcher.KubeletDirName)
 		h.draDir = filepath.Join(root, h.name, "dra")
-		for _, d := range []string{h.dir, h.draDir} {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var err error
-		if h.dir, err = filepath.EvalSymlinks(h.dir); err != nil {
-			t.Fatal(err)
-		}
-		if h.draDir, err = filepath.EvalSymlinks(h.draDir); err != nil {
-			t.Fatal(err)
-		}
+		makeDirs(t, &h.dir, &h.draDir)
 		h.rec = &noticeRecorder{}
 		h.agent = c.StartClient(t, h.name, h.ip, append([]string{"-plugins-dir", h.dir}, h.args...)...)
 	}
