@@ -175,3 +175,28 @@ func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
 		t.Fatalf("through a batch reply: %v, want %v, not applied", err, leaderSays)
 	}
 }
+
+// A registration with a TTL is refused, not applied, while a server of the
+// configuration does not say it knows leases (it would apply the entry
+// without its TTL); one without a TTL goes on.
+func TestTTLRefusedWhileAServerLacksLeases(t *testing.T) {
+	s := soloServer(t)
+	if err := s.raft.AddNonvoter("old", "127.0.0.1:1", 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}, TTL: api.Duration(10 * time.Second)}
+	_, err := s.register(ctx, p)
+	var coded api.Coded
+	if !errors.As(err, &coded) || coded.Code() != api.CodeUnknownCommand || coded.Outcome() != api.NotApplied {
+		t.Fatalf("register with a TTL beside an older server: %v, want unknown_command, not applied", err)
+	}
+	if s.State().Instance("csi", "ebs", "a1") != nil {
+		t.Fatal("the refused registration is in the state")
+	}
+	p.TTL = 0
+	if _, err := s.register(ctx, p); err != nil {
+		t.Fatalf("register without a TTL: %v", err)
+	}
+}

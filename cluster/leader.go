@@ -174,7 +174,7 @@ func (s *Server) reapDead(stop <-chan struct{}, members []gossip.Member, reaped 
 		return 0
 	}
 	st := s.fsm.State()
-	hasPlugins := func(node string) bool { return len(st.NodeInstances(node)) > 0 }
+	hasPlugins := st.HasNodeInstances
 	now := time.Now()
 	failed, clients := census(members, hasPlugins)
 	hold := brakes.observe(failed, clients, now)
@@ -232,9 +232,6 @@ func (s *Server) removeServer(id, why string) {
 // reapNode deregisters every plugin of a node that has been gone too long.
 // It reports whether the node is done with (nothing left, or deregistered).
 func (s *Server) reapNode(nodeID string) bool {
-	if len(s.fsm.State().NodeInstances(nodeID)) == 0 {
-		return true
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
 	res, err := s.deregisterNode(ctx, nodeID)

@@ -19,6 +19,15 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 	if p == nil {
 		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
 	}
+	// A server of an older release would apply the entry without its TTL
+	// and hold a state the others do not: version skew, refused until
+	// every server knows leases (as a command it does not know would be).
+	if p.TTL != 0 {
+		if old := s.serverWithoutLeases(); old != "" {
+			return api.WriteResult{}, fmt.Errorf("register %s/%s/%s with a TTL: %w", p.Type, p.Name, p.AllocID,
+				notApplied(api.CodeUnknownCommand, fmt.Errorf("server %s does not know leases yet; upgrade it first", old)))
+		}
+	}
 	res, err := s.write(ctx, &fsm.RegisterRequest{Plugin: p, RequestID: api.RequestID(ctx)})
 	if err != nil {
 		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)

@@ -94,6 +94,22 @@ func (s *State) NodeInstances(nodeID string) []*api.PluginInfo {
 	return out
 }
 
+// HasNodeInstances reports whether any instance is registered with nodeID:
+// one seek, where NodeInstances collects them all.
+func (s *State) HasNodeInstances(nodeID string) bool {
+	if nodeID == "" {
+		return false
+	}
+	prefix := nodePrefix(nodeID)
+	itr := s.nodes.Iterator()
+	itr.Seek(prefix)
+	if itr.Done() {
+		return false
+	}
+	k, _, _ := itr.Next()
+	return strings.HasPrefix(k, prefix)
+}
+
 // buildNodeIndex indexes every instance of s (after ReadState).
 func buildNodeIndex(types *iradix.Tree[*nameTree]) *nodeTree {
 	b := immutable.NewSortedMapBuilder[string, *api.PluginInfo](keyOrder{})

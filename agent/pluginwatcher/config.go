@@ -106,7 +106,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: Registrar is nil", ErrConfig)
 	}
 	if !c.Mode.valid() {
-		return fmt.Errorf("%w: Mode %q: want %s, %s or %s", ErrConfig, c.Mode, ModeAuto, ModeShared, ModeOwned)
+		return c.Mode.invalid("Mode")
 	}
 	if c.GetInfoTimeout < 0 {
 		return fmt.Errorf("%w: GetInfoTimeout %v is negative", ErrConfig, c.GetInfoTimeout)

@@ -40,16 +40,19 @@ const (
 // for kubelet's.
 const KubeletDirName = "plugins_registry"
 
-// Modes are the values ParseMode accepts, for help texts.
-var Modes = []Mode{ModeAuto, ModeShared, ModeOwned}
-
 // ParseMode reads a mode as an operator writes it ("" is ModeAuto).
 func ParseMode(s string) (Mode, error) {
 	m := Mode(s)
 	if !m.valid() {
-		return "", fmt.Errorf("%w: mode %q: want %s, %s or %s", ErrConfig, s, ModeAuto, ModeShared, ModeOwned)
+		return "", m.invalid("mode")
 	}
 	return m.orAuto(), nil
+}
+
+// invalid is the one refusal of a mode that is not one; what names it
+// ("mode" for an operator's word, "Mode" for Config's field).
+func (m Mode) invalid(what string) error {
+	return fmt.Errorf("%w: %s %q: want %s, %s or %s", ErrConfig, what, string(m), ModeAuto, ModeShared, ModeOwned)
 }
 
 func (m Mode) valid() bool {

@@ -56,9 +56,15 @@ func TestGoneBeforeItsRegisterSucceeded(t *testing.T) {
 	})
 	p.stop()
 	f.waitGone(t, registerapi.DRAPlugin, name)
-	// And it stays gone: nothing registers it again.
+	// And it stays gone: the watcher registers it no more.
+	registers := f.reg.registers.Load()
 	time.Sleep(300 * time.Millisecond)
-	f.waitGone(t, registerapi.DRAPlugin, name)
+	if n := f.reg.registers.Load(); n != registers {
+		t.Fatalf("%d more Register calls after the plugin went", n-registers)
+	}
+	if l := f.reg.instances(registerapi.DRAPlugin, name); len(l) != 0 {
+		t.Fatalf("%d instances after the plugin went", len(l))
+	}
 }
 
 // A registered plugin whose answer changed, while the cluster cannot be
