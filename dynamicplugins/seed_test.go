@@ -157,6 +157,16 @@ func TestSeedSemanticsOnACluster(t *testing.T) {
 	if err := reg.RegisterPlugin(seedPlugin("ebs", "a1")); err != nil {
 		t.Fatal(err)
 	}
+	// A changed registration is one (plugreg's "updated", which the seed
+	// did not send: hashicorp/nomad#11786).
+	changed := seedPlugin("ebs", "a1")
+	changed.Version = "2"
+	if err := reg.RegisterPlugin(changed); err != nil {
+		t.Fatal(err)
+	}
+	if got := nextUpdate(t, updates); got != "registered ebs/a1" {
+		t.Fatalf("update %q after a changed registration, want registered ebs/a1", got)
+	}
 
 	// A node fails: writes and the stream go on through the others.
 	for i := range c.Nodes {

@@ -32,7 +32,11 @@ func (r *clusterRegistry) PluginsUpdatedCh(ctx context.Context, ptype string) <-
 	// after it is an update; if the cluster cannot answer within the
 	// timeout, the subscription keeps asking and starts when it does.
 	u := &updates{r: r, ptype: ptype, out: out, view: make(map[instanceKey]*api.PluginInfo)}
-	now, nowErr := u.index(r.ctx)
+	callCtx, stopCall := context.WithCancel(r.ctx)
+	stopOnCaller := context.AfterFunc(ctx, stopCall) // the caller's ctx bounds it too
+	now, nowErr := u.index(callCtx)
+	stopOnCaller()
+	stopCall()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.shut {
@@ -162,7 +166,15 @@ func (u *updates) reset(ctx context.Context, ev *api.Event, deliver bool) bool {
 		}
 	}
 	for _, p := range ev.Plugins {
-		if was, ok := old[keyOf(p)]; (!ok || was.ModifyIndex != p.ModifyIndex) && !u.send(ctx, EventTypeRegistered, p) {
+		was, known := old[keyOf(p)]
+		// An instance the consumer was not told of and last changed at
+		// or before the call existed as it is when the call was made:
+		// not an update (the first event of a stream whose start the
+		// journal no longer holds is such a reset).
+		if !known && p.ModifyIndex <= u.now {
+			continue
+		}
+		if (!known || was.ModifyIndex != p.ModifyIndex) && !u.send(ctx, EventTypeRegistered, p) {
 			return false
 		}
 	}

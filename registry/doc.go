@@ -15,6 +15,7 @@
 //  2. Call Hub.Shutdown once done: it closes the journal and every
 //     subscription's channel and waits for their goroutines. It is
 //     idempotent.
-//  3. Events of a Filter with Shared set carry the journal's records:
-//     read them, never modify them.
+//  3. Events from Hub.Deliver and DeliverFromState carry the journal's
+//     records, shared with every other such subscriber: read them, never
+//     modify them.
 package registry

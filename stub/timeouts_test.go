@@ -13,9 +13,10 @@ import (
 
 // TestRegistrationTimeout: WithRegistrationTimeout bounds the stub's wait
 // for an agent slow to answer (its registry writes held back: a slow
-// cluster at boot), both ways. Shorter than the default (5s), Start fails
+// cluster at boot), both ways. Shorter than the agent's answer, Start fails
 // with a timeout error where the default would have waited for the
-// agent's answer; longer, Start waits past the default and registers.
+// agent's answer; longer, Start waits for it and registers, and so does
+// the default (15s).
 func TestRegistrationTimeout(t *testing.T) {
 	e := newEnvWithoutAgent(t, 10*time.Second)
 	start := func(name string, timeout time.Duration) error {
