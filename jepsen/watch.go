@@ -36,8 +36,8 @@ type slowWatcher struct {
 
 	tap     *streamTap
 	hurry   chan struct{} // closed: stop dawdling and catch up
-	reached atomic.Uint64 // the highest index received
-	events  atomic.Int64  // events received (resets included)
+	reached atomic.Uint64 // the highest index received, heartbeats included
+	events  atomic.Int64  // events received (resets included, heartbeats not)
 }
 
 func newSlowWatcher(d *db, rec *recorder, clock func() int64, id int, seed int64) *slowWatcher {
@@ -77,8 +77,13 @@ func (w *slowWatcher) run(ctx context.Context) {
 	}
 	// JSON: the tap reads the stream's lines to tell which connection a
 	// reset came on (the protobuf stream's decoding is covered by
-	// client's TestWatchEncodingsAgree).
-	ch := c.Watch(ctx, 0, client.WatchOptions{StallTimeout: w.stall, JSON: true})
+	// client's TestWatchEncodingsAgree). Heartbeats: many entries change
+	// no plugin (a new leader's no-op, a configuration change, an
+	// unchanged re-registration, a retried request ID, ACL writes), so
+	// the last applied index may have no event; a heartbeat says the
+	// stream has delivered everything up to its index, and the events
+	// checker holds it to that ("heartbeats never run ahead").
+	ch := c.Watch(ctx, 0, client.WatchOptions{StallTimeout: w.stall, JSON: true, Heartbeats: true})
 	pace := newPace(w.seed+3, w.stall)
 	for ev := range ch {
 		rec := eventRec(ev, w.clock())
@@ -90,7 +95,9 @@ func (w *slowWatcher) run(ctx context.Context) {
 			sess = check.Session{Subscriber: w.id, Seq: sess.Seq + 1, Node: node, From: from, Start: rec.At}
 		}
 		sess.Events = append(sess.Events, rec)
-		w.events.Add(1)
+		if rec.EventType != "heartbeat" {
+			w.events.Add(1)
+		}
 		if rec.Index > w.reached.Load() {
 			w.reached.Store(rec.Index)
 		}
