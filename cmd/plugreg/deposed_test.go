@@ -92,9 +92,7 @@ func TestDeposedLeaderRestartsAfterSuffixTruncation(t *testing.T) {
 	}
 
 	stopped := old.Pid()
-	if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	old.Pause(t)
 	for _, f := range followers {
 		f.Start(t)
 	}

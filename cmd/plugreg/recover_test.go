@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -306,14 +305,12 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 	}
 	cont := func() {
 		for _, f := range followers {
-			syscall.Kill(f.Pid(), syscall.SIGCONT)
+			f.Resume()
 		}
 	}
 	t.Cleanup(cont) // before the cluster's: a stopped process ignores SIGTERM
 	for _, f := range followers {
-		if err := syscall.Kill(f.Pid(), syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		f.Pause(t)
 	}
 	// Writes the cut-off leader appends and cannot commit: none may be
 	// acknowledged.

@@ -4,9 +4,11 @@ package proctest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -158,6 +160,64 @@ func (p *Proc) Kill9(t testing.TB) time.Time {
 	}
 	<-r.done
 	return at
+}
+
+// Pause stops the current run with SIGSTOP and returns once every one of
+// its threads is stopped. kill(2) returns before that: the kernel wakes
+// one thread to take the stop, and it stops the others in turn, so on a
+// busy machine a thread of a "stopped" process can still answer a peer for
+// milliseconds (a follower acknowledged an entry after kill returned:
+// TestOutageRecoveryAllServersDeposedLeaderTail, 2026-11-26).
+func (p *Proc) Pause(t testing.TB) {
+	t.Helper()
+	pid := p.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s: %v", p.Name, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			t.Fatalf("SIGSTOP %s: %v", p.Name, err)
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGSTOP %s: %d threads still not stopped after 10s", p.Name, running)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Resume continues a run that Pause stopped.
+func (p *Proc) Resume() { syscall.Kill(p.Pid(), syscall.SIGCONT) }
+
+// runningThreads counts pid's threads not in the stopped state ('T', or
+// 't' under a tracer) in /proc/pid/task/*/stat.
+func runningThreads(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("list threads: %w", err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain them.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: unexpected %q", dir, task.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Terminate sends SIGTERM to the current run and waits up to bound; then
