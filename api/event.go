@@ -12,6 +12,12 @@ const (
 	// instance and Current the newest left, as for EventDeregistered: a
 	// consumer that knows only deregistrations may take it for one.
 	EventExpired EventType = "expired"
+	// EventHealth reports a change of an instance's health and of nothing
+	// else (health.go): Info is the instance with its new Health (nil:
+	// passing again), Current the newest instance of its name, as for
+	// EventUpdated; the recency order is unchanged. A consumer that knows
+	// only updates may take it for one.
+	EventHealth EventType = "health"
 	// EventReset replaces everything the subscriber knew: Plugins is the
 	// complete state for its filter as of Index, and events continue after
 	// Index. It is sent when the subscriber's position is no longer in the

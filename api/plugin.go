@@ -40,7 +40,10 @@ type PluginInfo struct {
 	// zero, so an instance without a lease encodes (in the log, in
 	// snapshots, in JSON) to the bytes it did before leases existed, and
 	// an entry or snapshot written before them decodes with none.
-	TTL         Duration `json:",omitempty"`
+	TTL Duration `json:",omitempty"`
+	// Health is set while the instance is suspect (health.go); nil is
+	// passing. Left out of every encoding when nil, as TTL is when zero.
+	Health      *InstanceHealth `json:",omitempty"`
 	CreateIndex uint64
 	ModifyIndex uint64
 }
@@ -59,6 +62,7 @@ func (p *PluginInfo) Copy() *PluginInfo {
 	if p.Options != nil {
 		c.Options = maps.Clone(p.Options)
 	}
+	c.Health = p.Health.Copy()
 	return &c
 }
 
@@ -87,6 +91,9 @@ func ValidatePlugin(p *PluginInfo) error {
 		return fmt.Errorf("%w: ConnectionInfo needs a SocketPath or an Address", ErrInvalid)
 	}
 	if err := ValidateTTL(p.TTL); err != nil {
+		return err
+	}
+	if err := ValidateHealth(p.Health); err != nil {
 		return err
 	}
 	if len(p.Options) > MaxOptions {
@@ -170,7 +177,7 @@ const (
 )
 
 // SameContent reports whether a and b register the same thing: every
-// field but the indexes (a new TTL is a change).
+// field but the indexes (a new TTL is a change, and so is new health).
 func SameContent(a, b *PluginInfo) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -182,5 +189,17 @@ func SameContent(a, b *PluginInfo) bool {
 	if (ca == nil) != (cb == nil) || (ca != nil && *ca != *cb) {
 		return false
 	}
-	return maps.Equal(a.Options, b.Options)
+	return maps.Equal(a.Options, b.Options) && SameHealth(a.Health, b.Health)
+}
+
+// SameButHealth reports whether a and b register the same thing apart
+// from their health: a change between them is a health change.
+func SameButHealth(a, b *PluginInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ha, hb := a.Health, b.Health
+	x, y := *a, *b
+	x.Health, y.Health = nil, nil
+	return !SameHealth(ha, hb) && SameContent(&x, &y)
 }

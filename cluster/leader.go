@@ -73,13 +73,14 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	s.brakes.Store(brakes)
 	defer s.brakes.Store(nil)
 	reaped := make(map[string]bool)
+	marks := nodeMarksOf(s.fsm.State())
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		// Nodes the reap rate put off are due again when the next token
 		// is, not a ReconcileInterval later: the rate is the rate.
 		var putOff <-chan time.Time
-		if wait := s.reconcile(stop, reaped, brakes); wait > 0 {
+		if wait := s.reconcile(stop, reaped, marks, brakes); wait > 0 {
 			putOff = time.After(wait)
 		}
 		select {
@@ -96,10 +97,11 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 // reconcile brings the Raft configuration in line with the gossip pool:
 // alive servers become voters, servers that left are removed, servers dead
 // for longer than DeadServerCleanup are removed while enough voters remain,
-// and the plugins of nodes dead for longer than NodeReapAfter are
+// the instances of nodes not alive are marked suspect (markNodes), and the
+// plugins of nodes dead for longer than NodeReapAfter are
 // deregistered as the brakes allow (reapDead). It returns how soon nodes
 // the reap rate put off are due (0: none were).
-func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool, brakes *reapBrakes) time.Duration {
+func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool, marks nodeMarks, brakes *reapBrakes) time.Duration {
 	servers, err := s.RaftConfiguration()
 	if err != nil {
 		s.logger.Warn("reconcile: raft configuration", "error", err)
@@ -154,6 +156,7 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool, brakes 
 			}
 		}
 	}
+	s.markNodes(stop, members, marks)
 	return s.reapDead(stop, members, reaped, brakes)
 }
 

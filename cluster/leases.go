@@ -106,7 +106,7 @@ func (s *Server) expireLoop(ctx context.Context, stop <-chan struct{}, l *lessor
 		if !l.anyDue() {
 			continue
 		}
-		if old := s.serverWithoutLeases(); old != "" {
+		if old := s.serverBelow(rpcVersionLeases); old != "" {
 			if !held {
 				s.logger.Warn("leases that run out are not expired while a server of the configuration cannot apply an expiry; upgrade it", "server", old)
 				held = true
@@ -150,26 +150,6 @@ func (s *Server) proposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) er
 	s.expired.Add(uint64(res.Removed))
 	s.logger.Debug("leases expired", "index", res.Index, "expired", res.Removed, "batch", len(batch))
 	return nil
-}
-
-// serverWithoutLeases names a server of the Raft configuration whose
-// gossip does not say it knows leases (or is unknown to gossip), "" when
-// every one does.
-func (s *Server) serverWithoutLeases() string {
-	servers, err := s.RaftConfiguration()
-	if err != nil {
-		return "(the configuration is unreadable)"
-	}
-	version := map[string]int{}
-	for _, m := range s.gossip.Members() {
-		version[m.Meta.ID] = m.Meta.RPCVersion
-	}
-	for _, srv := range servers {
-		if v, ok := version[string(srv.ID)]; !ok || v < rpcVersionLeases {
-			return string(srv.ID)
-		}
-	}
-	return ""
 }
 
 // Renew renews the lease of one instance: on the leader, or forwarded to

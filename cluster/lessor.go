@@ -90,6 +90,20 @@ func (l *lessor) observe(ev *api.Event) {
 		if starts {
 			l.put(ev.Info, l.now())
 		}
+	case api.EventHealth:
+		// Health is no renewal: the lease keeps its deadline, and
+		// follows the registration's new ModifyIndex (the expiry's
+		// condition), or the instance would never expire.
+		if cur := l.leases[leaseKeyOf(ev.Info)]; cur != nil && cur.modifyIndex < ev.Info.ModifyIndex {
+			cur.modifyIndex = ev.Info.ModifyIndex
+			if cur.expiring {
+				// The expiry in flight names the old index: the
+				// entry will skip the instance (events come in log
+				// order, so it is not applied yet). Due again.
+				cur.expiring = false
+				heap.Push(&l.queue, cur)
+			}
+		}
 	case api.EventReset:
 		// The journal could not give the events (this node restored a
 		// snapshot, or the lessor fell behind): the reset is the whole

@@ -20,12 +20,23 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
 	}
 	// A server of an older release would apply the entry without its TTL
-	// and hold a state the others do not: version skew, refused until
-	// every server knows leases (as a command it does not know would be).
-	if p.TTL != 0 {
-		if old := s.serverWithoutLeases(); old != "" {
-			return api.WriteResult{}, fmt.Errorf("register %s/%s/%s with a TTL: %w", p.Type, p.Name, p.AllocID,
-				notApplied(api.CodeUnknownCommand, fmt.Errorf("server %s does not know leases yet; upgrade it first", old)))
+	// or health and hold a state the others do not: version skew, refused
+	// until every server knows them (as a command it does not know would
+	// be).
+	for _, f := range []struct {
+		used    bool
+		what    string
+		version int
+	}{
+		{p.TTL != 0, "leases", rpcVersionLeases},
+		{p.Health != nil, "instance health", rpcVersionHealth},
+	} {
+		if !f.used {
+			continue
+		}
+		if old := s.serverBelow(f.version); old != "" {
+			return api.WriteResult{}, fmt.Errorf("register %s/%s/%s with %s: %w", p.Type, p.Name, p.AllocID, f.what,
+				notApplied(api.CodeUnknownCommand, fmt.Errorf("server %s does not know %s yet; upgrade it first", old, f.what)))
 		}
 	}
 	res, err := s.write(ctx, &fsm.RegisterRequest{Plugin: p, RequestID: api.RequestID(ctx)})
@@ -110,4 +121,24 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
 	}
 	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
+}
+
+// serverBelow names a server of the Raft configuration whose gossip does
+// not say it speaks RPCVersion version (or that gossip does not know), ""
+// when every one does: what a new command type or field waits for.
+func (s *Server) serverBelow(version int) string {
+	servers, err := s.RaftConfiguration()
+	if err != nil {
+		return "(the configuration is unreadable)"
+	}
+	known := map[string]int{}
+	for _, m := range s.gossip.Members() {
+		known[m.Meta.ID] = m.Meta.RPCVersion
+	}
+	for _, srv := range servers {
+		if v, ok := known[string(srv.ID)]; !ok || v < version {
+			return string(srv.ID)
+		}
+	}
+	return ""
 }

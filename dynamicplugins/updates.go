@@ -132,6 +132,11 @@ func (u *updates) take(ctx context.Context, ev *api.Event) bool {
 		// deregistered one is.
 		delete(u.view, keyOf(ev.Info))
 		return !deliver || u.send(ctx, EventTypeDeregistered, ev.Info)
+	case api.EventHealth:
+		// The seed has no health: the instance is still registered, as
+		// it was. The view keeps the new copy, and nothing is sent.
+		u.view[keyOf(ev.Info)] = ev.Info
+		return true
 	case api.EventReset:
 		return u.reset(ctx, ev, deliver)
 	}
@@ -174,7 +179,9 @@ func (u *updates) reset(ctx context.Context, ev *api.Event, deliver bool) bool {
 		if !known && p.ModifyIndex <= u.now {
 			continue
 		}
-		if (!known || was.ModifyIndex != p.ModifyIndex) && !u.send(ctx, EventTypeRegistered, p) {
+		// A change of health only is none to the seed (take).
+		changed := !known || was.ModifyIndex != p.ModifyIndex && !api.SameButHealth(was, p)
+		if changed && !u.send(ctx, EventTypeRegistered, p) {
 			return false
 		}
 	}

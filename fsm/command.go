@@ -44,6 +44,8 @@ func (t CommandType) String() string {
 		return "conditional-deregister"
 	case ExpireCommand:
 		return "expire"
+	case NodeHealthCommand:
+		return "node-health"
 	case ACLBootstrapCommand:
 		return "acl-bootstrap"
 	case ACLTokenSetCommand:
@@ -220,6 +222,8 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(ConditionalDeregisterRequest)
 	case ExpireCommand:
 		req = new(ExpireRequest)
+	case NodeHealthCommand:
+		req = new(NodeHealthRequest)
 	case ACLBootstrapCommand:
 		req = new(ACLBootstrapRequest)
 	case ACLTokenSetCommand:

@@ -180,6 +180,8 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.deregisterNode(index, r.NodeID)
 	case *ExpireRequest:
 		res, evs = s.expire(index, r)
+	case *NodeHealthRequest:
+		res, evs = s.nodeHealth(index, r)
 	case *PaddingRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:

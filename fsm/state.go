@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/plugreg/plugreg/api"
@@ -283,6 +284,15 @@ func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event)
 	internStrings(p)
 	p.ModifyIndex = index
 	res, ev := api.ResultRegistered, api.EventRegistered
+	if pos >= 0 && api.SameButHealth(r[pos], p) {
+		// A health change: the instance keeps its place in the recency
+		// list (it was not registered anew).
+		p.CreateIndex = r[pos].CreateIndex
+		next := slices.Clone(r)
+		next[pos] = p
+		s.put(p.Type, p.Name, r, next)
+		return api.ResultUpdated, []Event{{Index: index, EventType: api.EventHealth, Info: p, Current: next.front()}}
+	}
 	if pos >= 0 {
 		p.CreateIndex = r[pos].CreateIndex
 		res, ev = api.ResultUpdated, api.EventUpdated

@@ -20,8 +20,12 @@ const (
 	// Expired: an instance removed because its lease ran out. A mask
 	// without it but with Deregistered gets expiries as
 	// deregistrations (pb.MaskedKind).
-	Expired   = EventMask(pb.EventKind_EVENT_KIND_EXPIRED)
-	AllEvents = Registered | Updated | Deregistered | Reset | Expired
+	Expired = EventMask(pb.EventKind_EVENT_KIND_EXPIRED)
+	// Health: an instance's health changed (passing or suspect), and
+	// nothing else. A mask without it but with Updated gets health
+	// changes as updates (pb.MaskedKind).
+	Health    = EventMask(pb.EventKind_EVENT_KIND_HEALTH)
+	AllEvents = Registered | Updated | Deregistered | Reset | Expired | Health
 )
 
 // Config is what the agent tells a plugin when it registers.
@@ -78,6 +82,15 @@ type ExpiredInterface interface {
 	Expired(ctx context.Context, ev *api.Event) error
 }
 
+// HealthInterface receives health events: ev.Info is the instance with
+// its new health (Health nil: passing again), ev.Current the newest of its
+// name. A plugin that does not implement it but implements
+// UpdatedInterface gets health changes there, with ev.EventType "health"
+// when its mask asks for Health, "updated" otherwise.
+type HealthInterface interface {
+	Health(ctx context.Context, ev *api.Event) error
+}
+
 // ResetInterface receives resets: ev.Plugins replaces everything the
 // plugin knew of its types, as of ev.Index. A plugin gets one when it has
 // fallen so far behind that the node no longer holds the events it
@@ -109,6 +122,9 @@ func derivedMask(p any) EventMask {
 	}
 	if _, ok := p.(ExpiredInterface); ok {
 		m |= Expired
+	}
+	if _, ok := p.(HealthInterface); ok {
+		m |= Health
 	}
 	return m
 }

@@ -606,6 +606,16 @@ func (s *Stub) dispatch(ctx context.Context, it item) (what string, err error) {
 			what = "Deregistered"
 			err = h.Deregistered(ctx, ev)
 		}
+	case api.EventHealth:
+		// The instance is still there, changed: a plugin that handles
+		// only updates is told there.
+		what = "Health"
+		if h, ok := s.plugin.(HealthInterface); ok {
+			err = h.Health(ctx, ev)
+		} else if h, ok := s.plugin.(UpdatedInterface); ok {
+			what = "Updated"
+			err = h.Updated(ctx, ev)
+		}
 	case api.EventReset:
 		what = "Reset"
 		if h, ok := s.plugin.(ResetInterface); ok {

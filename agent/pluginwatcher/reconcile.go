@@ -188,6 +188,8 @@ func (w *Watcher) reconcile(ctx context.Context, now time.Time) time.Duration {
 			}
 			if n.reg == nil || n.reg.path != win.path || n.reg.seq != win.gotSeq || !infoEqual(n.reg.info, win.info) {
 				w.startRegister(ctx, key, n, win)
+			} else if !api.SameHealth(n.reg.info.Health, win.suspect) && due(n.healthRetryAt) {
+				w.startHealth(ctx, key, n, win.suspect)
 			}
 		case n.reg != nil && w.mayStillBe(n.reg.path, key):
 			// Its socket answered, but a new Register of it failed
@@ -277,14 +279,19 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 			}
 			now := time.Now()
 			if err != nil && s.ok && errors.Is(err, errSlow) && s.slow+1 < w.cfg.SlowProbes {
-				// Alive but slow: keep it registered, ask again soon.
+				// Alive but slow: keep it registered, suspect, and
+				// ask again soon.
+				if s.slow == 0 {
+					s.suspect = &api.InstanceHealth{Status: api.HealthSuspect, Check: api.CheckProbe,
+						Reason: fmt.Sprintf("GetInfo timed out after %v", w.cfg.GetInfoTimeout), LastSeen: s.answeredAt.UTC()}
+				}
 				s.slow++
 				s.probeAt = now.Add(w.cfg.RetryMin)
 				w.log.Warn("registered plugin slow to answer; keeping it registered for now", "socket", path,
 					"error", err, "slow_probes", s.slow, "of", w.cfg.SlowProbes)
 				return
 			}
-			s.slow = 0
+			s.slow, s.suspect = 0, nil
 			s.probeFailed = err != nil
 			if err != nil {
 				if s.ok {
@@ -308,7 +315,39 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 				w.log.Info("plugin answers again", "socket", path, "type", key.typ, "name", key.name)
 			}
 			s.ok, s.gotSeq, s.key, s.info = true, seq, key, info
-			s.probeAt = now.Add(w.cfg.ProbeInterval)
+			s.probeAt, s.answeredAt = now.Add(w.cfg.ProbeInterval), now
+		}
+	})
+}
+
+// startHealth writes the registered instance of the name again with the
+// health h (nil: passing): its probes began or ceased to time out. It
+// does not speak to the plugin (it may be hanging); a failed write is
+// tried again after a backoff, while the health still differs.
+func (w *Watcher) startHealth(ctx context.Context, key nameKey, n *nameState, h *api.InstanceHealth) {
+	n.busy = true
+	reg := n.reg
+	info := reg.info.Copy()
+	info.Health = h.Copy()
+	w.goOp(ctx, func() func() {
+		err := w.cfg.Registrar.Register(ctx, info.Copy())
+		return func() {
+			n.busy = false
+			if err != nil {
+				n.healthFailures++
+				n.healthRetryAt = time.Now().Add(w.backoff(n.healthFailures))
+				w.log.Warn("health not written; will retry", "type", key.typ, "name", key.name, "suspect", h != nil, "error", stopping(ctx, err))
+				return
+			}
+			n.healthFailures, n.healthRetryAt = 0, time.Time{}
+			if n.reg == reg {
+				reg.info = info
+			}
+			if h != nil {
+				w.log.Warn("plugin marked suspect", "type", key.typ, "name", key.name, "socket", reg.path, "reason", h.Reason)
+			} else {
+				w.log.Info("plugin passing again", "type", key.typ, "name", key.name, "socket", reg.path)
+			}
 		}
 	})
 }

@@ -40,6 +40,12 @@ type socketState struct {
 	// an error, or refused). A socket whose Register failed has answered:
 	// it is still the plugin, and what it may hold is kept (mayStillBe).
 	probeFailed bool
+
+	// answeredAt is when a probe last answered; suspect is the health
+	// its registration should carry while its probes time out (slow >
+	// 0), nil while it answers.
+	answeredAt time.Time
+	suspect    *api.InstanceHealth
 }
 
 // newer reports whether s is a newer socket than o.
@@ -80,6 +86,9 @@ type nameState struct {
 	unsure   map[string]*registration
 	failures int
 	retryAt  time.Time
+	// healthFailures and healthRetryAt: the backoff of health writes.
+	healthFailures int
+	healthRetryAt  time.Time
 }
 
 // registered notes that info is registered: it is no longer unsure, and a

@@ -6,6 +6,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // FromPlugin converts an api.PluginInfo (nil stays nil).
@@ -22,6 +23,9 @@ func FromPlugin(p *api.PluginInfo) *PluginInfo {
 	}
 	if p.TTL != 0 {
 		out.Ttl = durationpb.New(time.Duration(p.TTL))
+	}
+	if h := p.Health; h != nil {
+		out.Health = &InstanceHealth{Status: string(h.Status), Check: h.Check, Reason: h.Reason, LastSeen: timestamppb.New(h.LastSeen)}
 	}
 	return out
 }
@@ -41,6 +45,12 @@ func (p *PluginInfo) API() *api.PluginInfo {
 	if d := p.GetTtl(); d != nil {
 		out.TTL = api.Duration(d.AsDuration())
 	}
+	if h := p.GetHealth(); h != nil {
+		out.Health = &api.InstanceHealth{Status: api.HealthStatus(h.GetStatus()), Check: h.GetCheck(), Reason: h.GetReason()}
+		if t := h.GetLastSeen(); t != nil {
+			out.Health.LastSeen = t.AsTime()
+		}
+	}
 	return out
 }
 
@@ -59,6 +69,7 @@ var kinds = map[api.EventType]EventKind{
 	api.EventReset:        EventKind_EVENT_KIND_RESET,
 	api.EventHeartbeat:    EventKind_EVENT_KIND_HEARTBEAT,
 	api.EventExpired:      EventKind_EVENT_KIND_EXPIRED,
+	api.EventHealth:       EventKind_EVENT_KIND_HEALTH,
 }
 
 // KindOf is the EventKind of an api.EventType (UNSPECIFIED for an unknown one).
@@ -79,6 +90,8 @@ func (k EventKind) APIType() api.EventType {
 		return api.EventHeartbeat
 	case EventKind_EVENT_KIND_EXPIRED:
 		return api.EventExpired
+	case EventKind_EVENT_KIND_HEALTH:
+		return api.EventHealth
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -43,6 +44,10 @@ const (
 	// DEREGISTERED gets it as DEREGISTERED, which is what it is to a plugin
 	// built before leases (this kind was added after them).
 	EventKind_EVENT_KIND_EXPIRED EventKind = 32
+	// An instance's health changed, and nothing else (api.EventHealth). A
+	// mask with this bit gets it as HEALTH; a mask with only UPDATED gets it
+	// as UPDATED, which is what it is to a plugin built before health.
+	EventKind_EVENT_KIND_HEALTH EventKind = 64
 )
 
 // Enum value maps for EventKind.
@@ -55,6 +60,7 @@ var (
 		8:  "EVENT_KIND_RESET",
 		16: "EVENT_KIND_HEARTBEAT",
 		32: "EVENT_KIND_EXPIRED",
+		64: "EVENT_KIND_HEALTH",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":  0,
@@ -64,6 +70,7 @@ var (
 		"EVENT_KIND_RESET":        8,
 		"EVENT_KIND_HEARTBEAT":    16,
 		"EVENT_KIND_EXPIRED":      32,
+		"EVENT_KIND_HEALTH":       64,
 	}
 )
 
@@ -828,7 +835,10 @@ type PluginInfo struct {
 	CreateIndex uint64                 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
 	ModifyIndex uint64                 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	// ttl leases the registration (api.PluginInfo.TTL); unset: no lease.
-	Ttl           *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// health is set while the instance is suspect (api.InstanceHealth);
+	// unset: passing.
+	Health        *InstanceHealth `protobuf:"bytes,11,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -933,6 +943,82 @@ func (x *PluginInfo) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *PluginInfo) GetHealth() *InstanceHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// InstanceHealth says why an instance is suspect.
+type InstanceHealth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"` // "suspect"
+	Check         string                 `protobuf:"bytes,2,opt,name=check,proto3" json:"check,omitempty"`   // "probe", "node", or an API registrant's checker
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceHealth) Reset() {
+	*x = InstanceHealth{}
+	mi := &file_plugin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceHealth) ProtoMessage() {}
+
+func (x *InstanceHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceHealth.ProtoReflect.Descriptor instead.
+func (*InstanceHealth) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *InstanceHealth) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *InstanceHealth) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *InstanceHealth) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *InstanceHealth) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
 // Shutdown says the agent is going away (it stops or restarts); the stub
 // reconnects when it is back.
 type Shutdown struct {
@@ -944,7 +1030,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1042,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1055,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{10}
+	return file_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -983,7 +1069,7 @@ var File_plugin_proto protoreflect.FileDescriptor
 
 const file_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\fplugin.proto\x12\x11plugreg.plugin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbe\x01\n" +
+	"\fplugin.proto\x12\x11plugreg.plugin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x01\n" +
 	"\rPluginMessage\x129\n" +
 	"\bregister\x18\x01 \x01(\v2\x1b.plugreg.plugin.v1.RegisterH\x00R\bregister\x12<\n" +
 	"\tsubscribe\x18\x02 \x01(\v2\x1c.plugreg.plugin.v1.SubscribeH\x00R\tsubscribe\x12-\n" +
@@ -1035,7 +1121,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.plugreg.plugin.v1.EventKindR\x04kind\x121\n" +
 	"\x04info\x18\x03 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\x04info\x127\n" +
 	"\acurrent\x18\x04 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\acurrent\x127\n" +
-	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\"\xb0\x03\n" +
+	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\"\xeb\x03\n" +
 	"\n" +
 	"PluginInfo\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
@@ -1048,12 +1134,18 @@ const file_plugin_proto_rawDesc = "" +
 	"\fcreate_index\x18\b \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex\x12+\n" +
 	"\x03ttl\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
+	"\x06health\x18\v \x01(\v2!.plugreg.plugin.v1.InstanceHealthR\x06health\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\"\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
+	"\x0eInstanceHealth\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x14\n" +
+	"\x05check\x18\x02 \x01(\tR\x05check\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xbf\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xd6\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_KIND_REGISTERED\x10\x01\x12\x16\n" +
@@ -1061,7 +1153,8 @@ const file_plugin_proto_rawDesc = "" +
 	"\x17EVENT_KIND_DEREGISTERED\x10\x04\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10\b\x12\x18\n" +
 	"\x14EVENT_KIND_HEARTBEAT\x10\x10\x12\x16\n" +
-	"\x12EVENT_KIND_EXPIRED\x10 2[\n" +
+	"\x12EVENT_KIND_EXPIRED\x10 \x12\x15\n" +
+	"\x11EVENT_KIND_HEALTH\x10@2[\n" +
 	"\aPlugins\x12P\n" +
 	"\aSession\x12 .plugreg.plugin.v1.PluginMessage\x1a\x1f.plugreg.plugin.v1.AgentMessage(\x010\x01B)Z'github.com/plugreg/plugreg/api/pluginpbb\x06proto3"
 
@@ -1078,23 +1171,25 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_plugin_proto_goTypes = []any{
-	(EventKind)(0),              // 0: plugreg.plugin.v1.EventKind
-	(*PluginMessage)(nil),       // 1: plugreg.plugin.v1.PluginMessage
-	(*AgentMessage)(nil),        // 2: plugreg.plugin.v1.AgentMessage
-	(*Register)(nil),            // 3: plugreg.plugin.v1.Register
-	(*Endpoint)(nil),            // 4: plugreg.plugin.v1.Endpoint
-	(*Configure)(nil),           // 5: plugreg.plugin.v1.Configure
-	(*Subscribe)(nil),           // 6: plugreg.plugin.v1.Subscribe
-	(*Stop)(nil),                // 7: plugreg.plugin.v1.Stop
-	(*Ready)(nil),               // 8: plugreg.plugin.v1.Ready
-	(*Event)(nil),               // 9: plugreg.plugin.v1.Event
-	(*PluginInfo)(nil),          // 10: plugreg.plugin.v1.PluginInfo
-	(*Shutdown)(nil),            // 11: plugreg.plugin.v1.Shutdown
-	nil,                         // 12: plugreg.plugin.v1.Register.OptionsEntry
-	nil,                         // 13: plugreg.plugin.v1.PluginInfo.OptionsEntry
-	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
+	(EventKind)(0),                // 0: plugreg.plugin.v1.EventKind
+	(*PluginMessage)(nil),         // 1: plugreg.plugin.v1.PluginMessage
+	(*AgentMessage)(nil),          // 2: plugreg.plugin.v1.AgentMessage
+	(*Register)(nil),              // 3: plugreg.plugin.v1.Register
+	(*Endpoint)(nil),              // 4: plugreg.plugin.v1.Endpoint
+	(*Configure)(nil),             // 5: plugreg.plugin.v1.Configure
+	(*Subscribe)(nil),             // 6: plugreg.plugin.v1.Subscribe
+	(*Stop)(nil),                  // 7: plugreg.plugin.v1.Stop
+	(*Ready)(nil),                 // 8: plugreg.plugin.v1.Ready
+	(*Event)(nil),                 // 9: plugreg.plugin.v1.Event
+	(*PluginInfo)(nil),            // 10: plugreg.plugin.v1.PluginInfo
+	(*InstanceHealth)(nil),        // 11: plugreg.plugin.v1.InstanceHealth
+	(*Shutdown)(nil),              // 12: plugreg.plugin.v1.Shutdown
+	nil,                           // 13: plugreg.plugin.v1.Register.OptionsEntry
+	nil,                           // 14: plugreg.plugin.v1.PluginInfo.OptionsEntry
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_plugin_proto_depIdxs = []int32{
 	3,  // 0: plugreg.plugin.v1.PluginMessage.register:type_name -> plugreg.plugin.v1.Register
@@ -1103,23 +1198,25 @@ var file_plugin_proto_depIdxs = []int32{
 	5,  // 3: plugreg.plugin.v1.AgentMessage.configure:type_name -> plugreg.plugin.v1.Configure
 	8,  // 4: plugreg.plugin.v1.AgentMessage.ready:type_name -> plugreg.plugin.v1.Ready
 	9,  // 5: plugreg.plugin.v1.AgentMessage.event:type_name -> plugreg.plugin.v1.Event
-	11, // 6: plugreg.plugin.v1.AgentMessage.shutdown:type_name -> plugreg.plugin.v1.Shutdown
+	12, // 6: plugreg.plugin.v1.AgentMessage.shutdown:type_name -> plugreg.plugin.v1.Shutdown
 	4,  // 7: plugreg.plugin.v1.Register.endpoint:type_name -> plugreg.plugin.v1.Endpoint
-	12, // 8: plugreg.plugin.v1.Register.options:type_name -> plugreg.plugin.v1.Register.OptionsEntry
+	13, // 8: plugreg.plugin.v1.Register.options:type_name -> plugreg.plugin.v1.Register.OptionsEntry
 	0,  // 9: plugreg.plugin.v1.Event.kind:type_name -> plugreg.plugin.v1.EventKind
 	10, // 10: plugreg.plugin.v1.Event.info:type_name -> plugreg.plugin.v1.PluginInfo
 	10, // 11: plugreg.plugin.v1.Event.current:type_name -> plugreg.plugin.v1.PluginInfo
 	10, // 12: plugreg.plugin.v1.Event.plugins:type_name -> plugreg.plugin.v1.PluginInfo
 	4,  // 13: plugreg.plugin.v1.PluginInfo.endpoint:type_name -> plugreg.plugin.v1.Endpoint
-	13, // 14: plugreg.plugin.v1.PluginInfo.options:type_name -> plugreg.plugin.v1.PluginInfo.OptionsEntry
-	14, // 15: plugreg.plugin.v1.PluginInfo.ttl:type_name -> google.protobuf.Duration
-	1,  // 16: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
-	2,  // 17: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 14: plugreg.plugin.v1.PluginInfo.options:type_name -> plugreg.plugin.v1.PluginInfo.OptionsEntry
+	15, // 15: plugreg.plugin.v1.PluginInfo.ttl:type_name -> google.protobuf.Duration
+	11, // 16: plugreg.plugin.v1.PluginInfo.health:type_name -> plugreg.plugin.v1.InstanceHealth
+	16, // 17: plugreg.plugin.v1.InstanceHealth.last_seen:type_name -> google.protobuf.Timestamp
+	1,  // 18: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
+	2,  // 19: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1145,7 +1242,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
