@@ -270,3 +270,32 @@ func TestLessorBudgetSpacesAMassExpiry(t *testing.T) {
 		})
 	}
 }
+
+// A health change is no renewal: the lease keeps its deadline and follows
+// the registration's new ModifyIndex (the expiry's condition), also when
+// it comes while an expiry naming the old index is in flight, which the
+// entry will skip: the lease is due again, under its new index.
+func TestLessorFollowsHealth(t *testing.T) {
+	clock := newFakeClock()
+	l := clock.lessor(1000)
+	l.grantAll(stateOf(t, leasedPlugin("a1", time.Second), leasedPlugin("a2", time.Second)))
+	health := func(alloc string, index uint64) *api.Event {
+		p := leasedPlugin(alloc, time.Second)
+		p.ModifyIndex = index
+		p.Health = &api.InstanceHealth{Status: api.HealthSuspect, Check: api.CheckProbe}
+		return &api.Event{Index: index, EventType: api.EventHealth, Info: p}
+	}
+	clock.advance(900 * time.Millisecond)
+	l.observe(health("a1", 7))
+	clock.advance(100 * time.Millisecond)
+	batch := l.due()
+	if got := allocsOf(batch); got != "a1@7 a2@2" && got != "a2@2 a1@7" {
+		t.Fatalf("due %q: want a1 under its new index, on its old deadline, and a2", got)
+	}
+	l.observe(health("a2", 8))
+	l.settled(batch, nil)
+	clock.advance(leaseTick)
+	if got := allocsOf(l.due()); got != "a2@8" {
+		t.Fatalf("due again %q, want a2@8", got)
+	}
+}

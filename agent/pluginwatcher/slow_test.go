@@ -1,11 +1,13 @@
 package pluginwatcher
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -27,6 +29,36 @@ func TestSlowIsNotDead(t *testing.T) {
 			t.Fatal("a slow plugin was deregistered")
 		}
 		p.setHang(false)
+	})
+	t.Run("slow is suspect until it answers again", func(t *testing.T) {
+		f := newFixture(t)
+		f.start(t, func(c *Config) { c.GetInfoTimeout = 100 * time.Millisecond; c.SlowProbes = 1000 })
+		p := startPlugin(t, filepath.Join(f.dir, "slow.sock"), draInfo("slow.example.com"))
+		first := f.waitRegistered(t, registerapi.DRAPlugin, "slow.example.com", p.path)
+		if first.Health != nil {
+			t.Fatalf("registered with health %+v", first.Health)
+		}
+		p.setHang(true)
+		var marked *api.PluginInfo
+		eventually(t, "the instance marked suspect by its probes", func() (bool, string) {
+			l := f.reg.instances(registerapi.DRAPlugin, "slow.example.com")
+			if len(l) != 1 || !l[0].Suspect() {
+				return false, fmt.Sprintf("%d instances", len(l))
+			}
+			marked = l[0]
+			return true, ""
+		})
+		if h := marked.Health; h.Check != api.CheckProbe || h.Reason == "" || h.LastSeen.IsZero() || h.LastSeen.After(time.Now()) {
+			t.Fatalf("health %+v", h)
+		}
+		if marked.AllocID != first.AllocID || marked.CreateIndex != first.CreateIndex {
+			t.Fatalf("marking suspect registered anew: %+v, was %+v", marked, first)
+		}
+		p.setHang(false)
+		eventually(t, "the instance passing again", func() (bool, string) {
+			l := f.reg.instances(registerapi.DRAPlugin, "slow.example.com")
+			return len(l) == 1 && l[0].Health == nil, ""
+		})
 	})
 	t.Run("dead is deregistered", func(t *testing.T) {
 		f := newFixture(t)

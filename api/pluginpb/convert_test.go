@@ -11,7 +11,7 @@ import (
 // Every event type has a kind and comes back from it; an unknown one maps
 // to UNSPECIFIED and back to "".
 func TestEventKindsRoundTrip(t *testing.T) {
-	for _, typ := range []api.EventType{api.EventRegistered, api.EventUpdated, api.EventDeregistered, api.EventReset, api.EventHeartbeat, api.EventExpired} {
+	for _, typ := range []api.EventType{api.EventRegistered, api.EventUpdated, api.EventDeregistered, api.EventReset, api.EventHeartbeat, api.EventExpired, api.EventHealth} {
 		k := KindOf(typ)
 		if k == EventKind_EVENT_KIND_UNSPECIFIED {
 			t.Errorf("%s has no kind", typ)
@@ -25,13 +25,17 @@ func TestEventKindsRoundTrip(t *testing.T) {
 	}
 }
 
-// A plugin converts to protobuf and back unchanged, its TTL included; no
-// TTL stays none.
+// A plugin converts to protobuf and back unchanged, its TTL and health
+// included; no TTL or health stays none.
 func TestPluginRoundTrip(t *testing.T) {
-	for _, ttl := range []time.Duration{0, 1500 * time.Millisecond, 24 * time.Hour} {
+	suspect := &api.InstanceHealth{Status: api.HealthSuspect, Check: api.CheckProbe, Reason: "slow", LastSeen: time.Date(2026, 11, 26, 1, 2, 3, 4, time.UTC)}
+	for i, ttl := range []time.Duration{0, 1500 * time.Millisecond, 24 * time.Hour} {
 		p := &api.PluginInfo{Type: "t", Name: "n", AllocID: "a", Version: "1", NodeID: "h1",
 			ConnectionInfo: &api.ConnectionInfo{Address: "10.0.0.1:9"}, Options: map[string]string{"k": "v"},
 			TTL: api.Duration(ttl), CreateIndex: 3, ModifyIndex: 4}
+		if i == 1 {
+			p.Health = suspect.Copy()
+		}
 		b, err := proto.Marshal(FromPlugin(p))
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +56,8 @@ func TestMaskedKind(t *testing.T) {
 		reg   = uint32(EventKind_EVENT_KIND_REGISTERED)
 		dereg = uint32(EventKind_EVENT_KIND_DEREGISTERED)
 		exp   = uint32(EventKind_EVENT_KIND_EXPIRED)
+		upd   = uint32(EventKind_EVENT_KIND_UPDATED)
+		hlth  = uint32(EventKind_EVENT_KIND_HEALTH)
 	)
 	cases := []struct {
 		name string
@@ -67,9 +73,12 @@ func TestMaskedKind(t *testing.T) {
 		{"an expiry to a mask with both", dereg | exp, EventKind_EVENT_KIND_EXPIRED, EventKind_EVENT_KIND_EXPIRED, true},
 		{"an expiry to a mask with neither", reg, EventKind_EVENT_KIND_EXPIRED, 0, false},
 		{"a deregistration to a mask of expiries only", exp, EventKind_EVENT_KIND_DEREGISTERED, 0, false},
+		{"a health change, asked for", hlth, EventKind_EVENT_KIND_HEALTH, EventKind_EVENT_KIND_HEALTH, true},
+		{"a health change to a mask that knows only updates", upd, EventKind_EVENT_KIND_HEALTH, EventKind_EVENT_KIND_UPDATED, true},
+		{"a health change to a mask with neither", reg, EventKind_EVENT_KIND_HEALTH, 0, false},
 		{"a heartbeat, always", 0, EventKind_EVENT_KIND_HEARTBEAT, EventKind_EVENT_KIND_HEARTBEAT, true},
 		{"a reset, always", 0, EventKind_EVENT_KIND_RESET, EventKind_EVENT_KIND_RESET, true},
-		{"a kind from a newer agent, passed on", 0, EventKind(64), EventKind(64), true},
+		{"a kind from a newer agent, passed on", 0, EventKind(128), EventKind(128), true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
