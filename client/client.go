@@ -28,6 +28,10 @@ type PluginInfo = api.PluginInfo
 // ConnectionInfo says how to reach a plugin instance.
 type ConnectionInfo = api.ConnectionInfo
 
+// InstanceHealth says why an instance is suspect (PluginInfo.Health; nil:
+// passing).
+type InstanceHealth = api.InstanceHealth
+
 // Event is one line of the event stream.
 type Event = api.Event
 

@@ -282,12 +282,22 @@ func pluginRows(list []*client.PluginInfo) [][]string {
 				conn = p.ConnectionInfo.Address
 			}
 		}
-		rows = append(rows, []string{p.Name, p.AllocID, p.Version, p.NodeID, conn, fmt.Sprint(p.ModifyIndex)})
+		rows = append(rows, []string{p.Name, p.AllocID, p.Version, p.NodeID, healthText(p), conn, fmt.Sprint(p.ModifyIndex)})
 	}
 	return rows
 }
 
-const pluginHeader = "NAME\tALLOC\tVERSION\tNODE\tCONNECTION\tINDEX"
+const pluginHeader = "NAME\tALLOC\tVERSION\tNODE\tHEALTH\tCONNECTION\tINDEX"
+
+// healthText is an instance's health in a table: passing, or suspect with
+// its checker and the time it was last seen passing (-json has the reason).
+func healthText(p *client.PluginInfo) string {
+	h := p.Health
+	if h == nil {
+		return string(api.HealthPassing)
+	}
+	return fmt.Sprintf("%s (%s, last seen %s)", h.Status, h.Check, h.LastSeen.UTC().Format(time.RFC3339))
+}
 
 func runList(args []string) error {
 	cf := newClientFlags("list", "TYPE", "Lists the newest instance of every plugin of TYPE, sorted by name.")

@@ -2,10 +2,12 @@ package main
 
 import (
 	"flag"
+	"github.com/plugreg/plugreg/client"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
@@ -213,5 +215,20 @@ func TestUnprotectedAtStart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestHealthText(t *testing.T) {
+	seen := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    *client.InstanceHealth
+		want string
+	}{
+		{nil, "passing"},
+		{&client.InstanceHealth{Status: "suspect", Check: "probe", Reason: "slow", LastSeen: seen}, "suspect (probe, last seen 2026-11-26T12:00:00Z)"},
+	} {
+		if got := healthText(&client.PluginInfo{Health: tc.h}); got != tc.want {
+			t.Errorf("healthText(%+v) = %q, want %q", tc.h, got, tc.want)
+		}
 	}
 }

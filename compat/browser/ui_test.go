@@ -136,6 +136,20 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 	waitFor(ctx, t, "a3 at the top of ebs's list",
 		`(() => { const r = [...document.querySelectorAll('#plugins tr.instance-row[data-name="ebs.csi.aws.com"]')].map(e => e.dataset.alloc);
 		          return r.length === 3 && r[0] === 'a3'; })()`)
+	// An external checker marks the oldest instance suspect: it says so
+	// in its row, keeps its place, and the change is a health event.
+	sick := plugin("csi", "ebs.csi.aws.com", "a1", "host-1")
+	sick.Health = &client.InstanceHealth{Status: "suspect", Check: "external", Reason: "no answer", LastSeen: time.Now().UTC()}
+	if _, err := api.Register(actx, sick); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "a1 suspect, still last, with a health event",
+		`(() => { const r = [...document.querySelectorAll('#plugins tr.instance-row[data-name="ebs.csi.aws.com"]')];
+		          const last = r[r.length-1];
+		          return r.length === 3 && last.dataset.alloc === 'a1' && last.querySelector('td.health.suspect') &&
+		            last.querySelector('td.health.suspect').textContent === 'suspect (external)' &&
+		            r[0].querySelector('td.health.passing') &&
+		            !!document.querySelector('#events tr[data-event="health"][data-name="ebs.csi.aws.com"]'); })()`)
 
 	// Search and filters.
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#filter`), "nvidia")); err != nil {

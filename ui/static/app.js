@@ -140,6 +140,14 @@ function matches(p, q, type, node) {
   return [p.Type, p.Name, p.NodeID, p.AllocID].some((s) => (s || "").toLowerCase().includes(q));
 }
 
+// health is an instance's health cell: passing, or suspect with who said
+// so, why, and when it was last seen passing (in the tooltip).
+function health(p) {
+  const h = p.Health;
+  if (!h) return el("td", { class: "health passing" }, "passing");
+  return el("td", { class: "health suspect", title: `${h.Reason || ""} (last seen passing ${h.LastSeen})` }, `suspect (${h.Check})`);
+}
+
 function render() {
   const q = $("#filter").value.trim().toLowerCase();
   const type = $("#filter-type").value;
@@ -159,7 +167,7 @@ function render() {
       const open = state.expanded.has(key);
       const row = el("tr", { class: "name-row", "data-type": p.Type, "data-name": p.Name, "data-alloc": p.AllocID, title: "show every instance, newest first" },
         el("td", {}, p.Type), el("td", {}, (open ? "▾ " : "▸ ") + p.Name), el("td", {}, p.AllocID), el("td", {}, p.NodeID),
-        el("td", {}, p.Version), el("td", {}, endpoint(p)), el("td", {}, p.CreateIndex), el("td", {}, p.ModifyIndex),
+        el("td", {}, p.Version), health(p), el("td", {}, endpoint(p)), el("td", {}, p.CreateIndex), el("td", {}, p.ModifyIndex),
         el("td", {}, list ? list.length : ""));
       row.addEventListener("click", () => toggle(key));
       tbody.append(row);
@@ -167,7 +175,7 @@ function render() {
         for (const i of list) {
           tbody.append(el("tr", { class: "instance-row", "data-type": i.Type, "data-name": i.Name, "data-alloc": i.AllocID },
             el("td", {}, ""), el("td", {}, ""), el("td", {}, i.AllocID), el("td", {}, i.NodeID), el("td", {}, i.Version),
-            el("td", {}, endpoint(i)), el("td", {}, i.CreateIndex), el("td", {}, i.ModifyIndex), el("td", {}, "")));
+            health(i), el("td", {}, endpoint(i)), el("td", {}, i.CreateIndex), el("td", {}, i.ModifyIndex), el("td", {}, "")));
         }
       }
     }
