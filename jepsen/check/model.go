@@ -10,6 +10,7 @@ import (
 // inst is one instance in the model.
 type inst struct {
 	Alloc, Value, NodeID, Socket string
+	Health                       string // who marked it suspect; "" passing
 	Modify                       uint64
 }
 
@@ -44,11 +45,13 @@ type request struct {
 	Plugin *struct {
 		Type, Name, AllocID, Version, NodeID string
 		ConnectionInfo                       *struct{ SocketPath, Address string }
+		Health                               *struct{ Check string }
 	}
 	Type, Name, AllocID string // deregister, conditional-deregister
 	IfNodeID            string // conditional-deregister
 	IfModifyIndex       uint64 // conditional-deregister
-	NodeID              string // deregister-node
+	NodeID              string // deregister-node, node-health
+	Suspect             bool   // node-health
 }
 
 // Apply applies one journaled command and returns its result and events.
@@ -65,7 +68,11 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		if p.ConnectionInfo != nil {
 			sock = p.ConnectionInfo.SocketPath + "|" + p.ConnectionInfo.Address
 		}
-		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock})
+		health := ""
+		if p.Health != nil {
+			health = p.Health.Check
+		}
+		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock, Health: health})
 	case "deregister":
 		return r.Deregister(index, req.Type, req.Name, req.AllocID)
 	case "conditional-deregister":
@@ -73,6 +80,8 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		return r.DeregisterIf(index, req.Type, req.Name, req.AllocID, req.IfNodeID, req.IfModifyIndex)
 	case "deregister-node":
 		return r.DeregisterNode(index, req.NodeID)
+	case "node-health":
+		return r.NodeHealth(index, req.NodeID, req.Suspect)
 	}
 	return "", nil
 }
@@ -100,7 +109,11 @@ func (r *Registry) Register(index uint64, t, n string, in inst) (string, []Model
 		}
 	}
 	if pos >= 0 && l[pos].Value == in.Value && l[pos].NodeID == in.NodeID && l[pos].Socket == in.Socket {
-		return "unchanged", nil
+		if l[pos].Health == in.Health {
+			return "unchanged", nil
+		}
+		// Health alone: the instance keeps its place.
+		return "updated", r.setHealth(index, k, pos, in.Health)
 	}
 	in.Modify = index
 	res := "registered"
@@ -162,6 +175,46 @@ func (r *Registry) DeregisterNode(index uint64, node string) (string, []ModelEve
 		return "absent", nil
 	}
 	return "deregistered", evs
+}
+
+// setHealth changes the health of the instance at pos of k's list, in
+// place, and returns its health event.
+func (r *Registry) setHealth(index uint64, k [2]string, pos int, health string) []ModelEvent {
+	nl := append([]inst{}, r.lists[k]...)
+	nl[pos].Health, nl[pos].Modify = health, index
+	r.lists[k] = nl
+	return []ModelEvent{{Index: index, EventType: "health", Info: plug(k[0], k[1], nl[pos]), Current: r.front(k)}}
+}
+
+// NodeHealth marks the node's instances that are passing suspect ("node"),
+// or clears the node's marks and no other, by (type, name, alloc): the
+// order of the FSM's node index.
+func (r *Registry) NodeHealth(index uint64, node string, suspect bool) (string, []ModelEvent) {
+	var evs []ModelEvent
+	for _, k := range r.keys(nil) {
+		var mine []string
+		for _, x := range r.lists[k] {
+			if x.NodeID == node {
+				mine = append(mine, x.Alloc)
+			}
+		}
+		sort.Strings(mine)
+		for _, alloc := range mine {
+			for pos, x := range r.lists[k] {
+				switch {
+				case x.Alloc != alloc:
+				case suspect && x.Health == "":
+					evs = append(evs, r.setHealth(index, k, pos, "node")...)
+				case !suspect && x.Health == "node":
+					evs = append(evs, r.setHealth(index, k, pos, "")...)
+				}
+			}
+		}
+	}
+	if len(evs) == 0 {
+		return "unchanged", nil
+	}
+	return "health", evs
 }
 
 func (r *Registry) keys(types []string) [][2]string {
