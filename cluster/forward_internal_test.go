@@ -186,17 +186,30 @@ func TestTTLRefusedWhileAServerLacksLeases(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}, TTL: api.Duration(10 * time.Second)}
-	_, err := s.register(ctx, p)
-	var coded api.Coded
-	if !errors.As(err, &coded) || coded.Code() != api.CodeUnknownCommand || coded.Outcome() != api.NotApplied {
-		t.Fatalf("register with a TTL beside an older server: %v, want unknown_command, not applied", err)
-	}
-	if s.State().Instance("csi", "ebs", "a1") != nil {
-		t.Fatal("the refused registration is in the state")
-	}
-	p.TTL = 0
-	if _, err := s.register(ctx, p); err != nil {
-		t.Fatalf("register without a TTL: %v", err)
+	for _, tc := range []struct {
+		name string
+		with func(p *api.PluginInfo)
+	}{
+		{"a TTL", func(p *api.PluginInfo) { p.TTL = api.Duration(10 * time.Second) }},
+		{"health", func(p *api.PluginInfo) {
+			p.Health = &api.InstanceHealth{Status: api.HealthSuspect, Check: api.CheckProbe}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: tc.name, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+			tc.with(p)
+			_, err := s.register(ctx, p)
+			var coded api.Coded
+			if !errors.As(err, &coded) || coded.Code() != api.CodeUnknownCommand || coded.Outcome() != api.NotApplied {
+				t.Fatalf("register with %s beside an older server: %v, want unknown_command, not applied", tc.name, err)
+			}
+			if s.State().Instance("csi", "ebs", tc.name) != nil {
+				t.Fatal("the refused registration is in the state")
+			}
+			p.TTL, p.Health = 0, nil
+			if _, err := s.register(ctx, p); err != nil {
+				t.Fatalf("register without %s: %v", tc.name, err)
+			}
+		})
 	}
 }
