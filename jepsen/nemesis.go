@@ -94,7 +94,7 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 	case "kill":
 		actions = []func(context.Context) fault{nm.killRandom, nm.killLeader, nm.killAll}
 		if clients {
-			actions = append(actions, nm.killClient)
+			actions = append(actions, nm.killClient, nm.downClient)
 		}
 	case "pause":
 		actions = []func(context.Context) fault{nm.pauseLeader, nm.strobe}
@@ -313,6 +313,40 @@ func (nm *nemesis) randomClient() int { return nm.db.clientIndex(nm.rng.Intn(len
 
 func (nm *nemesis) killClient(ctx context.Context) fault {
 	return nm.kill(ctx, "kill-client", []int{nm.randomClient()})
+}
+
+// downClient kills a client agent and keeps it down until gossip has
+// declared it failed and the leader has marked its instances suspect (the
+// effect: a server's state shows every instance of the node with
+// Health.Check "node"), at most 30 s; then restarts it. The marks and
+// their clearing are log entries the checkers replay like any other.
+func (nm *nemesis) downClient(ctx context.Context) fault {
+	i := nm.randomClient()
+	n := nm.db.hosts[i]
+	f := fault{Name: "down-client"}
+	if err := nm.db.kill(i); err != nil {
+		f.Detail = err.Error()
+	}
+	marked := 0
+	f.Effect = nm.waitFor(ctx, 30*time.Second, 500*time.Millisecond, func() bool {
+		for _, srv := range nm.db.nodes {
+			var ps []struct{ Health *struct{ Check string } }
+			if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/nodes/"+n.Name+"/plugins", &ps); err != nil || !found {
+				continue
+			}
+			marked = 0
+			for _, p := range ps {
+				if p.Health != nil && p.Health.Check == "node" {
+					marked++
+				}
+			}
+			return len(ps) > 0 && marked == len(ps)
+		}
+		return false
+	})
+	f.Detail = fmt.Sprintf("%s down; its %d instances marked suspect by the leader: %v", n.Name, marked, f.Effect)
+	nm.recoverAll(ctx)
+	return f
 }
 
 // pauseClient stops a client agent (SIGSTOP) for a while: its callers and

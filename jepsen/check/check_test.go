@@ -34,6 +34,9 @@ func journal(t *testing.T, cmds ...string) []ApplyRecord {
 		case "node":
 			rec.Command = "deregister-node"
 			req = map[string]string{"NodeID": f[1]}
+		case "nodehealth":
+			rec.Command = "node-health"
+			req = map[string]interface{}{"NodeID": f[1], "Suspect": f[2] == "suspect"}
 		}
 		rec.Request, _ = json.Marshal(req)
 		rec.Result, _ = model.Apply(idx, rec.Command, rec.Request)
@@ -131,6 +134,8 @@ func TestWritesStubPluginsExempt(t *testing.T) {
 	expectFlagged(t, "a write without request ID of another type", Writes(writeOps(), other), "phantom")
 	otherDereg := agentWrites("cdereg t y a1 h1")
 	expectFlagged(t, "a conditional deregister without request ID of another type", Writes(writeOps(), otherDereg), "phantom")
+	leader := agentWrites("nodehealth h1 suspect", "nodehealth h1 alive")
+	expectClean(t, "the leader's node-health marks", Writes(writeOps(), leader))
 }
 
 // The model applies agents' conditional deregisters as the FSM does: a

@@ -18,7 +18,7 @@ func Writes(ops []Op, t *Truth) []Violation {
 	var vs []Violation
 	applied := map[string][]uint64{}
 	for _, e := range t.Entries {
-		if e.Kind != "command" || e.Duplicate || byStubAgent(&e) {
+		if e.Kind != "command" || e.Duplicate || byStubAgent(&e) || byLeader(&e) {
 			continue
 		}
 		applied[e.RequestID] = append(applied[e.RequestID], e.Index)
@@ -59,6 +59,12 @@ func Writes(ops []Op, t *Truth) []Violation {
 	}
 	return vs
 }
+
+// byLeader reports whether e is a command the leader writes of its own
+// accord (the leader's node-health marks of a client agent gossip saw
+// fail): no request ID. The model replays it; it is exempt only from
+// having been issued by the workload.
+func byLeader(e *Entry) bool { return e.RequestID == "" && e.Command == "node-health" }
 
 // byStubAgent reports whether e is an agent's write of a stub plugin: no
 // request ID, and a command on type StubPluginType (or an ACL command of
