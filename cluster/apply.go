@@ -166,30 +166,41 @@ func (s *Server) Read(ctx context.Context, c api.Consistency) (*fsm.State, ReadM
 // reflects every write committed before the call: the leader's commit
 // index, confirmed by a round of heartbeats (VerifyLeader).
 func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
-	if s.IsLeader() {
-		return s.readIndexLocal(ctx)
-	}
+	return leaderCall(ctx, s, func() (uint64, error) { return s.readIndexLocal(ctx) }, rpcReadIndex, struct{}{})
+}
+
+// leaderCall runs local on the leader, or calls method with args on the
+// leader over RPC from a follower, and tries again (three more times, 50
+// ms apart) while the answer says nothing was done: the leader moved or
+// was unreachable, or has not taken office yet. The one retry rule of the
+// leader-only requests that are safe to repeat (read indexes, renewals);
+// writes have Apply's, which must not repeat what may have applied.
+func leaderCall[T any](ctx context.Context, s *Server, local func() (T, error), method string, args any) (T, error) {
 	for attempt := 0; ; attempt++ {
-		leader, err := s.waitForLeader(ctx)
-		if err != nil {
-			return 0, err
-		}
-		var idx uint64
-		err = s.pool.Call(ctx, leader, rpcReadIndex, struct{}{}, &idx)
-		if err == nil {
-			return idx, nil
-		}
-		err = rpcError(err)
-		var ce *api.Error
-		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
-			select {
-			case <-ctx.Done():
-				return 0, err
-			case <-time.After(50 * time.Millisecond):
+		var (
+			res T
+			err error
+		)
+		if s.IsLeader() {
+			res, err = local()
+		} else {
+			leader, werr := s.waitForLeader(ctx)
+			if werr != nil {
+				return res, werr
 			}
-			continue
+			if err = s.pool.Call(ctx, leader, method, args, &res); err != nil {
+				err = rpcError(err)
+			}
 		}
-		return 0, err
+		var ce *api.Error
+		if err == nil || !errors.As(err, &ce) || ce.Outcome() != api.NotApplied || attempt >= 3 {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

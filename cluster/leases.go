@@ -161,33 +161,7 @@ func (s *Server) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResu
 	if err := req.Validate(); err != nil {
 		return api.RenewResult{}, err
 	}
-	for attempt := 0; ; attempt++ {
-		var (
-			res api.RenewResult
-			err error
-		)
-		if s.IsLeader() {
-			res, err = s.renewLocal(req)
-		} else {
-			var leader string
-			if leader, err = s.waitForLeader(ctx); err != nil {
-				return res, err
-			}
-			if err = s.pool.Call(ctx, leader, rpcRenew, &req, &res); err != nil {
-				err = rpcError(err)
-			}
-		}
-		var ce *api.Error
-		if err == nil || !errors.As(err, &ce) || ce.Outcome() != api.NotApplied || attempt >= 3 {
-			return res, err
-		}
-		// The leader moved, or has not taken over the leases yet.
-		select {
-		case <-ctx.Done():
-			return res, err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return leaderCall(ctx, s, func() (api.RenewResult, error) { return s.renewLocal(req) }, rpcRenew, &req)
 }
 
 // renewLocal renews on this server, which must lead and have taken over
