@@ -75,11 +75,7 @@ func (s *State) nodeHealth(index uint64, r *NodeHealthRequest) (api.Result, []Ev
 		p := *cur // the state's instances are shared: a copy changes
 		p.Health = mark.Copy()
 		p.ModifyIndex = index
-		next := make(recency, len(list))
-		copy(next, list)
-		next[pos] = &p
-		s.put(p.Type, p.Name, list, next)
-		events = append(events, Event{Index: index, EventType: api.EventHealth, Info: &p, Current: next.front()})
+		events = append(events, s.replaceAt(index, list, pos, &p))
 	}
 	if len(events) == 0 {
 		return api.ResultUnchanged, nil

@@ -75,11 +75,7 @@ func (s *State) expire(index uint64, r *ExpireRequest) (api.Result, []Event) {
 		if pos < 0 || list[pos].ModifyIndex != l.ModifyIndex || list[pos].TTL == 0 {
 			continue
 		}
-		removed := list[pos]
-		rest := list.without(pos)
-		s.put(l.Type, l.Name, list, rest)
-		s.instances--
-		events = append(events, Event{Index: index, EventType: api.EventExpired, Info: removed, Current: rest.front()})
+		events = append(events, s.removeAt(index, l.Type, l.Name, list, pos, api.EventExpired))
 	}
 	if len(events) == 0 {
 		return api.ResultAbsent, nil

@@ -288,10 +288,7 @@ func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event)
 		// A health change: the instance keeps its place in the recency
 		// list (it was not registered anew).
 		p.CreateIndex = r[pos].CreateIndex
-		next := slices.Clone(r)
-		next[pos] = p
-		s.put(p.Type, p.Name, r, next)
-		return api.ResultUpdated, []Event{{Index: index, EventType: api.EventHealth, Info: p, Current: next.front()}}
+		return api.ResultUpdated, []Event{s.replaceAt(index, r, pos, p)}
 	}
 	if pos >= 0 {
 		p.CreateIndex = r[pos].CreateIndex
@@ -310,11 +307,27 @@ func (s *State) deregister(index uint64, ptype, name, allocID string) (api.Resul
 	if pos < 0 {
 		return api.ResultAbsent, nil
 	}
+	return api.ResultDeregistered, []Event{s.removeAt(index, ptype, name, r, pos, api.EventDeregistered)}
+}
+
+// removeAt removes position pos of r, the recency list of (ptype, name),
+// and returns the removal's event, of type ev.
+func (s *State) removeAt(index uint64, ptype, name string, r recency, pos int, ev api.EventType) Event {
 	removed := r[pos]
 	rest := r.without(pos)
 	s.put(ptype, name, r, rest)
 	s.instances--
-	return api.ResultDeregistered, []Event{{Index: index, EventType: api.EventDeregistered, Info: removed, Current: rest.front()}}
+	return Event{Index: index, EventType: ev, Info: removed, Current: rest.front()}
+}
+
+// replaceAt puts p in place of position pos of r, the recency list of p's
+// name, keeping the order (a change of health is no new registration),
+// and returns the health event.
+func (s *State) replaceAt(index uint64, r recency, pos int, p *api.PluginInfo) Event {
+	next := slices.Clone(r)
+	next[pos] = p
+	s.put(p.Type, p.Name, r, next)
+	return Event{Index: index, EventType: api.EventHealth, Info: p, Current: next.front()}
 }
 
 // checkCondition refuses a conditional deregister whose instance exists
