@@ -74,12 +74,8 @@ type RenewRequest struct {
 
 // Validate checks r as a request.
 func (r *RenewRequest) Validate() error {
-	for _, f := range []struct{ name, v string }{
-		{"Type", r.Type}, {"Name", r.Name}, {"AllocID", r.AllocID},
-	} {
-		if err := ValidateIdentifier(f.name, f.v); err != nil {
-			return err
-		}
+	if err := ValidateInstanceID(r.Type, r.Name, r.AllocID); err != nil {
+		return err
 	}
 	if r.IfNodeID != "" {
 		return ValidateIdentifier("node", r.IfNodeID)

@@ -72,12 +72,8 @@ func ValidatePlugin(p *PluginInfo) error {
 	if p == nil {
 		return fmt.Errorf("%w: plugin is missing", ErrInvalid)
 	}
-	for _, f := range []struct{ name, v string }{
-		{"Type", p.Type}, {"Name", p.Name}, {"AllocID", p.AllocID},
-	} {
-		if err := ValidateIdentifier(f.name, f.v); err != nil {
-			return err
-		}
+	if err := ValidateInstanceID(p.Type, p.Name, p.AllocID); err != nil {
+		return err
 	}
 	for _, f := range []struct{ name, v string }{
 		{"Version", p.Version}, {"NodeID", p.NodeID},
@@ -119,6 +115,19 @@ func ValidatePlugin(p *PluginInfo) error {
 	}
 	if total > MaxPluginBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, total, MaxPluginBytes)
+	}
+	return nil
+}
+
+// ValidateInstanceID checks an instance's identity (Type, Name, AllocID),
+// each with ValidateIdentifier, naming the fields as PluginInfo does.
+func ValidateInstanceID(ptype, name, allocID string) error {
+	for _, f := range []struct{ name, v string }{
+		{"Type", ptype}, {"Name", name}, {"AllocID", allocID},
+	} {
+		if err := ValidateIdentifier(f.name, f.v); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -29,12 +29,8 @@ func (r *DeregisterRequest) Conditional() bool { return r.IfNodeID != "" || r.If
 
 // Validate checks r as a request.
 func (r *DeregisterRequest) Validate() error {
-	for _, f := range []struct{ name, v string }{
-		{"Type", r.Type}, {"Name", r.Name}, {"AllocID", r.AllocID},
-	} { // the field names of PluginInfo, as ValidatePlugin reports them
-		if err := ValidateIdentifier(f.name, f.v); err != nil {
-			return err
-		}
+	if err := ValidateInstanceID(r.Type, r.Name, r.AllocID); err != nil {
+		return err
 	}
 	if r.IfNodeID != "" {
 		if err := ValidateIdentifier("node", r.IfNodeID); err != nil {

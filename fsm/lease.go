@@ -50,12 +50,8 @@ func (r *ExpireRequest) Validate() error {
 		return fmt.Errorf("%w: expire %d instances: want 1 to %d", api.ErrInvalid, len(r.Leases), MaxExpireBatch)
 	}
 	for i, l := range r.Leases {
-		for _, f := range []struct{ name, v string }{
-			{"Type", l.Type}, {"Name", l.Name}, {"AllocID", l.AllocID},
-		} {
-			if err := api.ValidateIdentifier(f.name, f.v); err != nil {
-				return fmt.Errorf("expire lease %d: %w", i, err)
-			}
+		if err := api.ValidateInstanceID(l.Type, l.Name, l.AllocID); err != nil {
+			return fmt.Errorf("expire lease %d: %w", i, err)
 		}
 		if l.ModifyIndex == 0 {
 			return fmt.Errorf("%w: expire lease %d (%s/%s/%s): no ModifyIndex", api.ErrInvalid, i, l.Type, l.Name, l.AllocID)
