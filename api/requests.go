@@ -56,10 +56,14 @@ type QueryKind string
 
 const (
 	QueryTypes     QueryKind = "types"     // every type with at least one instance
-	QueryList      QueryKind = "list"      // every instance of Type
+	QueryList      QueryKind = "list"      // the newest instance of every name of Type
 	QueryInstances QueryKind = "instances" // Type/Name's recency list, newest first
 	QueryInstance  QueryKind = "instance"  // one instance
 	QueryNode      QueryKind = "node"      // every instance registered with NodeID
+	// QueryTypeInstances reads every instance of Type, of every name (what
+	// coverage counts: one plugin name runs on many nodes). Servers before
+	// it refuse it as an invalid query kind.
+	QueryTypeInstances QueryKind = "type_instances"
 )
 
 // Query is one read.
@@ -83,11 +87,12 @@ const MaxWait = 10 * time.Minute
 // Validate checks q.
 func (q *Query) Validate() error {
 	need := map[QueryKind][]struct{ name, v string }{
-		QueryTypes:     nil,
-		QueryList:      {{"type", q.Type}},
-		QueryInstances: {{"type", q.Type}, {"name", q.Name}},
-		QueryInstance:  {{"type", q.Type}, {"name", q.Name}, {"alloc", q.AllocID}},
-		QueryNode:      {{"node", q.NodeID}},
+		QueryTypes:         nil,
+		QueryList:          {{"type", q.Type}},
+		QueryTypeInstances: {{"type", q.Type}},
+		QueryInstances:     {{"type", q.Type}, {"name", q.Name}},
+		QueryInstance:      {{"type", q.Type}, {"name", q.Name}, {"alloc", q.AllocID}},
+		QueryNode:          {{"node", q.NodeID}},
 	}
 	fields, ok := need[q.Kind]
 	if !ok {

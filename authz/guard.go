@@ -61,7 +61,7 @@ func (g guard) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult
 func (g guard) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {
 	a := From(ctx).Grants
 	switch q.Kind {
-	case api.QueryList, api.QueryInstances, api.QueryInstance:
+	case api.QueryList, api.QueryInstances, api.QueryInstance, api.QueryTypeInstances:
 		if err := Read(ctx, q.Type); err != nil {
 			return nil, err
 		}

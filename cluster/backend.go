@@ -90,6 +90,8 @@ func (b *Backend) Query(ctx context.Context, q api.Query) (*api.QueryResult, err
 		out.Plugins = []*api.PluginInfo{p}
 	case api.QueryNode:
 		out.Plugins = st.NodeInstances(q.NodeID)
+	case api.QueryTypeInstances:
+		out.Plugins = st.TypeInstances(q.Type)
 	}
 	// The instances are the state's own: they are only encoded, never
 	// changed.

@@ -146,6 +146,17 @@ func (s *State) List(ptype string) []*api.PluginInfo {
 	return out
 }
 
+// TypeInstances returns every instance of ptype, of every name (by name,
+// each name's newest first), or nil.
+func (s *State) TypeInstances(ptype string) []*api.PluginInfo {
+	var out []*api.PluginInfo
+	s.WalkTypes([]string{ptype}, func(_, _ string, list []*api.PluginInfo) bool {
+		out = append(out, list...)
+		return true
+	})
+	return out
+}
+
 // Instances returns the recency list of (ptype, name), newest first, or nil.
 func (s *State) Instances(ptype, name string) []*api.PluginInfo {
 	r := s.recency(ptype, name)
