@@ -384,7 +384,13 @@ func (q *QueryOptions) values() url.Values {
 }
 
 func (c *Client) query(ctx context.Context, path string, q *QueryOptions, out interface{}) (*QueryMeta, error) {
-	resp, err := c.do(ctx, http.MethodGet, path, q.values(), nil, nil)
+	return c.queryValues(ctx, path, q.values(), out)
+}
+
+// queryValues is query with the parameters already encoded (a read with
+// its own parameters adds them to q.values()).
+func (c *Client) queryValues(ctx context.Context, path string, v url.Values, out interface{}) (*QueryMeta, error) {
+	resp, err := c.do(ctx, http.MethodGet, path, v, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +414,30 @@ func (c *Client) List(ctx context.Context, ptype string, q *QueryOptions) ([]*Pl
 	var out []*PluginInfo
 	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype), q, &out)
 	return out, meta, err
+}
+
+// Coverage is the answer of GET /v1/coverage/{type}.
+type Coverage = api.Coverage
+
+// Coverage returns which live nodes have an instance of ptype and which
+// lack one (docs/api.md, "Coverage"), counting every member.
+func (c *Client) Coverage(ctx context.Context, ptype string, q *QueryOptions) (*Coverage, *QueryMeta, error) {
+	return c.CoverageOfRole(ctx, ptype, "", q)
+}
+
+// CoverageOfRole is Coverage counting only the members of role
+// (api.RoleClient or api.RoleServer; "" for every member).
+func (c *Client) CoverageOfRole(ctx context.Context, ptype, role string, q *QueryOptions) (*Coverage, *QueryMeta, error) {
+	v := q.values()
+	if role != "" {
+		v.Set("role", role)
+	}
+	var out Coverage
+	meta, err := c.queryValues(ctx, "/v1/coverage/"+seg(ptype), v, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
 }
 
 // Instances returns the recency list of (ptype, name), newest first.

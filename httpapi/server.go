@@ -157,6 +157,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/plugins/{type}", s.list)
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}", s.instances)
 	mux.HandleFunc("GET /v1/plugins/{type}/{name}/{alloc}", s.get)
+	mux.HandleFunc("GET /v1/coverage/{type}", s.coverage)
 	mux.HandleFunc("GET /v1/events", s.events)
 	mux.HandleFunc("GET /v1/status/leader", s.leader)
 	mux.HandleFunc("GET /v1/status/peers", s.peers)
@@ -501,6 +502,27 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		}
 		return res.Plugins[0]
 	})
+}
+
+// coverage: GET /v1/coverage/{type}[?role=client|server], which live
+// nodes have an instance of the type and which lack one (api.Coverage).
+// It reads every instance of the type (with the authorization, consistency
+// and blocking of GET /v1/plugins/{type}), matched against this agent's
+// gossip view: a client agent reads the list through a server and the
+// members from its own gossip, which is the same pool.
+func (s *Server) coverage(w http.ResponseWriter, r *http.Request) {
+	typ, role := r.PathValue("type"), r.URL.Query().Get("role")
+	if err := api.ValidateCoverageRole(role); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, ok := s.query(w, r, api.Query{Kind: api.QueryTypeInstances, Type: typ})
+	if !ok {
+		return
+	}
+	// Reading the type's list was allowed, which takes a policy: the
+	// guard's Members (any policy) answers too.
+	writeJSON(w, http.StatusOK, api.NewCoverage(typ, role, s.be.Members(r.Context()), res.Plugins))
 }
 
 // nodePlugins: GET /v1/nodes/{node}/plugins, every instance of a node.
