@@ -21,7 +21,9 @@ type Member struct {
 
 // Health is the body of GET /v1/health.
 type Health struct {
-	Status            string // "ok", or "no_leader"
+	// Status is "ok", or why not: "no_leader", "catching_up",
+	// "no_server", "missing_required_types", "required_types_unknown".
+	Status            string
 	Node              string
 	Role              string
 	Leader            string
@@ -32,6 +34,11 @@ type Health struct {
 	LastSnapshotIndex uint64
 	// Servers a client agent currently knows alive.
 	KnownServers int `json:",omitempty"`
+	// MissingTypes are the agent's required plugin types its node has no
+	// instance of (-required-plugin-types); Reason says why it is not
+	// ready when the status alone does not.
+	MissingTypes []string `json:",omitempty"`
+	Reason       string   `json:",omitempty"`
 }
 
 // KeyringStatus is one agent's gossip encryption keys, base64, the primary

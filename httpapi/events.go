@@ -53,7 +53,7 @@ func (e EventJSON) MarshalJSON() ([]byte, error) {
 // of the CPU (docs/api.md).
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
-	types := splitTypes(v["type"])
+	types := SplitTypes(v["type"])
 	for _, t := range types {
 		if err := api.ValidateIdentifier("type", t); err != nil {
 			writeError(w, err)

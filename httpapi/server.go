@@ -76,6 +76,10 @@ type Config struct {
 	// UI, when set, serves the web UI under /ui/ (package ui); / sends
 	// browsers there.
 	UI http.Handler
+	// RequiredTypes are plugin types this agent's node must have an
+	// instance of to be ready (-required-plugin-types): GET /v1/health
+	// answers 503 missing_required_types while one is missing.
+	RequiredTypes []string
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
@@ -575,9 +579,13 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request) {
 // it knows committed, a client agent that reaches a server; 503
 // otherwise; ?ready says so explicitly), or with ?live liveness (200
 // whenever the process serves HTTP), for supervisors that must not
-// restart an agent that merely waits for a leader.
+// restart an agent that merely waits for a leader. An agent with
+// RequiredTypes is also not ready while its node lacks one of them.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.be.Health()
+	if h.Status == "ok" && len(s.cfg.RequiredTypes) > 0 {
+		s.checkRequiredTypes(r.Context(), &h)
+	}
 	if r.URL.Query().Has("live") {
 		writeJSON(w, http.StatusOK, h)
 		return
@@ -587,6 +595,36 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, h)
+}
+
+// checkRequiredTypes sets h's status to missing_required_types (naming
+// them in MissingTypes) while this node has no instance of one of
+// RequiredTypes. It reads the node's instances from the answering
+// server's state (stale: a health check must not wait on the leader, and
+// an agent that reaches no server is already not ready); a failed read
+// is reported as such, not as ready.
+func (s *Server) checkRequiredTypes(ctx context.Context, h *api.Health) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	// The agent's own check, not the caller's read: health is open.
+	res, err := s.cfg.Backend.Query(ctx, api.Query{Kind: api.QueryNode, NodeID: s.cfg.Backend.NodeID(), Consistency: api.Stale})
+	if err != nil {
+		h.Status, h.Reason = "required_types_unknown", fmt.Sprintf("reading this node's plugins: %v", err)
+		return
+	}
+	has := map[string]bool{}
+	for _, p := range res.Plugins {
+		has[p.Type] = true
+	}
+	for _, t := range s.cfg.RequiredTypes {
+		if !has[t] {
+			h.MissingTypes = append(h.MissingTypes, t)
+		}
+	}
+	if len(h.MissingTypes) > 0 {
+		h.Status = "missing_required_types"
+		h.Reason = fmt.Sprintf("node %s has no instance of the required plugin types %s", h.Node, strings.Join(h.MissingTypes, ", "))
+	}
 }
 
 func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
@@ -620,7 +658,9 @@ func (s *Server) removePeer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"Removed": id})
 }
 
-func splitTypes(vals []string) []string {
+// SplitTypes reads type lists given as repeated values, each a comma list
+// (?type=a,b&type=c; -required-plugin-types a,b), leaving out empty items.
+func SplitTypes(vals []string) []string {
 	var out []string
 	for _, v := range vals {
 		for _, t := range strings.Split(v, ",") {

@@ -320,6 +320,37 @@ func runList(args []string) error {
 	})
 }
 
+func runCoverage(args []string) error {
+	cf := newClientFlags("coverage", "TYPE", "Shows which live nodes have an instance of TYPE (covered), which lack one\n(missing), which have instances that cannot be trusted (suspect: failed in\ngossip, not reaped yet) and which nodes outside the pool have some\n(orphaned). See docs/api.md, Coverage.")
+	stale := queryFlags(cf)
+	role := cf.fs.String("role", "", "count only the members of this role: client or server (empty: every member)")
+	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
+		if err := api.ValidateCoverageRole(*role); err != nil {
+			return err
+		}
+		cov, meta, err := c.CoverageOfRole(ctx, cf.args[0], *role, &client.QueryOptions{Stale: *stale})
+		if err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(cov)
+		}
+		var rows [][]string
+		for _, l := range []struct {
+			state string
+			nodes []string
+		}{{"covered", cov.Covered}, {"missing", cov.Missing}, {"suspect", cov.Suspect}, {"orphaned", cov.Orphaned}} {
+			for _, n := range l.nodes {
+				rows = append(rows, []string{n, l.state})
+			}
+		}
+		table("NODE\tSTATE", rows)
+		fmt.Printf("(%s: %d live nodes, %d covered, %d missing, %d suspect, %d orphaned instances, at index %d)\n",
+			cov.Type, cov.Nodes, len(cov.Covered), len(cov.Missing), len(cov.Suspect), cov.OrphanedInstances, meta.Index)
+		return nil
+	})
+}
+
 func runGet(args []string) error {
 	cf := newClientFlags("get", "TYPE NAME [ALLOC]", "Shows a plugin's instances, newest first, or one instance.")
 	stale := queryFlags(cf)

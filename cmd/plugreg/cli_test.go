@@ -132,6 +132,7 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"negative reap pause minimum", []string{"-node-reap-pause-min-failed", "-2"}, "node reap pause min failed -2"},
 		{"client with reap brakes", []string{"-client", "-node-reap-pause-above", "1"}, "-node-reap-pause-above, -server-port: server flags"},
 		{"negative lease expiry rate", []string{"-lease-expiry-rate", "-1"}, "-lease-expiry-rate -1: want a positive number"},
+		{"required type not an identifier", []string{"-required-plugin-types", "csi,csi/node"}, `-required-plugin-types: plugreg: invalid request: type "csi/node" contains '/'`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

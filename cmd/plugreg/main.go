@@ -28,6 +28,7 @@ var commands = map[string]command{
 	"list":       {"list the newest instance of each plugin of a type", runList},
 	"get":        {"show a plugin's instances, or one instance", runGet},
 	"types":      {"list plugin types", runTypes},
+	"coverage":   {"which live nodes have an instance of a type, and which lack one", runCoverage},
 	"watch":      {"stream registry events", runWatch},
 	"members":    {"list the cluster's servers", runMembers},
 	"peers":      {"list the Raft peers", runPeers},

@@ -106,6 +106,8 @@ type apiOptions struct {
 	// keyring is the agent's gossip keyring, served to operators (nil:
 	// gossip in plaintext).
 	keyring *gossip.Keyring
+	// requiredTypes: -required-plugin-types (httpapi.Config.RequiredTypes).
+	requiredTypes []string
 }
 
 // startNode starts a server and serves its HTTP API on httpAddr.
@@ -145,7 +147,7 @@ func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tls
 
 func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) {
 	n.be = be
-	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler()}
+	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler(), RequiredTypes: ao.requiredTypes}
 	if tlsc.ServesTLS() {
 		cfg.TLS = tlsc.IncomingConfig()
 	}
