@@ -1,6 +1,6 @@
 // Package ui is the web UI every agent serves at /ui/: the cluster's
 // members and health, plugin types, plugins and each name's recency list,
-// and a live event view, in plain HTML, CSS and JavaScript embedded in the
+// each type's coverage, and a live event view, in plain HTML, CSS and JavaScript embedded in the
 // binary (nothing is fetched from anywhere else). It reads the HTTP API
 // like any client, with the ACL token the user gives it.
 package ui

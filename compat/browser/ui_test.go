@@ -75,9 +75,10 @@ func count(ctx context.Context, t *testing.T, selector string) int {
 
 // The UI of a real three-server cluster and a client agent, in a real
 // browser: it lists the members with one leader and their health, the
-// registered plugins, a name's recency list; a plugin registered through
-// the API appears without a reload, with its event in the live view; a
-// search narrows the list; a deregistered plugin disappears.
+// registered plugins, a name's recency list, each type's coverage (which
+// live nodes have it, which lack it); a plugin registered through the API
+// appears without a reload, with its event in the live view; a search
+// narrows the list; a deregistered plugin disappears.
 func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 	ctx := browser(t)
 	c := proctest.StartCluster(t, proctest.ClusterConfig{})
@@ -108,6 +109,12 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 		`!!document.querySelector('#plugins tr.name-row[data-type="csi"][data-name="ebs.csi.aws.com"]') &&
 		 !!document.querySelector('#plugins tr.name-row[data-type="device"][data-name="nvidia.com-gpu"]')`)
 	waitFor(ctx, t, "the live stream", `document.querySelector('#stream-state').textContent === 'live'`)
+	// Coverage: host-1 (a live client agent) runs csi, the servers do
+	// not, host-2 is no member (registered through the API): orphaned.
+	waitFor(ctx, t, "csi's coverage",
+		`(() => { const cell = (s) => (document.querySelector('#coverage tr[data-type="csi"] td[data-state="' + s + '"]') || {}).textContent;
+		          return cell('covered') === '1: host-1' && cell('missing') === '3: server-1, server-2, server-3' &&
+		                 cell('suspect') === '0' && cell('orphaned') === '1: host-2'; })()`)
 	loadedAt, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`window.plugregLoadedAt`))
 	if err != nil || loadedAt == 0 {
 		t.Fatalf("plugregLoadedAt: %v %v", loadedAt, err)

@@ -11,6 +11,7 @@ const state = {
   types: new Map(),      // type -> [newest instance per name]
   instances: new Map(),  // "type/name" -> recency list, for expanded names
   expanded: new Set(),   // "type/name"
+  coverage: new Map(),   // type -> GET /v1/coverage/{type}
   denied: false,
 };
 
@@ -193,6 +194,38 @@ async function toggle(key) {
   render();
 }
 
+// ---- coverage ----
+
+// loadCoverage reads the coverage of every type shown (docs/api.md,
+// Coverage): after the plugins change, and with the members, since a node
+// joining or failing changes it too.
+async function loadCoverage() {
+  const types = [...state.types.keys()].sort();
+  for (const t of [...state.coverage.keys()]) if (!state.types.has(t)) state.coverage.delete(t);
+  for (const t of types) {
+    try {
+      state.coverage.set(t, await api("/v1/coverage/" + encodeURIComponent(t)));
+    } catch (e) {
+      if (state.denied) throw e;
+      state.coverage.delete(t); // an older server: no coverage
+    }
+  }
+  renderCoverage();
+}
+
+function renderCoverage() {
+  const tbody = $("#coverage tbody");
+  tbody.replaceChildren();
+  for (const t of [...state.coverage.keys()].sort()) {
+    const c = state.coverage.get(t);
+    const cell = (st, nodes) => el("td", { "data-state": st, class: nodes.length ? "some" : "" },
+      nodes.length ? `${nodes.length}: ${nodes.join(", ")}` : "0");
+    tbody.append(el("tr", { "data-type": t },
+      el("td", {}, t), el("td", {}, c.Nodes), cell("covered", c.Covered), cell("missing", c.Missing),
+      cell("suspect", c.Suspect), cell("orphaned", c.Orphaned)));
+  }
+}
+
 // ---- live events ----
 
 const stream = { complete: 0, partial: 0, seenAtPartial: new Set(), backoff: 500, ctrl: null, dirty: new Set() };
@@ -228,6 +261,7 @@ function refreshSoon() {
     try {
       if (types.includes("*")) await loadPlugins();
       else { for (const t of types) await loadType(t); render(); }
+      await loadCoverage();
     } catch (e) { if (!state.denied) banner(e.message); }
   }, 200);
 }
@@ -302,6 +336,7 @@ async function refreshAll() {
   try {
     await loadMembers();
     await loadPlugins();
+    await loadCoverage();
     if (!state.denied) banner("");
   } catch (e) {
     if (!state.denied) banner(e.message);
@@ -333,6 +368,6 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   for (const id of ["#filter", "#filter-type", "#filter-node"]) $(id).addEventListener("input", render);
-  setInterval(() => { if (!state.denied) loadMembers().catch(() => {}); }, 5000);
+  setInterval(() => { if (!state.denied) loadMembers().then(loadCoverage).catch(() => {}); }, 5000);
   start();
 });
