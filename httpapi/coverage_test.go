@@ -146,3 +146,48 @@ func TestCoverageACL(t *testing.T) {
 		}
 	}
 }
+
+// A server with RequiredTypes (-required-plugin-types) is not ready while
+// its own node has no instance of csi, and ready once it has; liveness
+// answers 200 throughout. Before, it was ready at once.
+func TestServerRequiredTypes(t *testing.T) {
+	addr := serveWith(t, httpapi.Config{RequiredTypes: []string{"csi"}})
+	u := "http://" + addr
+	health := func(query string) (int, api.Health) {
+		r := call(t, "GET", u+"/v1/health"+query, "")
+		var h api.Health
+		if err := json.Unmarshal([]byte(r.body), &h); err != nil {
+			t.Fatalf("health %s: %v", r.body, err)
+		}
+		return r.status, h
+	}
+	if code, h := health(""); code != 503 || h.Status != "missing_required_types" || !reflect.DeepEqual(h.MissingTypes, []string{"csi"}) || h.Node != "node1" {
+		t.Fatalf("before: %d %+v", code, h)
+	}
+	if code, _ := health("?live"); code != 200 {
+		t.Fatalf("liveness: %d", code)
+	}
+	// Another node's instance does not make this one ready.
+	for _, node := range []string{"elsewhere", "node1"} {
+		body := fmt.Sprintf(`{"Type":"csi","Name":"ebs","AllocID":%q,"NodeID":%q,"ConnectionInfo":{"SocketPath":"/run/ebs.sock"}}`, node, node)
+		if r := call(t, "POST", u+"/v1/plugins", body); r.status != 200 {
+			t.Fatalf("register on %s: %d %s", node, r.status, r.body)
+		}
+		if node == "elsewhere" {
+			if code, h := health(""); code != 503 {
+				t.Fatalf("with another node's instance: %d %+v", code, h)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, h := health("")
+		if code == 200 && h.Status == "ok" && len(h.MissingTypes) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after node1's instance: %d %+v", code, h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
