@@ -83,7 +83,9 @@ type agentSettings struct {
 	aclToken, aclAgentToken, aclPolicy string
 	aclEnabled                         bool
 	limits                             httpapi.Limits
-	requiredTypes                      string
+	// requiredTypes is repeatable, each a comma list: a -config list
+	// (["csi","dra"]) sets it once per item.
+	requiredTypes listFlag
 
 	// host is the host's plugin sources as given: setup checks it and
 	// fills in the plugin socket's path and its allowed uids.
@@ -136,7 +138,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.IntVar(&s.limits.MaxStreams, "http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
 	fs.IntVar(&s.limits.MaxBlockingQueries, "http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
 	fs.DurationVar(&s.limits.BodyReadTimeout, "http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
-	fs.StringVar(&s.requiredTypes, "required-plugin-types", "", "comma-separated plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
+	fs.Var(&s.requiredTypes, "required-plugin-types", "comma-separated (or repeated) plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
 	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 	fs.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
 	fs.DurationVar(&s.heartbeatTimeout, "heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
@@ -291,7 +293,7 @@ func (s *agentSettings) apiConfig() (apiOptions, error) {
 	default:
 		return apiOptions{}, fmt.Errorf("-acl-default-policy %q: want allow or deny", s.aclPolicy)
 	}
-	ao.requiredTypes = httpapi.SplitTypes([]string{s.requiredTypes})
+	ao.requiredTypes = httpapi.SplitTypes(s.requiredTypes)
 	for _, t := range ao.requiredTypes {
 		if err := api.ValidateIdentifier("type", t); err != nil {
 			return apiOptions{}, fmt.Errorf("-required-plugin-types: %w", err)

@@ -5,6 +5,7 @@ import (
 	"github.com/plugreg/plugreg/client"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,37 @@ func TestConfigFile(t *testing.T) {
 		if err := applyConfigFile(fs, write(bad)); err == nil {
 			t.Fatalf("config %s accepted", bad)
 		}
+	}
+}
+
+// -required-plugin-types reaches the HTTP API as a list, given as a comma
+// list, repeated, or as a -config list (a plain string flag kept only the
+// list's last item).
+func TestRequiredPluginTypesFlag(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.json")
+	os.WriteFile(cfg, []byte(`{"required-plugin-types":["csi","dra"]}`), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"comma list", []string{"-required-plugin-types", "csi, dra"}},
+		{"repeated", []string{"-required-plugin-types", "csi", "-required-plugin-types", "dra"}},
+		{"config list", []string{"-config", cfg}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := parseAgentFlags(append([]string{"-data-dir", filepath.Join(dir, "data")}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := s.setup()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.api.requiredTypes; !slices.Equal(got, []string{"csi", "dra"}) {
+				t.Fatalf("required types %q, want csi and dra", got)
+			}
+		})
 	}
 }
 
