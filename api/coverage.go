@@ -85,7 +85,7 @@ func NewCoverage(typ, role string, members []Member, plugins []*PluginInfo) Cove
 			continue
 		}
 		h, seen := healthy[p.NodeID]
-		healthy[p.NodeID] = h || !instanceSuspect(p)
+		healthy[p.NodeID] = h || !InstanceSuspect(p)
 		if m, ok := status[p.NodeID]; !ok || m.Status == "left" {
 			c.OrphanedInstances++
 			if !seen {
@@ -118,9 +118,9 @@ func NewCoverage(typ, role string, members []Member, plugins []*PluginInfo) Cove
 	return c
 }
 
-// instanceSuspect reports whether an instance, on a live node, is not to
-// be counted as covering it.
-func instanceSuspect(p *PluginInfo) bool {
+// InstanceSuspect reports whether an instance is not to be counted as
+// covering its node: in coverage, and for an agent's required types.
+func InstanceSuspect(p *PluginInfo) bool {
 	// instance health lands with issue 27 item 5
 	return false
 }

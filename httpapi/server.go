@@ -512,8 +512,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // nodes have an instance of the type and which lack one (api.Coverage).
 // It reads every instance of the type (with the authorization, consistency
 // and blocking of GET /v1/plugins/{type}), matched against this agent's
-// gossip view: a client agent reads the list through a server and the
-// members from its own gossip, which is the same pool.
+// gossip view: a client agent reads the instances through a server and
+// the members from its own gossip, which is the same pool.
 func (s *Server) coverage(w http.ResponseWriter, r *http.Request) {
 	typ, role := r.PathValue("type"), r.URL.Query().Get("role")
 	if err := api.ValidateCoverageRole(role); err != nil {
@@ -524,8 +524,8 @@ func (s *Server) coverage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Reading the type's list was allowed, which takes a policy: the
-	// guard's Members (any policy) answers too.
+	// Reading the type was allowed, which takes a policy: the guard's
+	// Members (any policy) answers too.
 	writeJSON(w, http.StatusOK, api.NewCoverage(typ, role, s.be.Members(r.Context()), res.Plugins))
 }
 
@@ -599,7 +599,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 // checkRequiredTypes sets h's status to missing_required_types (naming
 // them in MissingTypes) while this node has no instance of one of
-// RequiredTypes. It reads the node's instances from the answering
+// RequiredTypes (a suspect instance does not count). It reads the node's instances from the answering
 // server's state (stale: a health check must not wait on the leader, and
 // an agent that reaches no server is already not ready); a failed read
 // is reported as such, not as ready.
@@ -614,7 +614,8 @@ func (s *Server) checkRequiredTypes(ctx context.Context, h *api.Health) {
 	}
 	has := map[string]bool{}
 	for _, p := range res.Plugins {
-		has[p.Type] = true
+		// A suspect instance covers nothing, here as in coverage.
+		has[p.Type] = has[p.Type] || !api.InstanceSuspect(p)
 	}
 	for _, t := range s.cfg.RequiredTypes {
 		if !has[t] {
