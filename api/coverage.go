@@ -85,7 +85,7 @@ func NewCoverage(typ, role string, members []Member, plugins []*PluginInfo) Cove
 			continue
 		}
 		h, seen := healthy[p.NodeID]
-		healthy[p.NodeID] = h || !InstanceSuspect(p)
+		healthy[p.NodeID] = h || !p.Suspect()
 		if m, ok := status[p.NodeID]; !ok || m.Status == "left" {
 			c.OrphanedInstances++
 			if !seen {
@@ -116,11 +116,4 @@ func NewCoverage(typ, role string, members []Member, plugins []*PluginInfo) Cove
 		slices.Sort(l)
 	}
 	return c
-}
-
-// InstanceSuspect reports whether an instance is not to be counted as
-// covering its node: in coverage, and for an agent's required types.
-func InstanceSuspect(p *PluginInfo) bool {
-	// instance health lands with issue 27 item 5
-	return false
 }

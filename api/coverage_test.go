@@ -66,3 +66,21 @@ func TestValidateCoverageRole(t *testing.T) {
 		}
 	}
 }
+
+// A live node whose every instance of the type is suspect (its probes
+// time out) covers nothing: it is Suspect; one passing instance beside a
+// suspect one covers it.
+func TestCoverageCountsSuspectInstances(t *testing.T) {
+	members := []Member{{Name: "c1", Role: RoleClient, Status: "alive"}, {Name: "c2", Role: RoleClient, Status: "alive"}}
+	sick := &InstanceHealth{Status: HealthSuspect, Check: CheckProbe}
+	plugins := []*PluginInfo{
+		{Type: "csi", Name: "p", AllocID: "a1", NodeID: "c1", Health: sick},
+		{Type: "csi", Name: "p", AllocID: "a2", NodeID: "c2", Health: sick},
+		{Type: "csi", Name: "q", AllocID: "a3", NodeID: "c2"},
+	}
+	got := NewCoverage("csi", "", members, plugins)
+	want := Coverage{Type: "csi", Nodes: 2, Covered: []string{"c2"}, Missing: []string{}, Suspect: []string{"c1"}, Orphaned: []string{}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}

@@ -64,7 +64,8 @@ func (h *InstanceHealth) Copy() *InstanceHealth {
 	return &c
 }
 
-// Suspect reports whether p is marked suspect.
+// Suspect reports whether p is marked suspect: such an instance covers
+// no node (Coverage) and meets no agent's required types.
 func (p *PluginInfo) Suspect() bool { return p.Health != nil && p.Health.Status == HealthSuspect }
 
 // SameHealth reports whether a and b say the same thing (nil: passing).

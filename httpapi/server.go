@@ -615,7 +615,7 @@ func (s *Server) checkRequiredTypes(ctx context.Context, h *api.Health) {
 	has := map[string]bool{}
 	for _, p := range res.Plugins {
 		// A suspect instance covers nothing, here as in coverage.
-		has[p.Type] = has[p.Type] || !api.InstanceSuspect(p)
+		has[p.Type] = has[p.Type] || !p.Suspect()
 	}
 	for _, t := range s.cfg.RequiredTypes {
 		if !has[t] {
