@@ -167,15 +167,20 @@ func TestServerRequiredTypes(t *testing.T) {
 	if code, _ := health("?live"); code != 200 {
 		t.Fatalf("liveness: %d", code)
 	}
-	// Another node's instance does not make this one ready.
-	for _, node := range []string{"elsewhere", "node1"} {
-		body := fmt.Sprintf(`{"Type":"csi","Name":"ebs","AllocID":%q,"NodeID":%q,"ConnectionInfo":{"SocketPath":"/run/ebs.sock"}}`, node, node)
+	// Another node's instance does not make this one ready, nor does a
+	// suspect instance of its own.
+	for _, step := range []struct{ node, health string }{
+		{"elsewhere", ""},
+		{"node1", `,"Health":{"Status":"suspect","Check":"external","LastSeen":"2026-11-26T00:00:00Z"}`},
+		{"node1", ""},
+	} {
+		body := fmt.Sprintf(`{"Type":"csi","Name":"ebs","AllocID":%q,"NodeID":%q,"ConnectionInfo":{"SocketPath":"/run/ebs.sock"}%s}`, step.node, step.node, step.health)
 		if r := call(t, "POST", u+"/v1/plugins", body); r.status != 200 {
-			t.Fatalf("register on %s: %d %s", node, r.status, r.body)
+			t.Fatalf("register on %s: %d %s", step.node, r.status, r.body)
 		}
-		if node == "elsewhere" {
+		if step.node == "elsewhere" || step.health != "" {
 			if code, h := health(""); code != 503 {
-				t.Fatalf("with another node's instance: %d %+v", code, h)
+				t.Fatalf("with %s's instance %s: %d %+v", step.node, step.health, code, h)
 			}
 		}
 	}
