@@ -13,6 +13,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/filter"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -44,7 +45,7 @@ func (e EventJSON) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(e))
 }
 
-// events streams events: GET /v1/events?type=T&index=N. Without index, the
+// events streams events: GET /v1/events?type=T&index=N[&filter=F]. Without index, the
 // stream starts at this node's applied index (only new events). A heartbeat
 // carrying the stream's position is sent when nothing else was for the
 // heartbeat period. The stream is newline-delimited JSON, or length-delimited
@@ -68,6 +69,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		from = &n
+	}
+	flt, err := filter.Compile(v.Get("filter"))
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	if !s.streamSlots.take() {
 		writeError(w, limited("event streams", "event_streams"))
@@ -102,10 +108,23 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
+	var sf *streamFilter
+	if flt != nil {
+		sf = &streamFilter{f: flt, every: s.cfg.Heartbeat, lastWrite: time.Now()}
+	}
 	for ev := range ch {
-		deadline()
-		if err := writeEvent(w, ev, enc); err != nil {
-			return
+		if sf == nil {
+			deadline()
+			if err := writeEvent(w, ev, enc); err != nil {
+				return
+			}
+		} else {
+			for _, e := range sf.pass(ev, time.Now()) {
+				deadline()
+				if err := writeEvent(w, e, enc); err != nil {
+					return
+				}
+			}
 		}
 		// Flush only when nothing else is queued: one syscall per burst.
 		if len(ch) == 0 {
@@ -160,4 +179,47 @@ func encodeProtobuf(ev *api.Event) ([]byte, error) {
 	size := proto.Size(m)
 	b := protowire.AppendVarint(make([]byte, 0, protowire.SizeVarint(uint64(size))+size), uint64(size))
 	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
+}
+
+// streamFilter is one stream's ?filter=: a change is written when its
+// Info matches, a reset with the matching instances only, a heartbeat
+// always. It is applied here, on whatever the node's hub delivers (a
+// server's journal, a client agent's fan-out), so the hubs and the
+// upstream streams of a client agent are shared by every filter, and an
+// unfiltered stream costs nothing more.
+type streamFilter struct {
+	f     *filter.Filter
+	every time.Duration // the heartbeat period
+	// lastWrite is when the stream last wrote; pos is the index of the
+	// last event or heartbeat written.
+	lastWrite time.Time
+	pos       uint64
+}
+
+// pass returns what to write for ev. The hub sends a heartbeat only
+// after a quiet period, and a change this filter drops is not quiet to
+// it: under a steady flow of changes that do not match, the stream would
+// carry nothing, and a client would take it for stalled (and resume from
+// an old position). So when a period has passed without a write, a
+// change at index X first brings a heartbeat at X-1: every event below X
+// has been through the filter.
+func (sf *streamFilter) pass(ev delivery.Event, now time.Time) []delivery.Event {
+	var out []delivery.Event
+	change := ev.EventType != api.EventHeartbeat && ev.EventType != api.EventReset
+	if change && sf.every > 0 && now.Sub(sf.lastWrite) >= sf.every && ev.Index-1 > sf.pos {
+		out = append(out, delivery.Of(&api.Event{Index: ev.Index - 1, EventType: api.EventHeartbeat}))
+		sf.pos = ev.Index - 1
+	}
+	if e, ok := sf.f.Event(ev.Event); ok {
+		if e == ev.Event {
+			out = append(out, ev) // as every other subscriber gets it: encoded once
+		} else {
+			out = append(out, delivery.Of(e)) // this stream's own reset
+		}
+		sf.pos = max(sf.pos, ev.Index)
+	}
+	if len(out) > 0 {
+		sf.lastWrite = now
+	}
+	return out
 }

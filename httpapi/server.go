@@ -488,14 +488,12 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	if res, ok := s.query(w, r, api.Query{Kind: api.QueryList, Type: typ}); ok {
-		writeBody(w, s.lists.body(typ, res.Index, res.Plugins))
-	}
+	s.writeList(w, r, api.Query{Kind: api.QueryList, Type: typ}, byName, typ)
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 	q := api.Query{Kind: api.QueryInstances, Type: r.PathValue("type"), Name: r.PathValue("name")}
-	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
+	s.writeList(w, r, q, byRecency, "")
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -532,7 +530,7 @@ func (s *Server) coverage(w http.ResponseWriter, r *http.Request) {
 // nodePlugins: GET /v1/nodes/{node}/plugins, every instance of a node.
 func (s *Server) nodePlugins(w http.ResponseWriter, r *http.Request) {
 	q := api.Query{Kind: api.QueryNode, NodeID: r.PathValue("node")}
-	s.read(w, r, q, func(res *api.QueryResult) interface{} { return nonNil(res.Plugins) })
+	s.writeList(w, r, q, byNodeKey, "")
 }
 
 // nonNil returns in, or an empty slice for nil (JSON [] rather than null).
