@@ -356,6 +356,13 @@ type QueryOptions struct {
 	// the type changed past WaitIndex, or after WaitTime.
 	WaitIndex uint64
 	WaitTime  time.Duration
+	// Filter selects the instances of a list (docs/api.md, "Filters"); a
+	// bad expression is refused with ErrInvalid and its position.
+	Filter string
+	// PerPage and NextToken page a list: at most PerPage instances,
+	// from the one QueryMeta.NextToken of the previous page named.
+	PerPage   int
+	NextToken string
 }
 
 // QueryMeta describes a read's answer.
@@ -364,6 +371,9 @@ type QueryMeta struct {
 	KnownLeader bool
 	LastContact time.Duration
 	Addr        string // the node that answered
+	// NextToken names the first instance of the next page ("": this
+	// page is the last).
+	NextToken string
 }
 
 func (q *QueryOptions) values() url.Values {
@@ -379,6 +389,15 @@ func (q *QueryOptions) values() url.Values {
 	}
 	if q.WaitTime > 0 {
 		v.Set("wait", q.WaitTime.String())
+	}
+	if q.Filter != "" {
+		v.Set("filter", q.Filter)
+	}
+	if q.PerPage > 0 {
+		v.Set("per_page", strconv.Itoa(q.PerPage))
+	}
+	if q.NextToken != "" {
+		v.Set("next_token", q.NextToken)
 	}
 	return v
 }
@@ -399,6 +418,7 @@ func (c *Client) queryValues(ctx context.Context, path string, v url.Values, out
 	meta.KnownLeader = resp.Header.Get("X-Plugreg-Known-Leader") == "true"
 	ms, _ := strconv.ParseInt(resp.Header.Get("X-Plugreg-Last-Contact"), 10, 64)
 	meta.LastContact = time.Duration(ms) * time.Millisecond
+	meta.NextToken = resp.Header.Get("X-Plugreg-NextToken")
 	return meta, c.decode(resp, out)
 }
 

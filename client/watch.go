@@ -22,6 +22,11 @@ import (
 type WatchOptions struct {
 	// Types to receive; none means all.
 	Types []string
+	// Filter, when set, delivers only the changes whose instance matches
+	// it (and resets with the matching instances): docs/api.md, "Filters".
+	// A bad expression is refused by every node, so Watch keeps
+	// retrying: check it with a list read first (the CLI does).
+	Filter string
 	// StallTimeout: a connection silent this long (no event, no heartbeat)
 	// is abandoned for the next node. Zero: 15s (three of the server's
 	// default heartbeats).
@@ -90,6 +95,9 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	v := url.Values{}
 	if len(w.opts.Types) > 0 {
 		v.Set("type", strings.Join(w.opts.Types, ","))
+	}
+	if w.opts.Filter != "" {
+		v.Set("filter", w.opts.Filter)
 	}
 	v.Set("index", strconv.FormatUint(w.cur.Complete, 10))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/events?"+v.Encode(), nil)
