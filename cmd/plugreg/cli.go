@@ -302,8 +302,9 @@ func healthText(p *client.PluginInfo) string {
 func runList(args []string) error {
 	cf := newClientFlags("list", "TYPE", "Lists the newest instance of every plugin of TYPE, sorted by name.")
 	stale := queryFlags(cf)
+	flt := cf.fs.String("filter", "", "list only the instances that match this expression (docs/api.md, Filters)")
 	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
-		list, meta, err := c.List(ctx, cf.args[0], &client.QueryOptions{Stale: *stale})
+		list, meta, err := c.List(ctx, cf.args[0], &client.QueryOptions{Stale: *stale, Filter: *flt})
 		if err != nil {
 			return err
 		}
@@ -402,6 +403,7 @@ func runWatch(args []string) error {
 	cf := newClientFlags("watch", "[TYPE ...]", "Streams registry events of the given types (all when none), following\nnode failures without a gap. Runs until Ctrl-C (or -timeout, if set).")
 	index := cf.fs.Uint64("index", 0, "start after this index (0: from now)")
 	from0 := cf.fs.Bool("all", false, "start from the beginning: a reset with the full state, then changes")
+	flt := cf.fs.String("filter", "", "only the changes whose instance matches this expression (docs/api.md, Filters)")
 	cf.fs.Lookup("timeout").DefValue = "0 (none)"
 	*cf.timeout = 0
 	if err := cf.parseArgs(args); err != nil {
@@ -426,11 +428,23 @@ func runWatch(args []string) error {
 		}
 		from = meta.Index
 	}
+	if *flt != "" {
+		// Watch retries a refused stream for good; a list read with the
+		// filter answers its error (and position) once. Any type will do:
+		// the filter is checked before the list is read.
+		typ := "any"
+		if len(cf.args) > 0 {
+			typ = cf.args[0]
+		}
+		if _, _, err := c.List(ctx, typ, &client.QueryOptions{Filter: *flt, PerPage: 1, Stale: true}); err != nil {
+			return err
+		}
+	}
 	enc := json.NewEncoder(os.Stdout)
 	if !*cf.json {
 		fmt.Printf("%-8s %-13s %-12s %-16s %-10s %s\n", "INDEX", "EVENT", "TYPE", "NAME", "ALLOC", "NEWEST")
 	}
-	for ev := range c.Watch(ctx, from, client.WatchOptions{Types: cf.args}) {
+	for ev := range c.Watch(ctx, from, client.WatchOptions{Types: cf.args, Filter: *flt}) {
 		if *cf.json {
 			if err := enc.Encode(ev); err != nil {
 				return err

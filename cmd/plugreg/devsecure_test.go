@@ -63,6 +63,19 @@ func TestDevSecure(t *testing.T) {
 	if out, err := cli(secret[1], "register", "-type", "device", "-name", "gpu", "-alloc", "g1", "-socket", "/run/g.sock"); err == nil || !strings.Contains(out, "permission_denied") {
 		t.Fatalf("a csi token registering a device: %v\n%s", err, out)
 	}
+	// list -filter: the server's filter, and its refusal with the position.
+	if out, err := cli(secret[1], "list", "-filter", `Name == "ebs"`, "csi-node"); err != nil || !strings.Contains(out, "(1 plugin at index") {
+		t.Fatalf("list -filter matching: %v\n%s", err, out)
+	}
+	if out, err := cli(secret[1], "list", "-filter", `Options.zone == "none"`, "csi-node"); err != nil || !strings.Contains(out, "(0 plugins at index") {
+		t.Fatalf("list -filter matching nothing: %v\n%s", err, out)
+	}
+	if out, err := cli(secret[1], "list", "-filter", `Name = "ebs"`, "csi-node"); err == nil || !strings.Contains(out, "filter: 1:6 (5)") {
+		t.Fatalf("list -filter with a bad expression: %v\n%s", err, out)
+	}
+	if out, err := cli(secret[1], "watch", "-timeout", "1s", "-filter", `Name ==`, "csi-node"); err == nil || !strings.Contains(out, "filter: 1:8 (7)") {
+		t.Fatalf("watch -filter with a bad expression: %v\n%s", err, out)
+	}
 	if out, err := cli("", "list", "csi-node"); err == nil || !strings.Contains(out, "permission_denied") {
 		t.Fatalf("no token: %v\n%s", err, out)
 	}
