@@ -200,11 +200,29 @@ func (f *Filter) Match(p *api.PluginInfo) (ok bool, err error) {
 			ok, err = false, fmt.Errorf("%w: filter: cannot evaluate: %v", api.ErrInvalid, r)
 		}
 	}()
-	ok, err = f.eval.Evaluate(p)
+	ok, err = f.eval.Evaluate(datum(p))
 	if err != nil {
 		return false, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
 	}
 	return ok, nil
+}
+
+// passing is the Health a passing instance shows an expression.
+var passing = api.InstanceHealth{Status: api.HealthPassing}
+
+// datum is what an expression sees of p: p itself, except that a passing
+// instance, whose Health is nil, shows Health{Status: "passing"}. Without
+// it a selector into Health fails to evaluate on every passing instance
+// (bexpr cannot step through a nil pointer), and `Health.Status ==
+// "passing"` could select nothing.
+func datum(p *api.PluginInfo) *api.PluginInfo {
+	if p.Health != nil {
+		return p
+	}
+	c := *p
+	h := passing
+	c.Health = &h
+	return &c
 }
 
 // Plugins returns the instances of in that match, in order (in itself

@@ -15,6 +15,7 @@ func plugins() []*api.PluginInfo {
 			Options:        map[string]string{"zone": "eu-1", "tier": "gold"}, CreateIndex: 5, ModifyIndex: 9},
 		{Type: "csi", Name: "nfs", AllocID: "a2", Version: "0.9.1", NodeID: "n2",
 			ConnectionInfo: &api.ConnectionInfo{Address: "10.0.0.2:9000"}, TTL: api.Duration(30e9),
+			Health:      &api.InstanceHealth{Status: api.HealthSuspect, Check: api.CheckProbe, Reason: "GetInfo timed out"},
 			CreateIndex: 7, ModifyIndex: 7},
 		{Type: "device", Name: "gpu", AllocID: "a3", NodeID: "n1",
 			ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/gpu.sock"},
@@ -48,6 +49,12 @@ func TestFilterSelectsByEveryFieldKind(t *testing.T) {
 		{`ConnectionInfo.Address != ""`, "nfs"},
 		{`TTL != 0`, "nfs"},
 		{`not (Type == "csi")`, "gpu"},
+		// Health: a passing instance (no Health) shows Status "passing".
+		{`Health.Status == "suspect"`, "nfs"},
+		{`Health.Status == "passing"`, "ebs,gpu"},
+		{`Health.Status != "suspect" and Type == "csi"`, "ebs"},
+		{`Health.Check == "probe"`, "nfs"},
+		{`Health.Reason contains "timed out"`, "nfs"},
 	} {
 		f, err := Compile(tc.expr)
 		if err != nil {
