@@ -28,7 +28,7 @@ func TestAutopilotHealthAndSelf(t *testing.T) {
 		}
 		return r.status, h
 	}
-	c.Eventually(10*time.Second, "three healthy servers", func() bool {
+	c.Eventually(30*time.Second, "three healthy servers", func() bool {
 		st, h := health()
 		return st == 200 && h.Healthy && h.FailureTolerance == 1 && len(h.Servers) == 3
 	})
