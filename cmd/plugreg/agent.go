@@ -336,9 +336,10 @@ func startAndRunAgent(s *agentSettings, a *agentSetup) error {
 	enc.AcceptPlaintext, enc.SendPlaintext = !s.encryptIn, !s.encryptOut
 	a.api.keyring = enc.Keyring
 	// A large registry keeps its GC headroom at half its live data
-	// rather than all of it (internal/gctune); GOGC or GOMEMLIMIT in the
-	// environment turn this off.
-	defer gctune.Start(gctune.Config{}).Stop()
+	// rather than all of it, and a server's small registry gets 256 MiB
+	// of headroom rather than its live heap's few MiB (internal/gctune);
+	// GOGC or GOMEMLIMIT in the environment turn this off.
+	defer gctune.Start(gctune.Config{SmallHeaps: !s.client}).Stop()
 	if s.pprof != "" {
 		stopPprof, err := servePprof(s.pprof, logger)
 		if err != nil {

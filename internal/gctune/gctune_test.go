@@ -34,6 +34,31 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+// With SmallHeaps, a heap below the floor gets the floor as headroom too
+// (GOGC above 100); from the floor's reach on, nothing changes.
+func TestPercentSmallHeaps(t *testing.T) {
+	const mib = 1 << 20
+	cases := []struct {
+		name string
+		live uint64
+		want int
+	}{
+		{"empty heap: the default", 0, 100},
+		{"a nearly empty heap: the floor over 16 MiB", 1 * mib, 1600},
+		{"small heap: the floor", 32 * mib, 800},
+		{"at the floor's reach", 256 * mib, 100},
+		{"between: the floor", 400 * mib, 64},
+		{"large heap: half", 4096 * mib, 50},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (Config{SmallHeaps: true}).Percent(tc.live); got != tc.want {
+				t.Fatalf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
+			}
+		})
+	}
+}
+
 // gcPercent reads GOGC without changing it.
 func gcPercent() int {
 	p := debug.SetGCPercent(100)
