@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"container/heap"
 	"context"
 	"sort"
 	"sync"
@@ -29,8 +30,34 @@ type Journal struct {
 	floor  uint64
 	state  *fsm.State
 	notify chan struct{} // closed and replaced when anything is added
-	closed bool
-	done   chan struct{} // closed by Close
+	// waiters are the writes waiting for this node to apply their index
+	// (WaitForIndex), lowest index first: an applied batch wakes only
+	// those it reached, not every waiter (etcd's wait registry). Under
+	// load a follower holds a waiter per forwarded write, and waking them
+	// all at every batch cost each a wake-up and a sleep per batch.
+	waiters indexWaiters
+	closed  bool
+	done    chan struct{} // closed by Close
+}
+
+// indexWaiter is one WaitForIndex call: ch is closed once index applied.
+type indexWaiter struct {
+	index uint64
+	ch    chan struct{}
+}
+
+// indexWaiters is a min-heap of waiters by index (container/heap).
+type indexWaiters []indexWaiter
+
+func (h indexWaiters) Len() int           { return len(h) }
+func (h indexWaiters) Less(i, k int) bool { return h[i].index < h[k].index }
+func (h indexWaiters) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
+func (h *indexWaiters) Push(x any)        { *h = append(*h, x.(indexWaiter)) }
+func (h *indexWaiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
 }
 
 var _ fsm.Sink = (*Journal)(nil)
@@ -87,6 +114,10 @@ func (j *Journal) Restored(s *fsm.State) {
 func (j *Journal) wakeLocked() {
 	close(j.notify)
 	j.notify = make(chan struct{})
+	applied := j.state.Index()
+	for len(j.waiters) > 0 && j.waiters[0].index <= applied {
+		close(heap.Pop(&j.waiters).(indexWaiter).ch)
+	}
 }
 
 // Close wakes every reader and makes it return. Idempotent.
@@ -112,23 +143,30 @@ func (j *Journal) State() *fsm.State {
 // WaitForIndex returns once this node has applied index, or with ctx's
 // error, or ErrShutdown.
 func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, error) {
-	for {
-		j.mu.Lock()
-		s, wait, closed := j.state, j.notify, j.closed
+	j.mu.Lock()
+	s, closed := j.state, j.closed
+	if s.Index() >= index {
 		j.mu.Unlock()
-		if s.Index() >= index {
-			return s, nil
-		}
-		if closed {
-			return nil, ErrShutdown
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-j.done:
-			return nil, ErrShutdown
-		}
+		return s, nil
+	}
+	if closed {
+		j.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	// A waiter whose ctx ends stays in the heap until its index is
+	// applied or the journal closes: the index was committed (the caller
+	// had it from Apply), so it is applied soon, and a waiter is a few
+	// bytes.
+	ch := make(chan struct{})
+	heap.Push(&j.waiters, indexWaiter{index: index, ch: ch})
+	j.mu.Unlock()
+	select {
+	case <-ch:
+		return j.State(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-j.done:
+		return nil, ErrShutdown
 	}
 }
 
