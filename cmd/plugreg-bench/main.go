@@ -480,20 +480,21 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		add := func(workload string, run func(s system) (stats, error)) error {
 			c := &cell{Workload: workload, Clients: conc, Results: map[string]stats{}}
 			for _, s := range order(k) {
-				cpu0 := clusterCPU(s)
+				cpu0, gen0 := clusterCPU(s), benchCPU()
 				st, err := run(s)
 				if err != nil {
 					return err
 				}
 				if st.Ops > 0 {
 					st.ServerCPUPerOp = ms(clusterCPU(s)-cpu0) / float64(st.Ops)
+					st.ClientCPUPerOp = ms(benchCPU()-gen0) / float64(st.Ops)
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.Results[s.name()] = st
-				logf("%-10s %3d clients %-8s %8.0f %s/s p50 %6.2fms p99 %7.2fms p999 %7.2fms cpu %.3fms/op errors %d missed %d %s",
-					workload, conc, s.name(), st.Throughput, st.Unit, st.P50, st.P99, st.P999, st.ServerCPUPerOp, st.Errors, st.Missed, st.FirstErr)
+				logf("%-10s %3d clients %-8s %8.0f %s/s p50 %6.2fms p99 %7.2fms p999 %7.2fms cpu %.3fms/op gen %.3fms/op errors %d missed %d %s",
+					workload, conc, s.name(), st.Throughput, st.Unit, st.P50, st.P99, st.P999, st.ServerCPUPerOp, st.ClientCPUPerOp, st.Errors, st.Missed, st.FirstErr)
 			}
 			k++
 			c.computeRatio()

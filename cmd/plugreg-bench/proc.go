@@ -114,6 +114,13 @@ func (p *proc) signalAndWait(sig syscall.Signal, grace time.Duration) {
 	<-done
 }
 
+// benchCPU is the CPU time this process (the load generator) has used;
+// zero if /proc cannot say.
+func benchCPU() time.Duration {
+	d, _ := cpuTime(os.Getpid())
+	return d
+}
+
 // cpuTime is the user+system CPU time pid has used, from /proc/PID/stat.
 func cpuTime(pid int) (time.Duration, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

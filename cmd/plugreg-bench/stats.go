@@ -27,6 +27,12 @@ type stats struct {
 	// operation costs the cluster, independent of how busy the shared
 	// machine was.
 	ServerCPUPerOp float64 `json:"server_cpu_ms_per_op"`
+	// ClientCPUPerOp is the CPU time the bench process itself (the load
+	// generator: the system's client library, its encodings, the
+	// workers) used during the cell, per operation (ms). It shares the
+	// two cores with the servers: a client that costs more CPU per
+	// operation leaves less to its servers.
+	ClientCPUPerOp float64 `json:"client_cpu_ms_per_op"`
 	FirstErr       string  `json:"first_error,omitempty"`
 	Unit           string  `json:"unit"`
 }
@@ -74,6 +80,7 @@ type ratio struct {
 	P99        float64 `json:"p99"`
 	P999       float64 `json:"p999"`
 	CPUPerOp   float64 `json:"server_cpu_per_op"`
+	ClientCPU  float64 `json:"client_cpu_per_op"`
 }
 
 func (c *cell) computeRatio() {
@@ -92,7 +99,8 @@ func latencyRatio(p, e stats) ratio {
 }
 
 func ratioOf(p, e stats) ratio {
-	return ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp)}
+	return ratio{Throughput: div(p.Throughput, e.Throughput), P50: div(p.P50, e.P50), P99: div(p.P99, e.P99), P999: div(p.P999, e.P999), CPUPerOp: div(p.ServerCPUPerOp, e.ServerCPUPerOp),
+		ClientCPU: div(p.ClientCPUPerOp, e.ClientCPUPerOp)}
 }
 
 func div(a, b float64) float64 {
@@ -110,17 +118,17 @@ func f(v float64, prec int) string {
 }
 
 func printTable(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s | %s\n",
+	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %s\n",
 		"workload", "cli", "plugreg/s", "p50ms", "p99ms", "p999ms", "etcd/s", "p50ms", "p99ms", "p999ms",
-		"x/s", "x p50", "x p99", "x p999", "x cpu", "errors/missed (plugreg, etcd)")
-	fmt.Fprintln(w, strings.Repeat("-", 157))
+		"x/s", "x p50", "x p99", "x p999", "x cpu", "x gen", "errors/missed (plugreg, etcd)")
+	fmt.Fprintln(w, strings.Repeat("-", 164))
 	for _, c := range cells {
 		p, e := c.Results["plugreg"], c.Results["etcd"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s | %d/%d, %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %d/%d, %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2), f(p.P999, 2),
 			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
-			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2),
+			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2), f(c.Ratio.ClientCPU, 2),
 			p.Errors, p.Missed, e.Errors, e.Missed)
 	}
 }
