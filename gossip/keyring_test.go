@@ -310,14 +310,30 @@ func TestKeyRotationWithoutDowntime(t *testing.T) {
 	if _, err := fresh.Join([]string{pools[2].Addr()}); err != nil {
 		t.Fatalf("a node with the new key: %v", err)
 	}
-	waitUntil(t, "the new node seen by all", func() bool {
+	// 60 s, and every view on failure: once in a CI run under full load
+	// one pool had not seen the new node alive within 20 s.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var views []string
+		seen := 0
 		for _, p := range pools {
-			if !aliveNames(p)["fresh"] {
-				return false
+			if aliveNames(p)["fresh"] {
+				seen++
 			}
+			var ms []string
+			for _, m := range p.Members() {
+				ms = append(ms, m.Name+"="+string(m.Status))
+			}
+			views = append(views, fmt.Sprintf("%s sees %v", p.cfg.NodeID, ms))
 		}
-		return true
-	})
+		if seen == len(pools) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new node not seen alive by every pool within 60 s: %s", strings.Join(views, "; "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Turning encryption on in a running pool, as docs/security.md says:
