@@ -11,48 +11,33 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// Percent without and with SmallHeaps: with it, a heap below the floor
+// gets the floor as headroom too (GOGC above 100); from the floor's reach
+// on, the two agree.
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	cases := []struct {
-		name string
-		live uint64
-		want int
+		name  string
+		small bool
+		live  uint64
+		want  int
 	}{
-		{"empty heap: the default", 0, 100},
-		{"small heap: the default", 10 * mib, 100},
-		{"at the floor's reach", 256 * mib, 100},
-		{"between: the floor", 400 * mib, 64},
-		{"twice the floor: half", 512 * mib, 50},
-		{"large heap: half", 4096 * mib, 50},
+		{"empty heap: the default", false, 0, 100},
+		{"small heap: the default", false, 10 * mib, 100},
+		{"at the floor's reach", false, 256 * mib, 100},
+		{"between: the floor", false, 400 * mib, 64},
+		{"twice the floor: half", false, 512 * mib, 50},
+		{"large heap: half", false, 4096 * mib, 50},
+		{"SmallHeaps, empty heap: the default", true, 0, 100},
+		{"SmallHeaps, a nearly empty heap: the floor over 16 MiB", true, 1 * mib, 1600},
+		{"SmallHeaps, small heap: the floor", true, 32 * mib, 800},
+		{"SmallHeaps, at the floor's reach", true, 256 * mib, 100},
+		{"SmallHeaps, between: the floor", true, 400 * mib, 64},
+		{"SmallHeaps, large heap: half", true, 4096 * mib, 50},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := (Config{}).Percent(tc.live); got != tc.want {
-				t.Fatalf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
-			}
-		})
-	}
-}
-
-// With SmallHeaps, a heap below the floor gets the floor as headroom too
-// (GOGC above 100); from the floor's reach on, nothing changes.
-func TestPercentSmallHeaps(t *testing.T) {
-	const mib = 1 << 20
-	cases := []struct {
-		name string
-		live uint64
-		want int
-	}{
-		{"empty heap: the default", 0, 100},
-		{"a nearly empty heap: the floor over 16 MiB", 1 * mib, 1600},
-		{"small heap: the floor", 32 * mib, 800},
-		{"at the floor's reach", 256 * mib, 100},
-		{"between: the floor", 400 * mib, 64},
-		{"large heap: half", 4096 * mib, 50},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := (Config{SmallHeaps: true}).Percent(tc.live); got != tc.want {
+			if got := (Config{SmallHeaps: tc.small}).Percent(tc.live); got != tc.want {
 				t.Fatalf("Percent(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
 			}
 		})
