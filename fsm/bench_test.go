@@ -10,10 +10,14 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
+// benchEntries are registrations as the Go client and the agents send
+// them: each with a request ID, so the request-ID window is in the cost.
 func benchEntries(b *testing.B, n int) []*raft.Log {
 	logs := make([]*raft.Log, n)
 	for i := range logs {
-		data, err := EncodeCommand(reg(plugin("csi", fmt.Sprintf("name-%d", i%10000), fmt.Sprintf("alloc-%d", i))))
+		r := reg(plugin("csi", fmt.Sprintf("name-%d", i%10000), fmt.Sprintf("alloc-%d", i)))
+		r.RequestID = fmt.Sprintf("3f9c2a7e-%08x-4b1d-9e2f-6a5c0d8b7e41", i)
+		data, err := EncodeCommand(r)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,10 +1,8 @@
 package fsm
 
 import (
-	"encoding/binary"
 	"fmt"
 
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/plugreg/plugreg/api"
 )
 
@@ -22,109 +20,79 @@ type RequestRecord struct {
 	Removed int
 }
 
-// requests is the bounded window of recent request IDs: by ID for lookup,
-// by index for eviction in log order. Both trees are immutable like the
-// rest of State.
+// requests is the bounded window of recent request IDs. It is written
+// only by the apply goroutine and costs no copy per write: the records sit
+// in log order in an append-only slice that every State shares (a State's
+// log is a view of it: records are never changed once appended, an
+// append writes past the end of every published view, and an eviction
+// moves this State's start forward), and byID, the apply goroutine's map
+// for lookups, is changed in place. A published State's byID must not be
+// read by anyone else: readers go through log (State.Request).
+//
+// The window was two immutable radix trees before; their path copies were
+// about a third of the FSM's CPU per write and a fifth of the bytes a
+// server allocated (docs/benchmarks.md, performance round 3).
 type requests struct {
-	byID    *iradix.Tree[RequestRecord]
-	byIndex *iradix.Tree[string]
-	// txID and txIndex are open during an ApplyBatch (see State.batch),
-	// with n the size of txID; nil in a published State.
-	txID    *iradix.Txn[RequestRecord]
-	txIndex *iradix.Txn[string]
-	n       int
-}
-
-func (r *requests) begin() {
-	if r.byID == nil {
-		*r = newRequests()
-	}
-	r.txID, r.txIndex, r.n = r.byID.Txn(), r.byIndex.Txn(), r.byID.Len()
-}
-
-func (r *requests) commit() {
-	if r.txID == nil {
-		return
-	}
-	r.byID, r.byIndex = r.txID.Commit(), r.txIndex.Commit()
-	r.txID, r.txIndex = nil, nil
+	log  []RequestRecord
+	byID map[string]RequestRecord
 }
 
 func newRequests() requests {
-	return requests{byID: iradix.New[RequestRecord](), byIndex: iradix.New[string]()}
+	return requests{byID: make(map[string]RequestRecord)}
 }
 
-func indexKey(i uint64) []byte {
-	var k [8]byte
-	binary.BigEndian.PutUint64(k[:], i)
-	return k[:]
-}
-
+// get is for the apply goroutine (and a State being built).
 func (r requests) get(id string) (RequestRecord, bool) {
-	if r.txID != nil {
-		return r.txID.Get([]byte(id))
-	}
-	if r.byID == nil {
-		return RequestRecord{}, false
-	}
-	return r.byID.Get([]byte(id))
+	rec, ok := r.byID[id]
+	return rec, ok
 }
 
 // add records rec and evicts the oldest records past RequestWindow. An ID
 // already in the window moves to rec's index (apply never re-adds one, but
-// a restore records its ID in the backup's window, which may hold it).
+// a restore records its ID in the backup's window, which may hold it): the
+// log is then rebuilt without the old record, in a new array, so that no
+// published view changes.
 func (r *requests) add(rec RequestRecord) {
-	if r.txID != nil {
-		if old, replaced := r.txID.Insert([]byte(rec.ID), rec); !replaced {
-			r.n++
-		} else {
-			r.txIndex.Delete(indexKey(old.Index))
-		}
-		r.txIndex.Insert(indexKey(rec.Index), rec.ID)
-		for r.n > RequestWindow {
-			k, id, _ := r.txIndex.Root().Minimum()
-			r.txIndex.Delete(k)
-			if _, ok := r.txID.Delete([]byte(id)); ok {
-				r.n--
-			}
-		}
-		return
-	}
 	if r.byID == nil {
 		*r = newRequests()
 	}
-	var (
-		old      RequestRecord
-		replaced bool
-	)
-	r.byID, old, replaced = r.byID.Insert([]byte(rec.ID), rec)
-	if replaced {
-		r.byIndex, _, _ = r.byIndex.Delete(indexKey(old.Index))
+	if old, ok := r.byID[rec.ID]; ok {
+		log := make([]RequestRecord, 0, len(r.log))
+		for _, x := range r.log {
+			if x.Index != old.Index {
+				log = append(log, x)
+			}
+		}
+		r.log = log
 	}
-	r.byIndex, _, _ = r.byIndex.Insert(indexKey(rec.Index), rec.ID)
-	for r.byID.Len() > RequestWindow {
-		k, id, _ := r.byIndex.Root().Minimum()
-		r.byIndex, _, _ = r.byIndex.Delete(k)
-		r.byID, _, _ = r.byID.Delete([]byte(id))
+	r.byID[rec.ID] = rec
+	r.log = append(r.log, rec)
+	for len(r.log) > RequestWindow {
+		delete(r.byID, r.log[0].ID)
+		r.log = r.log[1:]
 	}
 }
 
-func (r requests) len() int {
-	if r.byID == nil {
-		return 0
-	}
-	return r.byID.Len()
-}
+func (r requests) len() int { return len(r.log) }
 
 // walk visits records in log order.
 func (r requests) walk(fn func(RequestRecord) bool) {
-	if r.byIndex == nil {
-		return
+	for _, rec := range r.log {
+		if !fn(rec) {
+			return
+		}
 	}
-	r.byIndex.Root().Walk(func(_ []byte, id string) bool {
-		rec, _ := r.byID.Get([]byte(id))
-		return !fn(rec)
-	})
+}
+
+// find looks id up in the log alone, so any goroutine may call it on a
+// published State: O(window), for tests and tools.
+func (r requests) find(id string) (RequestRecord, bool) {
+	for i := len(r.log) - 1; i >= 0; i-- {
+		if r.log[i].ID == id {
+			return r.log[i], true
+		}
+	}
+	return RequestRecord{}, false
 }
 
 // recordable are the results a request record may hold: every result a

@@ -80,37 +80,67 @@ func TestRequestWindow(t *testing.T) {
 	}
 }
 
-// An ID added again moves to its new index, in and out of a batch: the
-// window keeps one record for it, so it walks in log order and a snapshot
-// of it reads back. A restore is what adds an ID again (it records its own
-// ID in the backup's window, which may hold it already).
+// An ID added again moves to its new index: the window keeps one record
+// for it, so it walks in log order and a snapshot of it reads back, and a
+// State that shared the window before keeps its view. A restore is what
+// adds an ID again (it records its own ID in the backup's window, which
+// may hold it already).
 func TestRequestWindowMovesAnIDAddedAgain(t *testing.T) {
-	for _, batched := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
-			s := NewState()
-			if batched {
-				s.requests.begin()
-			}
-			s.requests.add(RequestRecord{ID: "a", Index: 5, Result: api.ResultRegistered})
-			s.requests.add(RequestRecord{ID: "b", Index: 6, Result: api.ResultRegistered})
-			s.requests.add(RequestRecord{ID: "a", Index: 9, Result: api.ResultRestored})
-			s.requests.commit()
-			s.index = 9
-			var got []string
-			s.requests.walk(func(rec RequestRecord) bool {
-				got = append(got, fmt.Sprintf("%s@%d", rec.ID, rec.Index))
-				return true
-			})
-			if fmt.Sprint(got) != "[b@6 a@9]" {
-				t.Fatalf("window walks %v, want [b@6 a@9]", got)
-			}
-			var buf bytes.Buffer
-			if err := WriteState(&buf, s); err != nil {
-				t.Fatalf("snapshot: %v", err)
-			}
-			if _, err := ReadState(&buf); err != nil {
-				t.Fatalf("read back: %v", err)
-			}
+	s := NewState()
+	s.requests.add(RequestRecord{ID: "a", Index: 5, Result: api.ResultRegistered})
+	s.requests.add(RequestRecord{ID: "b", Index: 6, Result: api.ResultRegistered})
+	before := *s
+	s.requests.add(RequestRecord{ID: "a", Index: 9, Result: api.ResultRestored})
+	s.index = 9
+	walk := func(s *State) string {
+		var got []string
+		s.requests.walk(func(rec RequestRecord) bool {
+			got = append(got, fmt.Sprintf("%s@%d", rec.ID, rec.Index))
+			return true
 		})
+		return fmt.Sprint(got)
+	}
+	if got := walk(s); got != "[b@6 a@9]" {
+		t.Fatalf("window walks %v, want [b@6 a@9]", got)
+	}
+	if got := walk(&before); got != "[a@5 b@6]" {
+		t.Fatalf("the earlier State's window walks %v, want [a@5 b@6]", got)
+	}
+	var buf bytes.Buffer
+	if err := WriteState(&buf, s); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if _, err := ReadState(&buf); err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+}
+
+// Every published State keeps the window it was published with while
+// later batches append to and evict from the shared log: views never
+// change, whatever the batch sizes.
+func TestRequestWindowViewsStayAsPublished(t *testing.T) {
+	a := newApplier(t)
+	type view struct {
+		s     *State
+		first string
+		n     int
+	}
+	var views []view
+	for i := 0; i < RequestWindow+3000; i++ {
+		a.apply(&DeregisterNodeRequest{NodeID: "n", RequestID: fmt.Sprintf("r%d", i)})
+		if i%997 == 0 || i >= RequestWindow-2 && i < RequestWindow+2 {
+			s := a.fsm.State()
+			views = append(views, view{s: s, first: s.requests.log[0].ID, n: s.requests.len()})
+		}
+	}
+	for _, v := range views {
+		want := min(int(v.s.Index()), RequestWindow)
+		if v.n != want || v.s.requests.len() != want || v.s.requests.log[0].ID != v.first {
+			t.Fatalf("state at %d: window of %d starting %s, published with %d starting %s", v.s.Index(), v.s.requests.len(), v.s.requests.log[0].ID, v.n, v.first)
+		}
+		last := v.s.requests.log[v.s.requests.len()-1]
+		if last.Index != v.s.Index() || last.ID != fmt.Sprintf("r%d", v.s.Index()-1) {
+			t.Fatalf("state at %d: window ends with %+v", v.s.Index(), last)
+		}
 	}
 }

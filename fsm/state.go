@@ -78,7 +78,6 @@ type batch struct {
 // trees. Between the two, reads and writes of s go through them.
 func (s *State) beginBatch() {
 	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}}
-	s.requests.begin()
 }
 
 func (s *State) commitBatch() {
@@ -98,7 +97,6 @@ func (s *State) commitBatch() {
 		}
 	}
 	s.types = b.types.Commit()
-	s.requests.commit()
 }
 
 // NewState returns the empty state at index 0.
@@ -215,8 +213,9 @@ func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*ap
 }
 
 // Request returns the recorded outcome of the write with request ID id, if
-// it is still in the window.
-func (s *State) Request(id string) (RequestRecord, bool) { return s.requests.get(id) }
+// it is still in the window. It scans the window (the apply path has its
+// own map), so any goroutine may call it: for tests and tools.
+func (s *State) Request(id string) (RequestRecord, bool) { return s.requests.find(id) }
 
 func (s *State) recency(ptype, name string) recency {
 	if s.batch != nil {
