@@ -480,21 +480,16 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		add := func(workload string, run func(s system) (stats, error)) error {
 			c := &cell{Workload: workload, Clients: conc, Results: map[string]stats{}}
 			for _, s := range order(k) {
-				cpu0, gen0 := clusterCPU(s), benchCPU()
-				st, err := run(s)
+				st, err := measureCell(ctx, s, func() (stats, error) { return run(s) })
 				if err != nil {
 					return err
-				}
-				if st.Ops > 0 {
-					st.ServerCPUPerOp = ms(clusterCPU(s)-cpu0) / float64(st.Ops)
-					st.ClientCPUPerOp = ms(benchCPU()-gen0) / float64(st.Ops)
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.Results[s.name()] = st
-				logf("%-10s %3d clients %-8s %8.0f %s/s p50 %6.2fms p99 %7.2fms p999 %7.2fms cpu %.3fms/op gen %.3fms/op errors %d missed %d %s",
-					workload, conc, s.name(), st.Throughput, st.Unit, st.P50, st.P99, st.P999, st.ServerCPUPerOp, st.ClientCPUPerOp, st.Errors, st.Missed, st.FirstErr)
+				logf("%-10s %3d clients %-8s %8.0f %s/s p50 %6.2fms p99 %7.2fms p999 %7.2fms cpu %.3fms/op gen %.3fms/op %s errors %d missed %d %s",
+					workload, conc, s.name(), st.Throughput, st.Unit, st.P50, st.P99, st.P999, st.ServerCPUPerOp, st.ClientCPUPerOp, raftLog(st.Raft), st.Errors, st.Missed, st.FirstErr)
 			}
 			k++
 			c.computeRatio()
@@ -602,6 +597,48 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		}
 	}
 	return nil
+}
+
+// measureCell runs one system's side of a cell: its clock (run), the CPU
+// its servers and the load generator used per operation, and what its
+// Raft log did, from the members' metrics read before and after, outside
+// the CPU window. A failed scrape leaves st.Raft nil, logged: the cell's
+// own figures still hold.
+func measureCell(ctx context.Context, s system, run func() (stats, error)) (stats, error) {
+	src := s.metrics()
+	before, serr := scrapeMembers(ctx, src)
+	leader, lerr := s.leader(ctx)
+	cpu0, gen0 := clusterCPU(s), benchCPU()
+	st, err := run()
+	if err != nil {
+		return st, err
+	}
+	if st.Ops > 0 {
+		st.ServerCPUPerOp = ms(clusterCPU(s)-cpu0) / float64(st.Ops)
+		st.ClientCPUPerOp = ms(benchCPU()-gen0) / float64(st.Ops)
+	}
+	after, aerr := scrapeMembers(ctx, src)
+	leaderAfter, laerr := s.leader(ctx)
+	if err := errors.Join(serr, lerr, aerr, laerr); err != nil {
+		if ctx.Err() == nil {
+			logf("%s: no Raft figures for this cell: %v", s.name(), err)
+		}
+		return st, nil
+	}
+	st.Raft = raftActivityOf(src, before, after, leader, leaderAfter, st.Writes)
+	return st, nil
+}
+
+// raftLog is the log line's part for a; "" when there is none.
+func raftLog(a *raftActivity) string {
+	if a == nil {
+		return ""
+	}
+	s := fmt.Sprintf("fsyncs leader %.0f all %.0f ops/fsync %.1f", a.LeaderFsyncs, a.MemberFsyncs, a.OpsPerLeaderFsync)
+	if a.LeaderChanged {
+		s += " (leader changed)"
+	}
+	return s
 }
 
 // runProfile runs a 64-client register cell against plugreg while taking a

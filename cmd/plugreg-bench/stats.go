@@ -22,6 +22,13 @@ type stats struct {
 	Max        float64 `json:"max_ms"`
 	// Missed counts watch deliveries that never arrived.
 	Missed int `json:"missed,omitempty"`
+	// Writes counts the acknowledged writes of the cell: Ops for
+	// register and deregister, the writers' writes for watch (whose Ops
+	// are deliveries), none for list.
+	Writes int `json:"writes"`
+	// Raft is what the system's Raft log did during the cell; nil when
+	// a member's metrics could not be read.
+	Raft *raftActivity `json:"raft,omitempty"`
 	// ServerCPUPerOp is the CPU time the system's three server
 	// processes used during the cell, per operation (ms): what one
 	// operation costs the cluster, independent of how busy the shared
@@ -117,39 +124,51 @@ func f(v float64, prec int) string {
 	return fmt.Sprintf("%.*f", prec, v)
 }
 
+// opsPerFsync is the table's figure for how many writes one fsync of the
+// leader covered: "-" for a cell without writes or without the figure.
+func opsPerFsync(st stats) string {
+	if st.Raft == nil || st.Raft.OpsPerLeaderFsync == 0 {
+		return "-"
+	}
+	return f(st.Raft.OpsPerLeaderFsync, 1)
+}
+
 func printTable(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %s\n",
+	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s | %s\n",
 		"workload", "cli", "plugreg/s", "p50ms", "p99ms", "p999ms", "etcd/s", "p50ms", "p99ms", "p999ms",
-		"x/s", "x p50", "x p99", "x p999", "x cpu", "x gen", "errors/missed (plugreg, etcd)")
-	fmt.Fprintln(w, strings.Repeat("-", 164))
+		"x/s", "x p50", "x p99", "x p999", "x cpu", "x gen", "p op/fs", "e op/fs", "errors/missed (plugreg, etcd)")
+	fmt.Fprintln(w, strings.Repeat("-", 182))
 	for _, c := range cells {
 		p, e := c.Results["plugreg"], c.Results["etcd"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %d/%d, %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s | %d/%d, %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2), f(p.P999, 2),
 			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
 			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2), f(c.Ratio.ClientCPU, 2),
+			opsPerFsync(p), opsPerFsync(e),
 			p.Errors, p.Missed, e.Errors, e.Missed)
 	}
+	fmt.Fprintln(w, "op/fs: acknowledged writes per fsync of the Raft log on the leader (p plugreg, e etcd)")
 }
 
 // printBaseline prints plugreg against the baseline cluster of the same
 // run (-baseline-bin, -baseline-flags).
 func printBaseline(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "\n%-19s %4s | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %s\n",
+	fmt.Fprintf(w, "\n%-19s %4s | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s | %s\n",
 		"plugreg/baseline", "cli", "plugreg/s", "p50ms", "p99ms", "base/s", "p50ms", "p99ms",
-		"x/s", "x p50", "x p99", "x cpu", "errors/missed (baseline)")
-	fmt.Fprintln(w, strings.Repeat("-", 120))
+		"x/s", "x p50", "x p99", "x cpu", "p op/fs", "b op/fs", "errors/missed (baseline)")
+	fmt.Fprintln(w, strings.Repeat("-", 138))
 	for _, c := range cells {
 		if c.RatioBaseline == nil {
 			continue
 		}
 		p, b := c.Results["plugreg"], c.Results["baseline"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s | %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2),
 			f(b.Throughput, 0), f(b.P50, 2), f(b.P99, 2),
 			f(c.RatioBaseline.Throughput, 2), f(c.RatioBaseline.P50, 2), f(c.RatioBaseline.P99, 2), f(c.RatioBaseline.CPUPerOp, 2),
+			opsPerFsync(p), opsPerFsync(b),
 			b.Errors, b.Missed)
 	}
 }

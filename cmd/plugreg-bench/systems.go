@@ -45,6 +45,9 @@ type system interface {
 	restart(i int) error
 	waitReady(ctx context.Context, timeout time.Duration) error
 	pid(i int) int
+	// metrics says where the members serve their Prometheus metrics
+	// and which series count Raft log fsyncs (metrics.go).
+	metrics() metricsSource
 }
 
 type writer interface {
@@ -168,6 +171,14 @@ func (s *plugregSystem) waitReady(ctx context.Context, d time.Duration) error {
 	return s.c.waitReady(ctx, d)
 }
 
+func (s *plugregSystem) metrics() metricsSource {
+	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores}}
+	for _, n := range s.c.nodes {
+		src.urls = append(src.urls, s.c.url(n)+"/v1/metrics")
+	}
+	return src
+}
+
 // ---- etcd ----
 
 type etcdSystem struct{ c *etcdCluster }
@@ -271,4 +282,12 @@ func (s *etcdSystem) restart(i int) error                     { return s.c.membe
 func (s *etcdSystem) pid(i int) int                           { return s.c.members[i].proc.pid() }
 func (s *etcdSystem) waitReady(ctx context.Context, d time.Duration) error {
 	return s.c.waitReady(ctx, d)
+}
+
+func (s *etcdSystem) metrics() metricsSource {
+	src := metricsSource{hc: scrapeClient, fsyncs: []string{etcdWALFsyncs}}
+	for _, m := range s.c.members {
+		src.urls = append(src.urls, "http://"+m.endpoint()+"/metrics")
+	}
+	return src
 }

@@ -122,6 +122,7 @@ func registerCell(ctx context.Context, s system, ws *clientPool[writer], conc in
 		mu.Unlock()
 		return nil
 	})
+	st.Writes = st.Ops
 	return st, done
 }
 
@@ -129,13 +130,15 @@ func registerCell(ctx context.Context, s system, ws *clientPool[writer], conc in
 // they run out or dur passes.
 func deregisterCell(ctx context.Context, ws *clientPool[writer], conc int, dur time.Duration, todo []rec) stats {
 	var next atomic.Int64
-	return closedLoop(ctx, conc, dur, "writes", func(ctx context.Context, w, i int) error {
+	st := closedLoop(ctx, conc, dur, "writes", func(ctx context.Context, w, i int) error {
 		k := int(next.Add(1)) - 1
 		if k >= len(todo) {
 			return errExhausted
 		}
 		return ws.cs[w].deregister(ctx, todo[k])
 	})
+	st.Writes = st.Ops
+	return st
 }
 
 // listCell lists the 1,000 names of type "list" through readers that all
@@ -273,6 +276,7 @@ func watchCell(ctx context.Context, s system, ws *clientPool[writer], conc, nWat
 	}
 	out := summarize(all, wstats.Errors, time.Duration(wstats.Seconds*float64(time.Second)), "deliveries")
 	out.Missed = missed
+	out.Writes = wstats.Ops
 	out.FirstErr = wstats.FirstErr
 	return out, nil
 }

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What each system's Raft log did during a cell, read from every member's
+// Prometheus metrics before and after the cell (outside its CPU window).
+// The names were checked by scraping running members (plugreg built from
+// this tree, Debian's etcd 3.4).
+const (
+	// plugreg: hashicorp/raft's timers through go-metrics' Prometheus
+	// sink (service name "plugreg"); a summary's _count is its number of
+	// calls. raft.leader.dispatchLog times the leader's StoreLogs of one
+	// batch, raft.rpc.appendEntries.storeLogs a follower's StoreLogs of
+	// one append. With raft-wal (the default -log-store) one StoreLogs is
+	// one fsync; with -log-store boltdb it is one bolt commit (itself two
+	// fsyncs), so the figures then count commits.
+	plugregLeaderStores   = "plugreg_raft_leader_dispatchLog_count"
+	plugregFollowerStores = "plugreg_raft_rpc_appendEntries_storeLogs_count"
+	// etcd: one fsync of its WAL, the Raft log, leader or follower. The
+	// bbolt backend commits on its own timer (100 ms) and is not counted,
+	// as plugreg's in-memory state has no such file.
+	etcdWALFsyncs = "etcd_disk_wal_fsync_duration_seconds_count"
+)
+
+// metricsSource says where a system's members serve their metrics and
+// which series to read there.
+type metricsSource struct {
+	hc   *http.Client
+	urls []string // one per member, in member order
+	// fsyncs are the series whose sum is a member's Raft log fsyncs.
+	fsyncs []string
+}
+
+// scrapeClient reads etcd's /metrics; plugreg's are read with its
+// cluster's client (which speaks TLS under -tls).
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
+// raftActivity is what a system's Raft log did during one cell.
+type raftActivity struct {
+	// Leader is the member (0-based) that led when the cell started.
+	Leader int `json:"leader"`
+	// LeaderChanged: another member led when the cell ended; the
+	// leader's figures then cover only part of the cell.
+	LeaderChanged bool    `json:"leader_changed,omitempty"`
+	LeaderFsyncs  float64 `json:"leader_fsyncs"`
+	// MemberFsyncs is the sum over all members, the leader included.
+	MemberFsyncs float64 `json:"member_fsyncs"`
+	// OpsPerLeaderFsync is the cell's acknowledged writes over the
+	// leader's fsyncs: how many operations one fsync covered (group
+	// commit). 0 when the cell wrote nothing or the leader changed.
+	OpsPerLeaderFsync float64 `json:"ops_per_leader_fsync"`
+}
+
+// scrapeMembers reads every member's series of src.
+func scrapeMembers(ctx context.Context, src metricsSource) ([]map[string]float64, error) {
+	var names []string
+	names = append(names, src.fsyncs...)
+	out := make([]map[string]float64, len(src.urls))
+	for i, url := range src.urls {
+		v, err := scrapeSamples(ctx, src.hc, url, names)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// scrapeSamples reads the unlabelled samples named in names from a
+// Prometheus text endpoint. A series that is absent reads as 0: plugreg's
+// go-metrics sink drops a series 60 s after its last update (and starts
+// it again from 0), and one never updated has no series yet.
+func scrapeSamples(ctx context.Context, hc *http.Client, url string, names []string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	want := map[string]bool{}
+	out := map[string]float64{}
+	for _, n := range names {
+		want[n], out[n] = true, 0
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// "name value": comments and labelled series (which have a '{'
+		// in the name field) never match a wanted name.
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || !want[f[0]] {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("scrape %s: %s: %w", url, f[0], err)
+		}
+		out[f[0]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return out, nil
+}
+
+// counterDelta is how much a counter grew from before to after. A counter
+// that went down was started again (plugreg's sink dropped an idle
+// series): all of after is new.
+func counterDelta(before, after float64) float64 {
+	if after < before {
+		return after
+	}
+	return after - before
+}
+
+// sumDelta is the growth of the named series of one member, summed.
+func sumDelta(before, after map[string]float64, names []string) float64 {
+	var sum float64
+	for _, n := range names {
+		sum += counterDelta(before[n], after[n])
+	}
+	return sum
+}
+
+// raftActivityOf turns the members' counters before and after a cell
+// that made writes acknowledged writes into the cell's figures; leader
+// led at its start and leaderAfter at its end.
+func raftActivityOf(src metricsSource, before, after []map[string]float64, leader, leaderAfter, writes int) *raftActivity {
+	a := &raftActivity{Leader: leader, LeaderChanged: leader != leaderAfter}
+	for i := range before {
+		d := sumDelta(before[i], after[i], src.fsyncs)
+		a.MemberFsyncs += d
+		if i == leader {
+			a.LeaderFsyncs = d
+		}
+	}
+	if writes > 0 && a.LeaderFsyncs > 0 && !a.LeaderChanged {
+		a.OpsPerLeaderFsync = float64(writes) / a.LeaderFsyncs
+	}
+	return a
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// A scrape reads the unlabelled series asked for and reads an absent one
+// as 0 (plugreg's sink drops idle series).
+func TestScrapeSamples(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `# HELP plugreg_raft_leader_dispatchLog plugreg_raft_leader_dispatchLog
+# TYPE plugreg_raft_leader_dispatchLog summary
+plugreg_raft_leader_dispatchLog{quantile="0.5"} NaN
+plugreg_raft_leader_dispatchLog_sum 0.93
+plugreg_raft_leader_dispatchLog_count 41
+plugreg_raft_replication_appendEntries_rpc_count{peer_id="n2"} 1449
+`)
+	}))
+	defer srv.Close()
+	got, err := scrapeSamples(context.Background(), srv.Client(), srv.URL, []string{plugregLeaderStores, plugregFollowerStores})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[plugregLeaderStores] != 41 || got[plugregFollowerStores] != 0 || len(got) != 2 {
+		t.Fatalf("got %v, want dispatchLog 41 and storeLogs 0", got)
+	}
+}
+
+// The leader's figure is its own growth; a series that went down was
+// started again and counts from 0.
+func TestRaftActivityOf(t *testing.T) {
+	src := metricsSource{fsyncs: []string{"a", "b"}}
+	before := []map[string]float64{{"a": 10, "b": 0}, {"a": 0, "b": 100}, {"a": 0, "b": 50}}
+	after := []map[string]float64{{"a": 30, "b": 0}, {"a": 0, "b": 120}, {"a": 0, "b": 15}}
+	got := raftActivityOf(src, before, after, 0, 0, 200)
+	if got.LeaderFsyncs != 20 || got.MemberFsyncs != 55 || got.OpsPerLeaderFsync != 10 {
+		t.Fatalf("got %+v, want leader 20, members 20+20+15, 10 ops per fsync", got)
+	}
+	if moved := raftActivityOf(src, before, after, 0, 1, 200); !moved.LeaderChanged || moved.OpsPerLeaderFsync != 0 {
+		t.Fatalf("leader changed: got %+v, want no ops per fsync", moved)
+	}
+}
