@@ -634,7 +634,7 @@ func raftLog(a *raftActivity) string {
 	if a == nil {
 		return ""
 	}
-	s := fmt.Sprintf("fsyncs leader %.0f all %.0f ops/fsync %.1f", a.LeaderFsyncs, a.MemberFsyncs, a.OpsPerLeaderFsync)
+	s := fmt.Sprintf("fsyncs leader %.0f all %.0f ops/fsync %.1f snapshots %.0f", a.LeaderFsyncs, a.MemberFsyncs, a.OpsPerLeaderFsync, a.Snapshots)
 	if a.LeaderChanged {
 		s += " (leader changed)"
 	}

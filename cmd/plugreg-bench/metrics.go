@@ -28,6 +28,16 @@ const (
 	// bbolt backend commits on its own timer (100 ms) and is not counted,
 	// as plugreg's in-memory state has no such file.
 	etcdWALFsyncs = "etcd_disk_wal_fsync_duration_seconds_count"
+
+	// Snapshots a member took of its own state (a snapshot makes a cell's
+	// tail slower: it writes the whole state and may compact the log).
+	// plugreg: raft.snapshot.persist, timed once a snapshot was written
+	// (raft.snapshot.takeSnapshot is timed on failures too). etcd: the
+	// whole of a snapshot save. Neither bench cluster changes its
+	// system's snapshot settings: plugreg snapshots every 8192 entries
+	// (checked every 2 min), etcd 3.4 every 100,000.
+	plugregSnapshots = "plugreg_raft_snapshot_persist_count"
+	etcdSnapshots    = "etcd_debugging_snap_save_total_duration_seconds_count"
 )
 
 // metricsSource says where a system's members serve their metrics and
@@ -35,8 +45,9 @@ const (
 type metricsSource struct {
 	hc   *http.Client
 	urls []string // one per member, in member order
-	// fsyncs are the series whose sum is a member's Raft log fsyncs.
-	fsyncs []string
+	// fsyncs are the series whose sum is a member's Raft log fsyncs,
+	// snapshots those whose sum is its snapshots.
+	fsyncs, snapshots []string
 }
 
 // scrapeClient reads etcd's /metrics; plugreg's are read with its
@@ -57,12 +68,14 @@ type raftActivity struct {
 	// leader's fsyncs: how many operations one fsync covered (group
 	// commit). 0 when the cell wrote nothing or the leader changed.
 	OpsPerLeaderFsync float64 `json:"ops_per_leader_fsync"`
+	// Snapshots counts the snapshots the members took, summed.
+	Snapshots float64 `json:"snapshots"`
 }
 
 // scrapeMembers reads every member's series of src.
 func scrapeMembers(ctx context.Context, src metricsSource) ([]map[string]float64, error) {
 	var names []string
-	names = append(names, src.fsyncs...)
+	names = append(append(names, src.fsyncs...), src.snapshots...)
 	out := make([]map[string]float64, len(src.urls))
 	for i, url := range src.urls {
 		v, err := scrapeSamples(ctx, src.hc, url, names)
@@ -147,6 +160,7 @@ func raftActivityOf(src metricsSource, before, after []map[string]float64, leade
 		if i == leader {
 			a.LeaderFsyncs = d
 		}
+		a.Snapshots += sumDelta(before[i], after[i], src.snapshots)
 	}
 	if writes > 0 && a.LeaderFsyncs > 0 && !a.LeaderChanged {
 		a.OpsPerLeaderFsync = float64(writes) / a.LeaderFsyncs

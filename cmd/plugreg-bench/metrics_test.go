@@ -33,12 +33,12 @@ plugreg_raft_replication_appendEntries_rpc_count{peer_id="n2"} 1449
 // The leader's figure is its own growth; a series that went down was
 // started again and counts from 0.
 func TestRaftActivityOf(t *testing.T) {
-	src := metricsSource{fsyncs: []string{"a", "b"}}
-	before := []map[string]float64{{"a": 10, "b": 0}, {"a": 0, "b": 100}, {"a": 0, "b": 50}}
-	after := []map[string]float64{{"a": 30, "b": 0}, {"a": 0, "b": 120}, {"a": 0, "b": 15}}
+	src := metricsSource{fsyncs: []string{"a", "b"}, snapshots: []string{"s"}}
+	before := []map[string]float64{{"a": 10, "b": 0, "s": 1}, {"a": 0, "b": 100}, {"a": 0, "b": 50}}
+	after := []map[string]float64{{"a": 30, "b": 0, "s": 2}, {"a": 0, "b": 120}, {"a": 0, "b": 15, "s": 1}}
 	got := raftActivityOf(src, before, after, 0, 0, 200)
-	if got.LeaderFsyncs != 20 || got.MemberFsyncs != 55 || got.OpsPerLeaderFsync != 10 {
-		t.Fatalf("got %+v, want leader 20, members 20+20+15, 10 ops per fsync", got)
+	if got.LeaderFsyncs != 20 || got.MemberFsyncs != 55 || got.OpsPerLeaderFsync != 10 || got.Snapshots != 2 {
+		t.Fatalf("got %+v, want leader 20, members 20+20+15, 10 ops per fsync, 2 snapshots", got)
 	}
 	if moved := raftActivityOf(src, before, after, 0, 1, 200); !moved.LeaderChanged || moved.OpsPerLeaderFsync != 0 {
 		t.Fatalf("leader changed: got %+v, want no ops per fsync", moved)

@@ -133,42 +133,57 @@ func opsPerFsync(st stats) string {
 	return f(st.Raft.OpsPerLeaderFsync, 1)
 }
 
+// snapshots is the table's count of snapshots the members of a and b took
+// during a cell, "a,b", or "-" when there were none.
+func snapshots(a, b stats) string {
+	n := func(st stats) float64 {
+		if st.Raft == nil {
+			return 0
+		}
+		return st.Raft.Snapshots
+	}
+	if n(a) == 0 && n(b) == 0 {
+		return "-"
+	}
+	return f(n(a), 0) + "," + f(n(b), 0)
+}
+
 func printTable(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s | %s\n",
+	fmt.Fprintf(w, "%-19s %4s | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s %5s | %s\n",
 		"workload", "cli", "plugreg/s", "p50ms", "p99ms", "p999ms", "etcd/s", "p50ms", "p99ms", "p999ms",
-		"x/s", "x p50", "x p99", "x p999", "x cpu", "x gen", "p op/fs", "e op/fs", "errors/missed (plugreg, etcd)")
-	fmt.Fprintln(w, strings.Repeat("-", 182))
+		"x/s", "x p50", "x p99", "x p999", "x cpu", "x gen", "p op/fs", "e op/fs", "snaps", "errors/missed (plugreg, etcd)")
+	fmt.Fprintln(w, strings.Repeat("-", 188))
 	for _, c := range cells {
 		p, e := c.Results["plugreg"], c.Results["etcd"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s | %d/%d, %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s %8s | %9s %8s %8s %8s | %6s %6s %6s %6s %6s %6s | %7s %7s %5s | %d/%d, %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2), f(p.P999, 2),
 			f(e.Throughput, 0), f(e.P50, 2), f(e.P99, 2), f(e.P999, 2),
 			f(c.Ratio.Throughput, 2), f(c.Ratio.P50, 2), f(c.Ratio.P99, 2), f(c.Ratio.P999, 2), f(c.Ratio.CPUPerOp, 2), f(c.Ratio.ClientCPU, 2),
-			opsPerFsync(p), opsPerFsync(e),
+			opsPerFsync(p), opsPerFsync(e), snapshots(p, e),
 			p.Errors, p.Missed, e.Errors, e.Missed)
 	}
-	fmt.Fprintln(w, "op/fs: acknowledged writes per fsync of the Raft log on the leader (p plugreg, e etcd)")
+	fmt.Fprintln(w, "op/fs: acknowledged writes per fsync of the Raft log on the leader (p plugreg, e etcd); snaps: snapshots the members took in the cell (plugreg,etcd)")
 }
 
 // printBaseline prints plugreg against the baseline cluster of the same
 // run (-baseline-bin, -baseline-flags).
 func printBaseline(w io.Writer, cells []*cell) {
-	fmt.Fprintf(w, "\n%-19s %4s | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s | %s\n",
+	fmt.Fprintf(w, "\n%-19s %4s | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s %5s | %s\n",
 		"plugreg/baseline", "cli", "plugreg/s", "p50ms", "p99ms", "base/s", "p50ms", "p99ms",
-		"x/s", "x p50", "x p99", "x cpu", "p op/fs", "b op/fs", "errors/missed (baseline)")
-	fmt.Fprintln(w, strings.Repeat("-", 138))
+		"x/s", "x p50", "x p99", "x cpu", "p op/fs", "b op/fs", "snaps", "errors/missed (baseline)")
+	fmt.Fprintln(w, strings.Repeat("-", 144))
 	for _, c := range cells {
 		if c.RatioBaseline == nil {
 			continue
 		}
 		p, b := c.Results["plugreg"], c.Results["baseline"]
-		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s | %d/%d\n",
+		fmt.Fprintf(w, "%-19s %4d | %9s %8s %8s | %9s %8s %8s | %6s %6s %6s %6s | %7s %7s %5s | %d/%d\n",
 			c.Workload, c.Clients,
 			f(p.Throughput, 0), f(p.P50, 2), f(p.P99, 2),
 			f(b.Throughput, 0), f(b.P50, 2), f(b.P99, 2),
 			f(c.RatioBaseline.Throughput, 2), f(c.RatioBaseline.P50, 2), f(c.RatioBaseline.P99, 2), f(c.RatioBaseline.CPUPerOp, 2),
-			opsPerFsync(p), opsPerFsync(b),
+			opsPerFsync(p), opsPerFsync(b), snapshots(p, b),
 			b.Errors, b.Missed)
 	}
 }

@@ -46,7 +46,7 @@ type system interface {
 	waitReady(ctx context.Context, timeout time.Duration) error
 	pid(i int) int
 	// metrics says where the members serve their Prometheus metrics
-	// and which series count Raft log fsyncs (metrics.go).
+	// and which series count Raft log fsyncs and snapshots (metrics.go).
 	metrics() metricsSource
 }
 
@@ -172,7 +172,7 @@ func (s *plugregSystem) waitReady(ctx context.Context, d time.Duration) error {
 }
 
 func (s *plugregSystem) metrics() metricsSource {
-	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores}}
+	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores}, snapshots: []string{plugregSnapshots}}
 	for _, n := range s.c.nodes {
 		src.urls = append(src.urls, s.c.url(n)+"/v1/metrics")
 	}
@@ -285,7 +285,7 @@ func (s *etcdSystem) waitReady(ctx context.Context, d time.Duration) error {
 }
 
 func (s *etcdSystem) metrics() metricsSource {
-	src := metricsSource{hc: scrapeClient, fsyncs: []string{etcdWALFsyncs}}
+	src := metricsSource{hc: scrapeClient, fsyncs: []string{etcdWALFsyncs}, snapshots: []string{etcdSnapshots}}
 	for _, m := range s.c.members {
 		src.urls = append(src.urls, "http://"+m.endpoint()+"/metrics")
 	}
