@@ -93,6 +93,8 @@ type options struct {
 	stabilityIdle    time.Duration
 
 	selfProfile string
+	// pauseIdle: SIGSTOP the systems not in the current cell (idle.go).
+	pauseIdle bool
 }
 
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
@@ -174,6 +176,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
 	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
 	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
+	fs.BoolVar(&o.pauseIdle, "pause-idle", true, "stop (SIGSTOP) every other system's processes during a system's cell and failover round; resume it and wait for a steady leader before its own")
 	fs.StringVar(&o.selfProfile, "bench-cpuprofile", "", "write a CPU profile of the bench process itself (the load generator's clients) to this file")
 	fs.BoolVar(&o.stability, "stability", false, "run the stability test instead (plugreg only): writers, then idle, counting every leader change")
 	fs.IntVar(&o.stabilityClients, "stability-clients", 64, "stability: concurrent writers")
@@ -473,13 +476,24 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		k %= len(systems)
 		return append(append([]system{}, systems[k:]...), systems[:k]...)
 	}
+	// Every way out continues what is paused (proc.stop does as well).
+	idle := newIdlePauser(o.pauseIdle, systems)
+	defer idle.resumeAll()
 	k := 0
 	for _, conc := range o.clients {
 		registered := map[string][]rec{}
 		var cells []*cell
-		add := func(workload string, run func(s system) (stats, error)) error {
+		// add runs one cell: for each system in turn, the others paused
+		// (-pause-idle), setup makes its clients, then the clock runs.
+		add := func(workload string, setup func(s system) error, run func(s system) (stats, error)) error {
 			c := &cell{Workload: workload, Clients: conc, Results: map[string]stats{}}
 			for _, s := range order(k) {
+				if err := idle.focus(ctx, s); err != nil {
+					return err
+				}
+				if err := setup(s); err != nil {
+					return err
+				}
 				st, err := measureCell(ctx, s, func() (stats, error) { return run(s) })
 				if err != nil {
 					return err
@@ -502,27 +516,32 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 				p.close()
 			}
 		}
-		for _, s := range systems {
-			// Worker 0 on a follower, on both systems: the 1-client
-			// cell measures the same path whichever node leads (a
-			// write through a follower is forwarded to the leader).
+		// writers makes s's writers the first time a cell of this
+		// concurrency needs them, when s is sure to be running
+		// (-pause-idle). Worker 0 on a follower, on both systems: the
+		// 1-client cell measures the same path whichever node leads (a
+		// write through a follower is forwarded to the leader).
+		writers := func(s system) error {
+			if _, ok := wpools[s.name()]; ok {
+				return nil
+			}
 			l, err := s.leader(ctx)
 			if err != nil {
-				closeAll()
 				return err
 			}
 			p, err := newWriters(s, conc, l+1)
 			if err != nil {
-				closeAll()
 				return err
 			}
 			wpools[s.name()] = p
+			return nil
 		}
+		noSetup := func(system) error { return nil }
 		err := func() error {
 			defer closeAll()
 			tag := fmt.Sprintf("c%04d", conc)
 			if o.workloads["register"] {
-				if err := add("register", func(s system) (stats, error) {
+				if err := add("register", writers, func(s system) (stats, error) {
 					st, done := registerCell(ctx, s, wpools[s.name()], conc, o.duration, tag)
 					registered[s.name()] = done
 					return st, nil
@@ -531,7 +550,7 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 				}
 			}
 			if o.workloads["deregister"] {
-				if err := add("deregister", func(s system) (stats, error) {
+				if err := add("deregister", writers, func(s system) (stats, error) {
 					return deregisterCell(ctx, wpools[s.name()], conc, o.duration, registered[s.name()]), nil
 				}); err != nil {
 					return err
@@ -543,7 +562,7 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 					continue
 				}
 				label := map[bool]string{false: "list-lin-follower", true: "list-stale-follower"}[stale]
-				if err := add(label, func(s system) (stats, error) {
+				if err := add(label, noSetup, func(s system) (stats, error) {
 					l, err := s.leader(ctx)
 					if err != nil {
 						return stats{}, err
@@ -559,7 +578,7 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 				}
 			}
 			if o.workloads["watch"] {
-				if err := add("watch", func(s system) (stats, error) {
+				if err := add("watch", writers, func(s system) (stats, error) {
 					return watchCell(ctx, s, wpools[s.name()], conc, o.watchers, o.duration, tag)
 				}); err != nil {
 					return err
@@ -577,6 +596,9 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		samples := map[string][]time.Duration{}
 		for r := 0; r < o.rounds; r++ {
 			for _, s := range order(r) {
+				if err := idle.focus(ctx, s); err != nil {
+					return err
+				}
 				d, err := failoverRound(ctx, s, r)
 				if err != nil {
 					return err

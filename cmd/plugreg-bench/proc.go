@@ -24,6 +24,9 @@ type proc struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the current process has been reaped
+	// paused: pause stopped the current process and resume has not
+	// continued it yet.
+	paused bool
 }
 
 func (p *proc) start() error {
@@ -52,8 +55,80 @@ func (p *proc) start() error {
 		logf.Close()
 		close(done)
 	}()
-	p.cmd, p.done = cmd, done
+	p.cmd, p.done, p.paused = cmd, done, false
 	return nil
+}
+
+// pause stops the process with SIGSTOP and returns once every one of its
+// threads is stopped: kill(2) returns before that (the kernel stops the
+// threads one after the other), and a thread still running could answer
+// a peer or a client. A process that is gone needs no pause.
+func (p *proc) pause() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	if cmd != nil {
+		p.paused = true
+	}
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil // already reaped
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		n, err := runningThreads(cmd.Process.Pid)
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d threads still running 10s after SIGSTOP", p.name, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resume continues a process that pause stopped.
+func (p *proc) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused && p.cmd != nil {
+		p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	p.paused = false
+}
+
+// runningThreads counts pid's threads not in the stopped state ('T', or
+// 't' under a tracer) in /proc/PID/task/*/stat.
+func runningThreads(pid int) (int, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("threads of %d: %w", pid, err)
+	}
+	n := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the command name, which is in parentheses
+		// and may hold some itself.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: unexpected %q", dir, t.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // running reports whether the process has been started and not reaped.
@@ -102,6 +177,9 @@ func (p *proc) signalAndWait(sig syscall.Signal, grace time.Duration) {
 		return
 	default:
 	}
+	// A paused process would hold SIGTERM until continued: every way
+	// out (the end, an error, Ctrl-C) continues it here.
+	p.resume()
 	cmd.Process.Signal(sig)
 	if sig != syscall.SIGKILL {
 		select {

@@ -48,6 +48,10 @@ type system interface {
 	// metrics says where the members serve their Prometheus metrics
 	// and which series count Raft log fsyncs and snapshots (metrics.go).
 	metrics() metricsSource
+	// procs are the members' processes, for -pause-idle (idle.go).
+	procs() []*proc
+	// term is the Raft term member i is in.
+	term(ctx context.Context, i int) (uint64, error)
 }
 
 type writer interface {
@@ -171,6 +175,19 @@ func (s *plugregSystem) waitReady(ctx context.Context, d time.Duration) error {
 	return s.c.waitReady(ctx, d)
 }
 
+func (s *plugregSystem) procs() []*proc {
+	var out []*proc
+	for _, n := range s.c.nodes {
+		out = append(out, n.proc)
+	}
+	return out
+}
+
+func (s *plugregSystem) term(ctx context.Context, i int) (uint64, error) {
+	h, err := s.c.health(ctx, s.c.nodes[i])
+	return h.Term, err
+}
+
 func (s *plugregSystem) metrics() metricsSource {
 	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores}, snapshots: []string{plugregSnapshots}}
 	for _, n := range s.c.nodes {
@@ -282,6 +299,30 @@ func (s *etcdSystem) restart(i int) error                     { return s.c.membe
 func (s *etcdSystem) pid(i int) int                           { return s.c.members[i].proc.pid() }
 func (s *etcdSystem) waitReady(ctx context.Context, d time.Duration) error {
 	return s.c.waitReady(ctx, d)
+}
+
+func (s *etcdSystem) procs() []*proc {
+	var out []*proc
+	for _, m := range s.c.members {
+		out = append(out, m.proc)
+	}
+	return out
+}
+
+func (s *etcdSystem) term(ctx context.Context, i int) (uint64, error) {
+	m := s.c.members[i]
+	cli, err := newEtcdClient(m.endpoint())
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, m.endpoint())
+	if err != nil {
+		return 0, fmt.Errorf("status of %s: %w", m.name, err)
+	}
+	return st.RaftTerm, nil
 }
 
 func (s *etcdSystem) metrics() metricsSource {
