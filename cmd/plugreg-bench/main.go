@@ -484,7 +484,9 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		registered := map[string][]rec{}
 		var cells []*cell
 		// add runs one cell: for each system in turn, the others paused
-		// (-pause-idle), setup makes its clients, then the clock runs.
+		// (-pause-idle), setup makes its clients and warms them up (one
+		// request each, so that no client connects on the clock), then
+		// the clock runs.
 		add := func(workload string, setup func(s system) error, run func(s system) (stats, error)) error {
 			c := &cell{Workload: workload, Clients: conc, Results: map[string]stats{}}
 			for _, s := range order(k) {
@@ -511,8 +513,12 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 			return nil
 		}
 		wpools := map[string]*clientPool[writer]{}
+		rpools := map[string]*clientPool[reader]{}
 		closeAll := func() {
 			for _, p := range wpools {
+				p.close()
+			}
+			for _, p := range rpools {
 				p.close()
 			}
 		}
@@ -521,22 +527,47 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 		// (-pause-idle). Worker 0 on a follower, on both systems: the
 		// 1-client cell measures the same path whichever node leads (a
 		// write through a follower is forwarded to the leader).
+		// Every cell then warms them up, outside its clock.
 		writers := func(s system) error {
-			if _, ok := wpools[s.name()]; ok {
-				return nil
+			if _, ok := wpools[s.name()]; !ok {
+				l, err := s.leader(ctx)
+				if err != nil {
+					return err
+				}
+				p, err := newWriters(s, conc, l+1)
+				if err != nil {
+					return err
+				}
+				wpools[s.name()] = p
 			}
-			l, err := s.leader(ctx)
-			if err != nil {
-				return err
+			if err := warmWriters(ctx, wpools[s.name()]); err != nil {
+				return fmt.Errorf("%s writers: %w", s.name(), err)
 			}
-			p, err := newWriters(s, conc, l+1)
-			if err != nil {
-				return err
-			}
-			wpools[s.name()] = p
 			return nil
 		}
-		noSetup := func(system) error { return nil }
+		// readers makes and warms up a list cell's readers, all on a
+		// follower of the leader of the moment.
+		readers := func(stale bool) func(s system) error {
+			return func(s system) error {
+				if p, ok := rpools[s.name()]; ok {
+					p.close()
+					delete(rpools, s.name())
+				}
+				l, err := s.leader(ctx)
+				if err != nil {
+					return err
+				}
+				p, err := newReaders(s, conc, (l+1)%members)
+				if err != nil {
+					return err
+				}
+				rpools[s.name()] = p
+				if err := warmReaders(ctx, p, stale); err != nil {
+					return fmt.Errorf("%s readers: %w", s.name(), err)
+				}
+				return nil
+			}
+		}
 		err := func() error {
 			defer closeAll()
 			tag := fmt.Sprintf("c%04d", conc)
@@ -562,17 +593,8 @@ func runTable(ctx context.Context, o *options, systems []system, rep *report) er
 					continue
 				}
 				label := map[bool]string{false: "list-lin-follower", true: "list-stale-follower"}[stale]
-				if err := add(label, noSetup, func(s system) (stats, error) {
-					l, err := s.leader(ctx)
-					if err != nil {
-						return stats{}, err
-					}
-					rs, err := newReaders(s, conc, (l+1)%members)
-					if err != nil {
-						return stats{}, err
-					}
-					defer rs.close()
-					return listCell(ctx, rs, conc, o.duration, stale), nil
+				if err := add(label, readers(stale), func(s system) (stats, error) {
+					return listCell(ctx, rpools[s.name()], conc, o.duration, stale), nil
 				}); err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,55 @@ func newReaders(s system, conc, node int) (*clientPool[reader], error) {
 		p.cs = append(p.cs, c)
 	}
 	return p, nil
+}
+
+// warmWriters makes one write through every writer, all at once, before
+// a cell's clock starts: a plugreg client dials on its first request and
+// an etcd client in the background once made, so either could otherwise
+// connect inside the measured window; after a resume (-pause-idle) a kept
+// connection may also need a new one. Worker w rewrites the same record
+// (type "warmup") at every warm-up, so the registry does not grow.
+func warmWriters(ctx context.Context, p *clientPool[writer]) error {
+	return forEachClient(ctx, len(p.cs), func(ctx context.Context, w int) error {
+		return p.cs[w].register(ctx, rec{Type: "warmup", Name: fmt.Sprintf("w%04d", w), Alloc: "warm"})
+	})
+}
+
+// warmReaders makes one list of the cell's kind through every reader, all
+// at once, for the same reason.
+func warmReaders(ctx context.Context, p *clientPool[reader], stale bool) error {
+	return forEachClient(ctx, len(p.cs), func(ctx context.Context, w int) error {
+		_, err := p.cs[w].list(ctx, "list", stale)
+		return err
+	})
+}
+
+// forEachClient runs fn for workers 0 to n-1 at once, each within
+// opTimeout, and returns the first error, with how many failed.
+func forEachClient(ctx context.Context, n int, fn func(ctx context.Context, w int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			errs[w] = fn(octx, w)
+		}()
+	}
+	wg.Wait()
+	failed, first := 0, error(nil)
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("warm-up: %d of %d clients failed, first: %w", failed, n, first)
+	}
+	return nil
 }
 
 // registerCell registers fresh instances (type "bench", 10,000 names) and
