@@ -15,7 +15,6 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // WatchOptions tune Watch.
@@ -227,7 +226,11 @@ func (d *protobufDecoder) next() (*Event, error) {
 		return nil, fmt.Errorf("event body: %w", io.ErrUnexpectedEOF)
 	}
 	d.m.Reset()
-	if err := proto.Unmarshal(b, &d.m); err != nil {
+	// The generated decoder (vtprotobuf) reads an event in about half the
+	// time and with a third fewer allocations than proto.Unmarshal's
+	// reflection (pluginpb.BenchmarkDecodeEvent): a watcher of a busy
+	// type spends most of its CPU here.
+	if err := d.m.UnmarshalVT(b); err != nil {
 		return nil, fmt.Errorf("bad event: %w", err)
 	}
 	ev := d.m.API()

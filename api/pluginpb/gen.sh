@@ -1,6 +1,7 @@
 #!/bin/sh
-# Regenerates plugin.pb.go and plugin_grpc.pb.go from plugin.proto with
-# pinned generators. Needs protoc (Debian: apt-get install protobuf-compiler;
+# Regenerates plugin.pb.go, plugin_grpc.pb.go and plugin_vtproto.pb.go (a
+# generated decoder, for the Go client's event stream) from plugin.proto
+# with pinned generators. Needs protoc (Debian: apt-get install protobuf-compiler;
 # the committed files were made with libprotoc 3.21.12).
 # Run from anywhere: go generate ./api/pluginpb
 set -eu
@@ -9,5 +10,8 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+# The same version as the vtprotobuf runtime in go.mod.
+GOBIN=$bin go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@v0.6.1-0.20240319094008-0393e58bdf10
 PATH=$bin:$PATH protoc --go_out=. --go_opt=paths=source_relative \
-	--go-grpc_out=. --go-grpc_opt=paths=source_relative plugin.proto
+	--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+	--go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=unmarshal plugin.proto
