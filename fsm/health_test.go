@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,52 @@ func TestHealthIsReplicatedState(t *testing.T) {
 	var again bytes.Buffer
 	if err := WriteState(&again, b.State()); err != nil || !bytes.Equal(again.Bytes(), snap) {
 		t.Fatalf("snapshot with health not byte-identical after a round trip (%v)", err)
+	}
+}
+
+// A health change keeps the instance's place in its recency list but
+// gives it the change's ModifyIndex, so a list is not in decreasing
+// ModifyIndex order once an instance behind the front changed health (by
+// its registrant, or by the leader's node mark, which gives every
+// instance of a node one index). Such a state snapshots and reads back as
+// it was, recency order included: the snapshot checks refused it once,
+// and raft could then never take a snapshot again.
+func TestSnapshotAfterAHealthChangeBehindTheFront(t *testing.T) {
+	a := newApplier(t)
+	a1, a2, b1, b2 := plugin("csi", "ebs", "a1"), plugin("csi", "ebs", "a2"), plugin("csi", "efs", "b1"), plugin("csi", "efs", "b2")
+	b1.NodeID, b2.NodeID = "n9", "n9"
+	for _, p := range []*api.PluginInfo{a1, a2, b1, b2} {
+		a.apply(reg(p))
+	}
+	a.apply(reg(suspect(plugin("csi", "ebs", "a1"), "external"))) // a1 behind a2, newer index
+	a.apply(&NodeHealthRequest{NodeID: "n9", Suspect: true, Reason: "failed", LastSeen: time.Unix(1e9, 0).UTC()})
+	st := a.fsm.State()
+	if st.Instance("csi", "ebs", "a1").ModifyIndex <= st.Newest("csi", "ebs").ModifyIndex {
+		t.Fatal("the test needs a1 behind the front with a newer ModifyIndex")
+	}
+	var snap bytes.Buffer
+	if err := WriteState(&snap, st); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	back, err := ReadState(bytes.NewReader(snap.Bytes()))
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	for _, name := range []string{"ebs", "efs"} {
+		var want, got []string
+		for _, p := range st.Instances("csi", name) {
+			want = append(want, p.AllocID)
+		}
+		for _, p := range back.Instances("csi", name) {
+			got = append(got, p.AllocID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s read back in order %v, want %v", name, got, want)
+		}
+	}
+	var again bytes.Buffer
+	if err := WriteState(&again, back); err != nil || !bytes.Equal(again.Bytes(), snap.Bytes()) {
+		t.Fatalf("not byte-identical after a round trip (%v)", err)
 	}
 }
 
