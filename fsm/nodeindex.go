@@ -36,28 +36,12 @@ func nodeKey(p *api.PluginInfo) string {
 
 func nodePrefix(nodeID string) string { return nodeID + "\x00" }
 
-// reindex brings the node index from old to new, one (Type, Name)'s
-// recency list before and after a change.
-func (s *State) reindex(old, new recency) {
-	for _, p := range old {
-		if q := new.byAlloc(p.AllocID); q == nil || q.NodeID != p.NodeID {
-			s.nodeDelete(p)
-		}
-	}
-	for _, p := range new {
-		if q := old.byAlloc(p.AllocID); q != p {
-			s.nodeInsert(p)
-		}
-	}
-}
-
-func (r recency) byAlloc(allocID string) *api.PluginInfo {
-	if i := r.find(allocID); i >= 0 {
-		return r[i]
-	}
-	return nil
-}
-
+// Each change to a recency list tells the node index what it did (put
+// does not): one instance in (nodeInsert), out (nodeDelete) or in place
+// of another (nodeReplace). Diffing the lists before and after instead,
+// as put once did, looked every instance of the name up in the other
+// list: quadratic in the list's length, on every write.
+//
 // nodeInsert and nodeDelete replace the State's tree (a batch's State is
 // private until published, so the batch simply moves its root along).
 func (s *State) nodeInsert(p *api.PluginInfo) {
@@ -65,6 +49,15 @@ func (s *State) nodeInsert(p *api.PluginInfo) {
 		return
 	}
 	s.nodes = s.nodes.Set(nodeKey(p), p)
+}
+
+// nodeReplace indexes p in place of old, an instance of the same
+// (Type, Name, AllocID): under the same key unless the node changed.
+func (s *State) nodeReplace(old, p *api.PluginInfo) {
+	if old.NodeID != p.NodeID {
+		s.nodeDelete(old)
+	}
+	s.nodeInsert(p)
 }
 
 func (s *State) nodeDelete(p *api.PluginInfo) {

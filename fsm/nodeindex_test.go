@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
@@ -37,8 +38,9 @@ func indexed(s *State, nodeID string) []string {
 
 // The node index agrees with a walk of the state after every kind of
 // change (register, an update that moves an instance to another node,
-// deregister, conditional deregister, deregister-node), applied one entry
-// at a time and in batches, and after a snapshot round trip.
+// deregister, conditional deregister, deregister-node, expiry, a node's
+// health), applied one entry at a time and in batches, and after a
+// snapshot round trip.
 func TestNodeIndexAgreesWithTheState(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
@@ -58,11 +60,26 @@ func TestNodeIndexAgreesWithTheState(t *testing.T) {
 				var req Request
 				switch x := rng.Intn(100); {
 				case x < 60:
+					if rng.Intn(3) == 0 {
+						p = leased(p, 30*time.Second)
+					}
 					req = reg(p)
 				case x < 80:
 					req = dereg(p.Type, p.Name, p.AllocID)
-				case x < 90:
+				case x < 86:
 					req = &ConditionalDeregisterRequest{Type: p.Type, Name: p.Name, AllocID: p.AllocID, IfNodeID: nodes[rng.Intn(3)]}
+				case x < 90:
+					cur := a.fsm.State().Newest(p.Type, p.Name)
+					if cur == nil {
+						continue
+					}
+					req = &ExpireRequest{Leases: []ExpiredLease{{Type: cur.Type, Name: cur.Name, AllocID: cur.AllocID, ModifyIndex: cur.ModifyIndex}}}
+				case x < 95:
+					h := &NodeHealthRequest{NodeID: nodes[rng.Intn(3)]}
+					if rng.Intn(2) == 0 {
+						h.Suspect, h.Reason, h.LastSeen = true, "failed", time.Unix(1e9, 0).UTC()
+					}
+					req = h
 				default:
 					req = &DeregisterNodeRequest{NodeID: nodes[rng.Intn(3)]}
 				}

@@ -238,10 +238,10 @@ func (s *State) recency(ptype, name string) recency {
 	return r
 }
 
-// put replaces the recency list of (ptype, name), old, with r; an empty
-// list removes the name, and the type with its last name.
-func (s *State) put(ptype, name string, old, r recency) {
-	s.reindex(old, r)
+// put replaces the recency list of (ptype, name) with r; an empty list
+// removes the name, and the type with its last name. The caller keeps the
+// node index in step (nodeInsert, nodeDelete, nodeReplace).
+func (s *State) put(ptype, name string, r recency) {
 	tk, nk := []byte(ptype), []byte(name)
 	if b := s.batch; b != nil {
 		nt, ok := b.names[ptype]
@@ -307,7 +307,12 @@ func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event)
 		p.CreateIndex = index
 		s.instances++
 	}
-	s.put(p.Type, p.Name, r, r.withFront(p, pos))
+	if pos >= 0 {
+		s.nodeReplace(r[pos], p)
+	} else {
+		s.nodeInsert(p)
+	}
+	s.put(p.Type, p.Name, r.withFront(p, pos))
 	return res, []Event{{Index: index, EventType: ev, Info: p, Current: p}}
 }
 
@@ -325,7 +330,8 @@ func (s *State) deregister(index uint64, ptype, name, allocID string) (api.Resul
 func (s *State) removeAt(index uint64, ptype, name string, r recency, pos int, ev api.EventType) Event {
 	removed := r[pos]
 	rest := r.without(pos)
-	s.put(ptype, name, r, rest)
+	s.nodeDelete(removed)
+	s.put(ptype, name, rest)
 	s.instances--
 	return Event{Index: index, EventType: ev, Info: removed, Current: rest.front()}
 }
@@ -336,7 +342,8 @@ func (s *State) removeAt(index uint64, ptype, name string, r recency, pos int, e
 func (s *State) replaceAt(index uint64, r recency, pos int, p *api.PluginInfo) Event {
 	next := slices.Clone(r)
 	next[pos] = p
-	s.put(p.Type, p.Name, r, next)
+	s.nodeReplace(r[pos], p)
+	s.put(p.Type, p.Name, next)
 	return Event{Index: index, EventType: api.EventHealth, Info: p, Current: next.front()}
 }
 
@@ -373,8 +380,7 @@ func (s *State) deregisterNode(index uint64, nodeID string) (api.Result, []Event
 	}
 	var events []Event
 	for _, h := range hits {
-		old := s.recency(h.ptype, h.name)
-		rest := old
+		rest := s.recency(h.ptype, h.name)
 		for i := 0; i < len(rest); {
 			if rest[i].NodeID != nodeID {
 				i++
@@ -382,10 +388,11 @@ func (s *State) deregisterNode(index uint64, nodeID string) (api.Result, []Event
 			}
 			removed := rest[i]
 			rest = rest.without(i)
+			s.nodeDelete(removed)
 			s.instances--
 			events = append(events, Event{Index: index, EventType: api.EventDeregistered, Info: removed, Current: rest.front()})
 		}
-		s.put(h.ptype, h.name, old, rest)
+		s.put(h.ptype, h.name, rest)
 	}
 	return api.ResultDeregistered, events
 }
