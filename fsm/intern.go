@@ -3,7 +3,6 @@ package fsm
 import (
 	"encoding/binary"
 	"slices"
-	"unique"
 
 	"github.com/plugreg/plugreg/api"
 )
@@ -25,27 +24,49 @@ import (
 // than grow with the registry.
 const maxInternedOptions = 4096
 
+// maxStrings bounds the strings the interner keeps, emptied when it
+// fills like the option sets: a fleet has few distinct types, versions and
+// node IDs, and names in the thousands.
+const maxStrings = 16384
+
 // interner is owned by the FSM's apply goroutine (and by ReadState while
 // it builds a state): States carry a pointer to it, readers never use it.
 type interner struct {
 	options map[string]map[string]string
+	// strings maps a string to its one copy. It was unique.Make(s).Value()
+	// until 2026-11-26, which shares a copy only while a unique.Handle to
+	// it lives: the state keeps the string, not the handle, so after the
+	// next GC the table forgot it and the next equal string got a copy of
+	// its own. It also cost about 4 % of a server's CPU under register
+	// load (a concurrent table, a weak pointer made strong on every hit).
+	strings map[string]string
 }
 
 func newInterner() *interner {
-	return &interner{options: map[string]map[string]string{}}
+	return &interner{options: map[string]map[string]string{}, strings: map[string]string{}}
 }
 
-// internStrings makes p's repeated strings share one copy per value
-// (unique's table is weak: a value no instance holds any more is freed).
-func internStrings(p *api.PluginInfo) {
-	p.Type = unique.Make(p.Type).Value()
-	p.Name = unique.Make(p.Name).Value()
+// internStrings makes p's repeated strings share one copy per value.
+func (in *interner) internStrings(p *api.PluginInfo) {
+	p.Type = in.str(p.Type)
+	p.Name = in.str(p.Name)
 	if p.Version != "" {
-		p.Version = unique.Make(p.Version).Value()
+		p.Version = in.str(p.Version)
 	}
 	if p.NodeID != "" {
-		p.NodeID = unique.Make(p.NodeID).Value()
+		p.NodeID = in.str(p.NodeID)
 	}
+}
+
+func (in *interner) str(s string) string {
+	if c, ok := in.strings[s]; ok {
+		return c
+	}
+	if len(in.strings) >= maxStrings {
+		clear(in.strings)
+	}
+	in.strings[s] = s
+	return s
 }
 
 // optionsOf returns a map equal to m that instances share. m must be

@@ -2,8 +2,13 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
+	"runtime"
 	"testing"
+	"unsafe"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // Instances with equal options share one map; different options never
@@ -76,5 +81,38 @@ func TestInternedOptionsAfterRestore(t *testing.T) {
 	}
 	if !bytes.Equal(again.Bytes(), snap) {
 		t.Fatal("the restored state encodes to other bytes")
+	}
+}
+
+// Equal strings of instances decoded from different entries share one
+// copy, across garbage collections (the unique package's table forgot a
+// string at the next GC once no handle to it lived, and only the string
+// was kept), and interning changes no value, also once the table emptied.
+func TestInternedStrings(t *testing.T) {
+	a := newApplier(t)
+	register := func(alloc, version string) *api.PluginInfo {
+		p := plugin("csi", "ebs", alloc)
+		p.Version, p.NodeID = version, "host-7"
+		a.apply(reg(p))
+		return a.fsm.State().Instance("csi", "ebs", alloc)
+	}
+	first := register("a1", "1.4.0")
+	runtime.GC()
+	runtime.GC()
+	again := register("a2", "1.4.0")
+	for _, f := range []struct{ name, x, y string }{
+		{"Type", first.Type, again.Type}, {"Name", first.Name, again.Name},
+		{"Version", first.Version, again.Version}, {"NodeID", first.NodeID, again.NodeID},
+	} {
+		if f.x != f.y || unsafe.StringData(f.x) != unsafe.StringData(f.y) {
+			t.Errorf("%s: %q and %q are two copies", f.name, f.x, f.y)
+		}
+	}
+	for i := 0; i < maxStrings+10; i++ { // empties the table at least once
+		a.apply(reg(plugin("csi", fmt.Sprintf("n%d", i), "x")))
+	}
+	last := register("a3", "1.4.0")
+	if last.Version != "1.4.0" || last.NodeID != "host-7" || last.Name != "ebs" || last.Type != "csi" {
+		t.Fatalf("interning changed a value: %+v", last)
 	}
 }

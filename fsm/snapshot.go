@@ -149,7 +149,7 @@ func ReadState(r io.Reader) (*State, error) {
 		}
 		for _, p := range rec.Instances {
 			p.Options = interned.optionsOf(p.Options)
-			internStrings(p)
+			interned.internStrings(p)
 		}
 		if names == nil || rec.Type != curType {
 			flush()

@@ -291,7 +291,7 @@ func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event)
 	// become the shared one (intern.go).
 	p := in
 	p.Options = s.interned.optionsOf(p.Options)
-	internStrings(p)
+	s.interned.internStrings(p)
 	p.ModifyIndex = index
 	res, ev := api.ResultRegistered, api.EventRegistered
 	if pos >= 0 && api.SameButHealth(r[pos], p) {
