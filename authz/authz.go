@@ -80,6 +80,11 @@ func (r Resolver) Anonymous() Identity {
 	return Identity{Grants: api.AllowAll()}
 }
 
+// LooksUp reports whether Resolve(secret) looks a token up (which may ask
+// a server, so its caller bounds it with a deadline); otherwise it answers
+// at once.
+func (r Resolver) LooksUp(secret string) bool { return secret != "" && r.ACLs }
+
 // Resolve returns the identity of a caller presenting secret ("" for
 // none). An unknown token with ACLs on is an error wrapping
 // api.ErrACLNotFound, which never quotes the secret.
