@@ -21,9 +21,13 @@ type logPanic struct {
 const maxPanicLines = 40
 
 // panicMarks are what the Go runtime prints for an unrecovered panic or a
-// fatal error (concurrent map writes, deadlock, out of memory), and what
-// net/http logs for a handler panic it recovered.
-var panicMarks = []string{"panic:", "fatal error:", "http: panic serving"}
+// fatal error (concurrent map writes, deadlock, out of memory), what
+// net/http logs for a handler panic it recovered, and what a Raft snapshot
+// that fsm.WriteState refused logs: the state in memory breaks an
+// invariant the snapshot reader checks, which no fault can cause (a full
+// disk fails a snapshot with another error). Such a node can take no
+// snapshot again, and a follower that needs one gets none.
+var panicMarks = []string{"panic:", "fatal error:", "http: panic serving", "would not read back"}
 
 // logLine matches a line the agent's logger wrote (hclog starts every line
 // with a timestamp); a traceback's lines never look like one.

@@ -55,6 +55,8 @@ func TestScanPanics(t *testing.T) {
 		{name: "the harness's SIGQUIT dump is not a panic", log: start(0) + "\n" + logged +
 			"\n=== harness: SIGQUIT n1: still running 10s after SIGTERM; its goroutines follow\nSIGQUIT: quit\nPC=0x4711 m=0 sigcode=0\n\ngoroutine 7 [select]:\nfatal error: not really, a frame's text\npanic: inside the dump" +
 			start(1) + "\n" + logged},
+		{name: "a snapshot the FSM refused as unreadable", log: start(0) + "\n" + logged + "\n2026-11-26T19:00:00.000Z [ERROR] plugreg.raft: failed to take snapshot: error=\"persist snapshot at 812: fsm: bad snapshot: would not read back: jplugin/p: alloc s-00-ab out of recency order\"\n" + logged,
+			want: []int{0}, lines: []int{4}},
 		{name: "the word without the colon is not a report", log: start(0) + "\n" + logged + " recovered from a panicky peer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

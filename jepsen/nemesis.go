@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/jepsen/check"
 )
 
@@ -324,6 +327,12 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 	i := nm.randomClient()
 	n := nm.db.hosts[i]
 	f := fault{Name: "down-client"}
+	// Its stub plugin may still be coming back from an earlier fault:
+	// wait for it to be registered, so the mark has an instance to change.
+	nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool { return nm.nodeInstances(ctx, n.Name) > 0 })
+	// And put another instance in front of it, so that the mark changes
+	// an instance behind the front of its list, in place.
+	nm.registerInFront(ctx)
 	if err := nm.db.kill(i); err != nil {
 		f.Detail = err.Error()
 	}
@@ -344,9 +353,66 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 		}
 		return false
 	})
-	f.Detail = fmt.Sprintf("%s down; its %d instances marked suspect by the leader: %v", n.Name, marked, f.Effect)
+	f.Detail = fmt.Sprintf("%s down; its %d instances marked suspect by the leader: %v; its stub plugin's instance behind the front of %s/%s: %v",
+		n.Name, marked, f.Effect, check.StubPluginType, stubName, nm.stubBehindFront(ctx, n.Name))
 	nm.recoverAll(ctx)
 	return f
+}
+
+// nodeInstances is how many instances a server lists on node (0 when
+// none answers).
+func (nm *nemesis) nodeInstances(ctx context.Context, node string) int {
+	for _, srv := range nm.db.nodes {
+		var ps []api.PluginInfo
+		if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/nodes/"+node+"/plugins", &ps); err == nil && found {
+			return len(ps)
+		}
+	}
+	return 0
+}
+
+// registerInFront registers (again, with a new version) an instance of
+// the stub plugins' name on node "harness", no gossip member, which is
+// then the front of their recency list. With no request ID on type
+// jplugin, the writes checker takes it as an agent's own write; the
+// workload's models never see the type.
+func (nm *nemesis) registerInFront(ctx context.Context) {
+	body, _ := json.Marshal(api.PluginInfo{Type: check.StubPluginType, Name: stubName, AllocID: "front", NodeID: "harness",
+		Version: strconv.FormatInt(time.Now().UnixNano(), 10), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/front.sock"}})
+	for _, srv := range nm.db.nodes {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+srv.HTTP+"/v1/plugins", bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := nm.db.hc.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 == 2 {
+			return
+		}
+	}
+}
+
+// stubBehindFront reports whether node's stub plugin instance is behind
+// the front of the stub plugins' recency list, as a server lists it: a
+// health mark then changes an instance in place, not at the front.
+func (nm *nemesis) stubBehindFront(ctx context.Context, node string) bool {
+	for _, srv := range nm.db.nodes {
+		var ps []api.PluginInfo
+		if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/plugins/"+check.StubPluginType+"/"+stubName, &ps); err != nil || !found {
+			continue
+		}
+		for i, p := range ps {
+			if p.NodeID == node {
+				return i > 0
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // pauseClient stops a client agent (SIGSTOP) for a while: its callers and
