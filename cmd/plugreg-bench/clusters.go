@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,6 +89,11 @@ func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt
 			"-gossip-port", strconv.Itoa(n.gossipPort), "-pprof", n.pprofAddr(),
 			"-bootstrap-expect", "3", "-join", net.JoinHostPort(memberIP(0), strconv.Itoa(base+400)), "-retry-join",
 			"-log-level", "warn"}
+		if agentHasFlag(bin, "http-max-conns-per-client") {
+			// Every bench client dials from one address, up to 256 of
+			// them to one node in a list cell; etcd has no such bound.
+			args = append(args, "-http-max-conns-per-client", "-1")
+		}
 		args = append(args, extra...)
 		n.proc = &proc{name: label + " " + n.id, path: bin, args: args, logPath: filepath.Join(dir, label+"-"+n.id+".log")}
 		c.nodes = append(c.nodes, n)
@@ -393,4 +399,11 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// agentHasFlag reports whether bin's agent command knows -name: a
+// baseline binary may predate a flag the bench passes.
+func agentHasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "agent", "-h").CombinedOutput()
+	return strings.Contains(string(out), "-"+name+" ")
 }
