@@ -112,15 +112,22 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if flt != nil {
 		sf = &streamFilter{f: flt, every: s.cfg.Heartbeat, lastWrite: time.Now()}
 	}
+	// A deadline per burst (and every 64 events of a long one), set
+	// before its first write, not one per event (each a clock read and a
+	// poller update): a write still waits at most about
+	// StreamWriteTimeout for a client that stopped reading.
+	burst := 0
 	for ev := range ch {
-		if sf == nil {
+		if burst%64 == 0 {
 			deadline()
+		}
+		burst++
+		if sf == nil {
 			if err := writeEvent(w, ev, enc); err != nil {
 				return
 			}
 		} else {
 			for _, e := range sf.pass(ev, time.Now()) {
-				deadline()
 				if err := writeEvent(w, e, enc); err != nil {
 					return
 				}
@@ -131,6 +138,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			burst = 0
 		}
 	}
 }

@@ -27,6 +27,10 @@ type subscription struct {
 	deliver   chan delivery.Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
+	// beat is the heartbeat timer, one for the subscription's life and
+	// reset at each wait (a new timer per wait was one allocation per
+	// applied batch per subscriber); nil until the first wait.
+	beat *time.Timer
 	// fromState: begin with a reset of the state as it is when the
 	// subscription starts, wherever cursor is (Hub.WatchFromState).
 	fromState bool
@@ -83,6 +87,9 @@ func (s *subscription) run(ctx context.Context) {
 }
 
 func (s *subscription) close() {
+	if s.beat != nil {
+		s.beat.Stop()
+	}
 	if s.out != nil {
 		close(s.out)
 	} else {
@@ -110,9 +117,15 @@ func (s *subscription) send(ctx context.Context, ev delivery.Event) bool {
 func (s *subscription) wait(ctx context.Context, more <-chan struct{}) bool {
 	var tick <-chan time.Time
 	if s.heartbeat > 0 {
-		t := time.NewTimer(s.heartbeat - time.Since(s.lastSent))
-		defer t.Stop()
-		tick = t.C
+		d := s.heartbeat - time.Since(s.lastSent)
+		// Since Go 1.23 a Reset timer delivers nothing left from before
+		// it, fired or not, so one timer serves every wait.
+		if s.beat == nil {
+			s.beat = time.NewTimer(d)
+		} else {
+			s.beat.Reset(d)
+		}
+		tick = s.beat.C
 	}
 	select {
 	case <-more:
