@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 
 	"github.com/plugreg/plugreg/api"
 )
@@ -65,8 +66,11 @@ func (in *interner) str(s string) string {
 	if len(in.strings) >= maxStrings {
 		clear(in.strings)
 	}
-	in.strings[s] = s
-	return s
+	// A copy of its own, as unique.Make made: s may share its bytes with
+	// the whole decoded entry, which the table must not keep alive.
+	c := strings.Clone(s)
+	in.strings[c] = c
+	return c
 }
 
 // optionsOf returns a map equal to m that instances share. m must be
