@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,7 +330,11 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 	f := fault{Name: "down-client"}
 	// Its stub plugin may still be coming back from an earlier fault:
 	// wait for it to be registered, so the mark has an instance to change.
-	nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool { return nm.nodeInstances(ctx, n.Name) > 0 })
+	nodePath := "/v1/nodes/" + n.Name + "/plugins"
+	nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool {
+		var ps []api.PluginInfo
+		return nm.readAnyServer(ctx, nodePath, &ps) && len(ps) > 0
+	})
 	// And put another instance in front of it, so that the mark changes
 	// an instance behind the front of its list, in place.
 	nm.registerInFront(ctx)
@@ -338,20 +343,17 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 	}
 	marked := 0
 	f.Effect = nm.waitFor(ctx, 30*time.Second, 500*time.Millisecond, func() bool {
-		for _, srv := range nm.db.nodes {
-			var ps []struct{ Health *struct{ Check string } }
-			if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/nodes/"+n.Name+"/plugins", &ps); err != nil || !found {
-				continue
-			}
-			marked = 0
-			for _, p := range ps {
-				if p.Health != nil && p.Health.Check == "node" {
-					marked++
-				}
-			}
-			return len(ps) > 0 && marked == len(ps)
+		var ps []api.PluginInfo
+		if !nm.readAnyServer(ctx, nodePath, &ps) {
+			return false
 		}
-		return false
+		marked = 0
+		for _, p := range ps {
+			if p.Health != nil && p.Health.Check == api.CheckNode {
+				marked++
+			}
+		}
+		return len(ps) > 0 && marked == len(ps)
 	})
 	f.Detail = fmt.Sprintf("%s down; its %d instances marked suspect by the leader: %v; its stub plugin's instance behind the front of %s/%s: %v",
 		n.Name, marked, f.Effect, check.StubPluginType, stubName, nm.stubBehindFront(ctx, n.Name))
@@ -359,16 +361,15 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 	return f
 }
 
-// nodeInstances is how many instances a server lists on node (0 when
-// none answers).
-func (nm *nemesis) nodeInstances(ctx context.Context, node string) int {
+// readAnyServer reads path stale from the first server that answers it
+// (200) into out; false when none does.
+func (nm *nemesis) readAnyServer(ctx context.Context, path string, out any) bool {
 	for _, srv := range nm.db.nodes {
-		var ps []api.PluginInfo
-		if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/nodes/"+node+"/plugins", &ps); err == nil && found {
-			return len(ps)
+		if found, err := staleRead(ctx, nm.db, srv.HTTP, path, out); err == nil && found {
+			return true
 		}
 	}
-	return 0
+	return false
 }
 
 // registerInFront registers (again, with a new version) an instance of
@@ -400,19 +401,12 @@ func (nm *nemesis) registerInFront(ctx context.Context) {
 // the front of the stub plugins' recency list, as a server lists it: a
 // health mark then changes an instance in place, not at the front.
 func (nm *nemesis) stubBehindFront(ctx context.Context, node string) bool {
-	for _, srv := range nm.db.nodes {
-		var ps []api.PluginInfo
-		if found, err := staleRead(ctx, nm.db, srv.HTTP, "/v1/plugins/"+check.StubPluginType+"/"+stubName, &ps); err != nil || !found {
-			continue
-		}
-		for i, p := range ps {
-			if p.NodeID == node {
-				return i > 0
-			}
-		}
+	var ps []api.PluginInfo
+	if !nm.readAnyServer(ctx, "/v1/plugins/"+check.StubPluginType+"/"+stubName, &ps) {
 		return false
 	}
-	return false
+	i := slices.IndexFunc(ps, func(p api.PluginInfo) bool { return p.NodeID == node })
+	return i > 0
 }
 
 // pauseClient stops a client agent (SIGSTOP) for a while: its callers and
