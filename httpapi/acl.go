@@ -40,7 +40,8 @@ var openRoutes = map[string]bool{
 func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	secret := r.Header.Get(headerToken)
 	ctx := r.Context()
-	if s.resolver.LooksUp(secret) {
+	lookup := s.resolver.LooksUp(secret)
+	if lookup {
 		// Only a token lookup waits; a timer for every request without
 		// one was 1 % of a server's CPU under write load.
 		var cancel context.CancelFunc
@@ -56,7 +57,7 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 		id = s.resolver.Anonymous()
 	}
 	ctx = authz.With(r.Context(), id)
-	if secret != "" && s.cfg.ACL.Enabled {
+	if lookup {
 		// A client agent forwards writes to a server, which checks the
 		// caller's token again (agentrpc.RegisterArgs.Token).
 		ctx = api.WithToken(ctx, secret)
