@@ -78,6 +78,11 @@ func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt
 		c.hc.Transport = &http.Transport{TLSClientConfig: bt.client}
 		extra = append(append([]string(nil), extra...), bt.agentArgs...)
 	}
+	if agentHasFlag(bin, "http-max-conns-per-client") {
+		// Every bench client dials from one address, up to 256 of them
+		// to one node in a list cell; etcd has no such bound.
+		extra = append([]string{"-http-max-conns-per-client", "-1"}, extra...)
+	}
 	for i := 0; i < members; i++ {
 		n := &plugregNode{
 			id: fmt.Sprintf("n%d", i+1), ip: memberIP(i),
@@ -89,11 +94,6 @@ func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt
 			"-gossip-port", strconv.Itoa(n.gossipPort), "-pprof", n.pprofAddr(),
 			"-bootstrap-expect", "3", "-join", net.JoinHostPort(memberIP(0), strconv.Itoa(base+400)), "-retry-join",
 			"-log-level", "warn"}
-		if agentHasFlag(bin, "http-max-conns-per-client") {
-			// Every bench client dials from one address, up to 256 of
-			// them to one node in a list cell; etcd has no such bound.
-			args = append(args, "-http-max-conns-per-client", "-1")
-		}
 		args = append(args, extra...)
 		n.proc = &proc{name: label + " " + n.id, path: bin, args: args, logPath: filepath.Join(dir, label+"-"+n.id+".log")}
 		c.nodes = append(c.nodes, n)
