@@ -341,13 +341,13 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 	if err := nm.db.kill(i); err != nil {
 		f.Detail = err.Error()
 	}
-	marked := 0
+	marked, listed := 0, 0
 	f.Effect = nm.waitFor(ctx, 30*time.Second, 500*time.Millisecond, func() bool {
 		var ps []api.PluginInfo
 		if !nm.readAnyServer(ctx, nodePath, &ps) {
 			return false
 		}
-		marked = 0
+		marked, listed = 0, len(ps)
 		for _, p := range ps {
 			if p.Health != nil && p.Health.Check == api.CheckNode {
 				marked++
@@ -355,8 +355,8 @@ func (nm *nemesis) downClient(ctx context.Context) fault {
 		}
 		return len(ps) > 0 && marked == len(ps)
 	})
-	f.Detail = fmt.Sprintf("%s down; its %d instances marked suspect by the leader: %v; its stub plugin's instance behind the front of %s/%s: %v",
-		n.Name, marked, f.Effect, check.StubPluginType, stubName, nm.stubBehindFront(ctx, n.Name))
+	f.Detail = fmt.Sprintf("%s down; %d of its %d instances marked suspect by the leader: %v; its stub plugin's instance behind the front of %s/%s: %v",
+		n.Name, marked, listed, f.Effect, check.StubPluginType, stubName, nm.stubBehindFront(ctx, n.Name))
 	nm.recoverAll(ctx)
 	return f
 }
