@@ -52,8 +52,10 @@ type Server struct {
 
 	fwdQueue     chan *fwdItem // writes waiting to be forwarded to the leader (forward.go)
 	batchSupport atomic.Pointer[batchSupport]
-	fwdBatches   atomic.Int64 // ApplyBatch RPCs sent
-	fwdBatched   atomic.Int64 // writes in them
+	// oldest is serverBelow's last answer (write.go).
+	oldest     atomic.Pointer[oldestServer]
+	fwdBatches atomic.Int64 // ApplyBatch RPCs sent
+	fwdBatched atomic.Int64 // writes in them
 
 	leaderNotify chan bool
 	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
@@ -140,7 +142,7 @@ func (s *Server) start() (err error) {
 
 	s.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
-		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersionHealth},
+		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersion},
 		PeersFile: peersFile(cfg.DataDir), Encryption: cfg.GossipEncryption, Logger: s.logger.Named("memberlist"),
 	})
 	if err != nil {

@@ -199,3 +199,37 @@ func BenchmarkDecodeRestoreCommand(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeCommand: a registration as the bench sends it, decoded
+// from each encoding (every server decodes every entry once).
+func BenchmarkDecodeCommand(b *testing.B) {
+	p := plugin("bench", "name-00042", "c0064-0000042")
+	p.NodeID = "node-0042"
+	p.Options = map[string]string{"plugreg.io/zone": "zone-a", "driver": "bench"}
+	req := &RegisterRequest{Plugin: p, RequestID: "8d3bd8a1-3f73-4c35-9a0f-4e5a2d8c2f10"}
+	for _, enc := range []struct {
+		name string
+		enc  Encoding
+	}{{"msgpack", Msgpack}, {"protobuf", Protobuf}} {
+		cmd, err := EncodeCommandIn(req, enc.enc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(enc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeCommand(cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(enc.name+"-encode", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := EncodeCommandIn(req, enc.enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

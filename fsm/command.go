@@ -56,6 +56,10 @@ func (t CommandType) String() string {
 		return "restore"
 	case PaddingCommand:
 		return "padding"
+	case RegisterProtoCommand:
+		return "register(protobuf)"
+	case DeregisterProtoCommand:
+		return "deregister(protobuf)"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -193,12 +197,15 @@ func EncodeCommand(req Request) ([]byte, error) {
 // this binary understood of it, never the peer's bytes. Trailing bytes and
 // fields this binary does not know are dropped (a peer could otherwise
 // ride megabytes of junk into every server's log with a valid command).
+//
+// It keeps the entry's encoding: the peer chose protobuf only if every
+// server knows it.
 func ReencodeCommand(b []byte) ([]byte, error) {
 	req, err := DecodeCommand(b)
 	if err != nil {
 		return nil, err
 	}
-	return EncodeCommand(req)
+	return EncodeCommandIn(req, encodingOf(CommandType(b[0])))
 }
 
 // DecodeCommand decodes and validates a log entry written by EncodeCommand.
@@ -210,6 +217,16 @@ func DecodeCommand(b []byte) (Request, error) {
 		return nil, fmt.Errorf("%w: empty entry", api.ErrMalformed)
 	}
 	t := CommandType(b[0])
+	if encodingOf(t) == Protobuf {
+		req, err := decodeProto(t, b[1:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", api.ErrMalformed, t, err)
+		}
+		if err := req.Validate(); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", t, err)
+		}
+		return req, nil
+	}
 	var req Request
 	switch t {
 	case RegisterCommand:

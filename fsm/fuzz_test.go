@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"io"
+	"reflect"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ func FuzzDecodeCommand(f *testing.F) {
 		reg(leased(plugin("csi", "ebs", "a2"), time.Minute)),
 		expiry(lease("csi", "ebs", "a1", 1), lease("csi", "ebs", "a2", 9)),
 	} {
-		b, _ := EncodeCommand(req)
-		f.Add(b)
+		for _, enc := range []Encoding{Msgpack, Protobuf} {
+			b, _ := EncodeCommandIn(req, enc)
+			f.Add(b)
+		}
 	}
 	f.Add([]byte{})
 	f.Add([]byte{byte(IgnoreUnknownTypeFlag | 5)})
@@ -32,16 +35,25 @@ func FuzzDecodeCommand(f *testing.F) {
 		if err != nil {
 			return
 		}
-		b, err := EncodeCommand(req)
-		if err != nil {
-			t.Fatalf("decoded request does not re-encode: %v", err)
+		// In each encoding: it re-encodes, stably, and both encodings
+		// decode to the same request.
+		var decoded []Request
+		for _, enc := range []Encoding{Msgpack, Protobuf} {
+			b, err := EncodeCommandIn(req, enc)
+			if err != nil {
+				t.Fatalf("decoded request does not re-encode: %v", err)
+			}
+			again, err := DecodeCommand(b)
+			if err != nil {
+				t.Fatalf("re-encoded request does not decode: %v", err)
+			}
+			if b2, _ := EncodeCommandIn(again, enc); !bytes.Equal(b, b2) {
+				t.Fatal("encoding is not stable")
+			}
+			decoded = append(decoded, again)
 		}
-		again, err := DecodeCommand(b)
-		if err != nil {
-			t.Fatalf("re-encoded request does not decode: %v", err)
-		}
-		if b2, _ := EncodeCommand(again); !bytes.Equal(b, b2) {
-			t.Fatal("encoding is not stable")
+		if !reflect.DeepEqual(decoded[0], decoded[1]) {
+			t.Fatalf("the encodings decode to different requests:\n%#v\n%#v", decoded[0], decoded[1])
 		}
 		a := newApplier(t)
 		a.apply(reg(plugin("csi", "ebs", "a1")))

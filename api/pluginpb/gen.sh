@@ -1,6 +1,8 @@
 #!/bin/sh
-# Regenerates plugin.pb.go, plugin_grpc.pb.go and plugin_vtproto.pb.go (a
-# generated decoder, for the Go client's event stream) from plugin.proto
+# Regenerates plugin.pb.go, plugin_grpc.pb.go and plugin_vtproto.pb.go
+# (generated code without reflection: the Go client decodes its event
+# stream with it, servers the protobuf registration body and log entry)
+# from plugin.proto
 # with pinned generators. Needs protoc (Debian: apt-get install protobuf-compiler;
 # the committed files were made with libprotoc 3.21.12).
 # Run from anywhere: go generate ./api/pluginpb
@@ -14,4 +16,4 @@ GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 GOBIN=$bin go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@v0.6.1-0.20240319094008-0393e58bdf10
 PATH=$bin:$PATH protoc --go_out=. --go_opt=paths=source_relative \
 	--go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	--go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=unmarshal plugin.proto
+	--go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size plugin.proto
