@@ -48,3 +48,9 @@ type Event struct {
 // that sends it in Accept gets GET /v1/events as length-delimited protobuf
 // (each message a varint length, then a pluginpb.Event), not JSON lines.
 const EventStreamProtobuf = "application/vnd.plugreg.events+protobuf"
+
+// PluginProtobuf is the media type of a registration body in protobuf: a
+// client that sends it as Content-Type with POST /v1/plugins sends one
+// pluginpb.PluginInfo instead of a PluginInfo JSON object. Any other
+// Content-Type (none included) is read as JSON, as before it existed.
+const PluginProtobuf = "application/vnd.plugreg.plugin+protobuf"

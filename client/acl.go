@@ -64,7 +64,7 @@ func (c *Client) ACLTokenSelf(ctx context.Context) (ACLToken, error) {
 
 // ACLTokenDelete deletes a token by its accessor ID.
 func (c *Client) ACLTokenDelete(ctx context.Context, accessorID string) (WriteResult, error) {
-	return c.write(ctx, http.MethodDelete, "/v1/acl/token/"+url.PathEscape(accessorID), nil)
+	return c.write(ctx, http.MethodDelete, "/v1/acl/token/"+url.PathEscape(accessorID), nil, "")
 }
 
 // aclCall sends no request ID: a token create is not deduplicated (the

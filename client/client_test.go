@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,45 @@ func TestClient(t *testing.T) {
 	peers, err := cl.Peers(ctx)
 	if err != nil || len(peers) != 3 {
 		t.Fatalf("peers: %v %v", peers, err)
+	}
+}
+
+// A registration sent as protobuf (Config.Protobuf) reads back as the
+// same registration sent as JSON, every field of it.
+func TestClientRegistersInEitherEncoding(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full := func(alloc string) *client.PluginInfo {
+		p := plugin("ebs", alloc)
+		p.Version, p.Options, p.TTL = "1.2.3", map[string]string{"zone": "a", "rack": "7"}, api.Duration(time.Minute)
+		p.ConnectionInfo.Address = "10.0.0.1:9000"
+		p.Health = &api.InstanceHealth{Status: api.HealthSuspect, Check: "probe", Reason: "slow", LastSeen: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
+		return p
+	}
+	var got []*client.PluginInfo
+	for i, proto := range []bool{false, true} {
+		cl, err := client.New(client.Config{Addrs: []string{c.Followers()[0].HTTPURL}, Protobuf: proto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc := fmt.Sprint("a", i)
+		res, err := cl.Register(ctx, full(alloc))
+		if err != nil || res.Result != "registered" {
+			t.Fatalf("protobuf %v: register: %+v %v", proto, res, err)
+		}
+		if _, err := cl.Register(ctx, plugin("", "a1")); !errors.Is(err, client.ErrInvalid) {
+			t.Fatalf("protobuf %v: invalid register: %v", proto, err)
+		}
+		p, _, err := cl.Get(ctx, "csi", "ebs", alloc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.AllocID, p.CreateIndex, p.ModifyIndex = "", 0, 0
+		got = append(got, p)
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Fatalf("JSON registration reads back as %+v\nprotobuf as %+v", got[0], got[1])
 	}
 }
 

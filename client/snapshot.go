@@ -43,7 +43,7 @@ func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) (WriteResult,
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
 	}
-	res, err := c.write(ctx, http.MethodPut, "/v1/operator/snapshot", archive)
+	res, err := c.write(ctx, http.MethodPut, "/v1/operator/snapshot", archive, "")
 	if err != nil {
 		return res, fmt.Errorf("snapshot restore: %w", err)
 	}

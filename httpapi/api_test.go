@@ -18,6 +18,7 @@ import (
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 type reply struct {
@@ -55,6 +56,20 @@ func TestAPI(t *testing.T) {
 		manyOpts += fmt.Sprintf(`"k%d":"v",`, i)
 	}
 	manyOpts = strings.TrimSuffix(manyOpts, ",") + "}}"
+	// Registration bodies in protobuf (api.PluginProtobuf).
+	pb := func(p *api.PluginInfo, extra ...byte) string {
+		b, err := pluginpb.FromPlugin(p).MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(append(b, extra...))
+	}
+	pbEBS := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "p1", NodeID: "n1", Options: map[string]string{"k": "v"},
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+	pbHdr := []string{"Content-Type", api.PluginProtobuf}
+	unknownField := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "future")
+	bigPB := pbEBS.Copy()
+	bigPB.Options = map[string]string{"k": strings.Repeat("v", 200*1024)}
 
 	cases := []struct {
 		name   string
@@ -69,6 +84,14 @@ func TestAPI(t *testing.T) {
 		{"register again is unchanged", "POST", "/v1/plugins", ebs, nil, 200, `"Result":"unchanged"`},
 		{"register changed is updated", "POST", "/v1/plugins", strings.Replace(ebs, `"Version":"1"`, `"Version":"2"`, 1), nil, 200, `"Result":"updated"`},
 		{"second instance", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"a2"`, 1), nil, 200, `"Result":"registered"`},
+		{"register in protobuf", "POST", "/v1/plugins", pb(pbEBS), pbHdr, 200, `"Result":"registered"`},
+		{"protobuf read back", "GET", "/v1/plugins/csi/ebs/p1", "", nil, 200, `"Options":{"k":"v"}`},
+		{"protobuf again is unchanged", "POST", "/v1/plugins", pb(pbEBS), []string{"Content-Type", api.PluginProtobuf + "; foo=bar"}, 200, `"Result":"unchanged"`},
+		{"protobuf with an unknown field", "POST", "/v1/plugins", pb(pbEBS, unknownField...), pbHdr, 400, `does not know, in plugreg.plugin.v1.PluginInfo`},
+		{"protobuf that does not parse", "POST", "/v1/plugins", "\x0a\x7f", pbHdr, 400, `protobuf body`},
+		{"protobuf of an invalid plugin", "POST", "/v1/plugins", pb(&api.PluginInfo{Type: "csi", AllocID: "a"}), pbHdr, 400, `"code":"invalid"`},
+		{"protobuf too large", "POST", "/v1/plugins", pb(bigPB), pbHdr, 413, `"code":"too_large"`},
+		{"JSON with its charset", "POST", "/v1/plugins", strings.Replace(ebs, `"Version":"1"`, `"Version":"2"`, 1), []string{"Content-Type", "application/json; charset=utf-8"}, 200, `"Result":"unchanged"`},
 		{"leased instance", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l1","TTL":"30s"`, 1), nil, 200, `"Result":"registered"`},
 		{"leased instance read back", "GET", "/v1/plugins/csi/ebs/l1", "", nil, 200, `"TTL":"30s"`},
 		{"TTL too short", "POST", "/v1/plugins", strings.Replace(ebs, `"a1"`, `"l2","TTL":"500ms"`, 1), nil, 400, `TTL 500ms`},

@@ -2,46 +2,65 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
 )
 
-// Whatever the body, decodePlugin either refuses it with a 4xx, or
-// returns a plugin that encodes as a log entry and decodes back the same:
-// nothing it lets through can be refused later, by the leader or by the
-// FSM on any server.
+// Whatever the body, JSON or protobuf, decodePlugin either refuses it with
+// a 4xx, or returns a plugin that encodes as a log entry (in either of its
+// encodings) and decodes back the same: nothing it lets through can be
+// refused later, by the leader or by the FSM on any server.
 func FuzzDecodePlugin(f *testing.F) {
-	f.Add([]byte(`{"Type":"csi","Name":"ebs","AllocID":"a1","Version":"1","NodeID":"n1","ConnectionInfo":{"SocketPath":"/run/ebs.sock"},"Options":{"k":"v"}}`))
-	f.Add([]byte(`{"Type":"csi","Name":"e/bs","AllocID":"a1","ConnectionInfo":{"Address":"10.0.0.1:9"}}`))
-	f.Add([]byte(`{"Type":"","Name":"x","AllocID":"a"}`))
-	f.Add([]byte(`{"Type":"t","Name":"n","AllocID":"a","ConnectionInfo":{"SocketPath":"/s"},"CreateIndex":5}{}`))
-	f.Add([]byte(`{"Type":"t\u0000","Name":"n","AllocID":"a","ConnectionInfo":{"SocketPath":"/s"},"Extra":1}`))
-	f.Add([]byte(`[]`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		p, err := decodePlugin(bytes.NewReader(body))
+	for _, body := range []string{
+		`{"Type":"csi","Name":"ebs","AllocID":"a1","Version":"1","NodeID":"n1","ConnectionInfo":{"SocketPath":"/run/ebs.sock"},"Options":{"k":"v"}}`,
+		`{"Type":"csi","Name":"e/bs","AllocID":"a1","ConnectionInfo":{"Address":"10.0.0.1:9"}}`,
+		`{"Type":"","Name":"x","AllocID":"a"}`,
+		`{"Type":"t","Name":"n","AllocID":"a","ConnectionInfo":{"SocketPath":"/s"},"CreateIndex":5}{}`,
+		`{"Type":"t\u0000","Name":"n","AllocID":"a","ConnectionInfo":{"SocketPath":"/s"},"Extra":1}`,
+		`{"Type":"t","Name":"n","AllocID":"a","ConnectionInfo":{"SocketPath":"/s"},"TTL":"30s","Health":{"Status":"suspect","Check":"probe"}}`,
+		`[]`,
+	} {
+		f.Add(false, []byte(body))
+		var p api.PluginInfo
+		if json.Unmarshal([]byte(body), &p) == nil {
+			b, _ := pluginpb.FromPlugin(&p).MarshalVT()
+			f.Add(true, b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, proto bool, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/plugins", bytes.NewReader(body))
+		if proto {
+			r.Header.Set("Content-Type", api.PluginProtobuf)
+		}
+		p, err := decodePlugin(r)
 		if err != nil {
 			if status, _ := classify(err); status < 400 || status >= 500 {
 				t.Fatalf("refusal %v answered %d, want a 4xx", err, status)
 			}
 			return
 		}
-		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: p})
-		if err != nil {
-			t.Fatalf("accepted at the edge, refused by the log's encoder: %v", err)
-		}
-		req, err := fsm.DecodeCommand(cmd)
-		if err != nil {
-			t.Fatalf("accepted at the edge, refused by the FSM's decoder: %v", err)
-		}
-		got := req.(*fsm.RegisterRequest).Plugin
-		if !reflect.DeepEqual(got, p) && !(len(got.Options) == 0 && len(p.Options) == 0) {
-			t.Fatalf("the log changes the plugin:\n%+v\n%+v", p, got)
+		for _, enc := range []fsm.Encoding{fsm.Msgpack, fsm.Protobuf} {
+			cmd, err := fsm.EncodeCommandIn(&fsm.RegisterRequest{Plugin: p}, enc)
+			if err != nil {
+				t.Fatalf("accepted at the edge, refused by the log's encoder: %v", err)
+			}
+			req, err := fsm.DecodeCommand(cmd)
+			if err != nil {
+				t.Fatalf("accepted at the edge, refused by the FSM's decoder: %v", err)
+			}
+			got := req.(*fsm.RegisterRequest).Plugin
+			if !reflect.DeepEqual(got, p) && !(len(got.Options) == 0 && len(p.Options) == 0) {
+				t.Fatalf("the log (%v) changes the plugin:\n%+v\n%+v", enc, p, got)
+			}
 		}
 	})
 }

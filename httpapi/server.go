@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
 )
@@ -266,7 +268,7 @@ func withRequestID(r *http.Request) (context.Context, error) {
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	info, err := decodePlugin(r.Body)
+	info, err := decodePlugin(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -295,17 +297,34 @@ func decodeJSON(body io.Reader, v interface{}) error {
 	return nil
 }
 
-// decodePlugin decodes and validates a registration body: what it returns
-// may be proposed as is (a bad request is answered without a round trip).
-func decodePlugin(body io.Reader) (*api.PluginInfo, error) {
-	var info api.PluginInfo
-	if err := decodeJSON(body, &info); err != nil {
+// decodePlugin decodes and validates a registration body, JSON or
+// protobuf by its Content-Type: what it returns may be proposed as is (a
+// bad request is answered without a round trip).
+func decodePlugin(r *http.Request) (*api.PluginInfo, error) {
+	info := new(api.PluginInfo)
+	if isPluginProtobuf(r.Header.Get("Content-Type")) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, decodeError(err)
+		}
+		if info, err = pluginpb.DecodePlugin(b); err != nil {
+			return nil, fmt.Errorf("%w: protobuf body: %v", errBadRequest, err)
+		}
+	} else if err := decodeJSON(r.Body, info); err != nil {
 		return nil, err
 	}
-	if err := api.ValidatePlugin(&info); err != nil {
+	if err := api.ValidatePlugin(info); err != nil {
 		return nil, err
 	}
-	return &info, nil
+	return info, nil
+}
+
+func isPluginProtobuf(contentType string) bool {
+	if len(contentType) < len(api.PluginProtobuf) || !strings.EqualFold(contentType[:len(api.PluginProtobuf)], api.PluginProtobuf) {
+		return false // the common case, without parsing
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == api.PluginProtobuf
 }
 
 func decodeError(err error) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/api/pluginpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -46,6 +49,11 @@ type plugregCluster struct {
 	// tls, when set, is the clients' TLS: the cluster runs with mutual
 	// TLS (benchTLS) and serves HTTPS.
 	tls *tls.Config
+	// protobuf: the cluster takes registrations in protobuf
+	// (api.PluginProtobuf), and the bench's clients send them so, as an
+	// etcd client sends protobuf (found out by waitReady; a release
+	// before it answers 400).
+	protobuf bool
 }
 
 // url is the base URL of node n's HTTP API.
@@ -207,6 +215,7 @@ func (c *plugregCluster) waitReady(ctx context.Context, timeout time.Duration) e
 			return nil
 		}()
 		if lastErr == nil {
+			c.protobuf = c.takesProtobuf(ctx)
 			return nil
 		}
 		select {
@@ -215,6 +224,26 @@ func (c *plugregCluster) waitReady(ctx context.Context, timeout time.Duration) e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// takesProtobuf registers a probe instance with a protobuf body.
+func (c *plugregCluster) takesProtobuf(ctx context.Context) bool {
+	p := &api.PluginInfo{Type: "warmup", Name: "protobuf", AllocID: "probe", ConnectionInfo: &api.ConnectionInfo{Address: "x"}}
+	body, err := pluginpb.FromPlugin(p).MarshalVT()
+	if err != nil {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(c.nodes[0])+"/v1/plugins", bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", api.PluginProtobuf)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // ---- etcd ----

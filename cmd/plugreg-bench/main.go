@@ -60,6 +60,8 @@ type options struct {
 	baselineBin string
 	// baselineWatchJSON: the baseline's watchers read the JSON stream.
 	baselineWatchJSON bool
+	// baselineWriteJSON: the baseline's clients register with JSON bodies.
+	baselineWriteJSON bool
 	// tls: plugreg runs on mutual TLS and the baseline (same binary and
 	// flags) without: plugreg/baseline is TLS's cost.
 	tls           bool
@@ -154,6 +156,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "also run a baseline plugreg cluster from this binary in every cell (table workloads only) and print plugreg/baseline ratios")
 	fs.BoolVar(&o.tls, "tls", false, "run plugreg with mutual TLS on every port (and the bench's clients on HTTPS with a client certificate), and a baseline plugreg cluster without: plugreg/baseline is the cost of TLS")
+	fs.BoolVar(&o.baselineWriteJSON, "baseline-write-json", false, "the baseline cluster's clients send registrations as JSON instead of protobuf (to measure the encoding; a cluster of a release before protobuf bodies gets JSON anyway)")
 	fs.BoolVar(&o.baselineWatchJSON, "baseline-watch-json", false, "the baseline cluster's watchers read the JSON event stream instead of protobuf (to measure the encoding)")
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
@@ -227,7 +230,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("-workloads: deregister removes what register added; select both")
 	}
 	o.plugregFlags, o.etcdFlags = strings.Fields(pflags), strings.Fields(eflags)
-	o.baseline = set["baseline-bin"] || set["baseline-flags"] || o.baselineWatchJSON || o.tls
+	o.baseline = set["baseline-bin"] || set["baseline-flags"] || o.baselineWatchJSON || o.baselineWriteJSON || o.tls
 	o.baselineFlags = o.plugregFlags
 	if set["baseline-flags"] {
 		o.baselineFlags = strings.Fields(bflags)
@@ -389,9 +392,10 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		if err := bc.waitReady(ctx, 60*time.Second); err != nil {
 			return err
 		}
+		bc.protobuf = bc.protobuf && !o.baselineWriteJSON
 		systems = append(systems, &plugregSystem{c: bc, label: "baseline", watchJSON: o.baselineWatchJSON})
 	}
-	logf("clusters ready")
+	logf("clusters ready (plugreg clients register in %s)", map[bool]string{true: "protobuf", false: "JSON"}[pc.protobuf])
 
 	if o.stubSessions > 0 {
 		if rep.Stubs, err = runStubs(ctx, o, pc, ec, bin, dir); err != nil {

@@ -88,7 +88,7 @@ func (s *plugregSystem) newClient(addrs []string) (*client.Client, *http.Transpo
 	// One transport per client: a client is one connection, like one
 	// etcd client is one gRPC connection.
 	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, TLSClientConfig: s.c.tls}
-	cli, err := client.New(client.Config{Addrs: addrs, HTTPClient: &http.Client{Transport: tr}, RetryWait: 10 * time.Millisecond})
+	cli, err := client.New(client.Config{Addrs: addrs, HTTPClient: &http.Client{Transport: tr}, RetryWait: 10 * time.Millisecond, Protobuf: s.c.protobuf})
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugreg client: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -123,38 +124,8 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 
-	healthy := func(via *proctest.Agent) (bool, string) {
-		hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer hcancel()
-		h, err := via.API.AutopilotHealth(hctx)
-		if err != nil && strings.Contains(err.Error(), "no route") {
-			// A release before autopilot health: every server
-			// answers a linearizable read.
-			for _, s := range c.Servers {
-				if _, _, err := s.API.List(hctx, "roll", nil); err != nil {
-					return false, s.Name + ": " + err.Error()
-				}
-			}
-			return true, ""
-		}
-		return err == nil && h.Healthy && len(h.Servers) == 3, fmt.Sprintf("%+v %v", h, err)
-	}
-	leaderOf := func(via *proctest.Agent) (string, error) {
-		h, err := via.API.AutopilotHealth(ctx)
-		if err == nil {
-			return h.Leader, nil
-		}
-		ms, merr := via.API.Members(ctx)
-		if merr != nil {
-			return "", err
-		}
-		for _, m := range ms {
-			if m.Leader {
-				return m.Name, nil
-			}
-		}
-		return "", nil
-	}
+	healthy := func(via *proctest.Agent) (bool, string) { return allHealthy(ctx, c, via) }
+	leaderOf := func(via *proctest.Agent) (string, error) { return leaderNameVia(ctx, via) }
 	// Two rounds: the second restarts servers that were restarted once.
 	for n := 0; n < 2*len(c.Servers); n++ {
 		i := n % len(c.Servers)
@@ -229,4 +200,152 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 		}
 	}
 	t.Logf("%d writes through three restarts, none failed; %d watchers gapless", len(acked), len(watchers))
+}
+
+// allHealthy: autopilot, asked through via, says all three servers are
+// healthy (or, on a release before autopilot health, every server answers
+// a linearizable read).
+func allHealthy(ctx context.Context, c *proctest.Cluster, via *proctest.Agent) (bool, string) {
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer hcancel()
+	h, err := via.API.AutopilotHealth(hctx)
+	if err != nil && strings.Contains(err.Error(), "no route") {
+		for _, s := range c.Servers {
+			if _, _, err := s.API.List(hctx, "roll", nil); err != nil {
+				return false, s.Name + ": " + err.Error()
+			}
+		}
+		return true, ""
+	}
+	return err == nil && h.Healthy && len(h.Servers) == 3, fmt.Sprintf("%+v %v", h, err)
+}
+
+// leaderNameVia is the leader's name as via knows it ("" when none).
+func leaderNameVia(ctx context.Context, via *proctest.Agent) (string, error) {
+	h, err := via.API.AutopilotHealth(ctx)
+	if err == nil {
+		return h.Leader, nil
+	}
+	ms, merr := via.API.Members(ctx)
+	if merr != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if m.Leader {
+			return m.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// A cluster in the middle of an upgrade (PLUGREG_OLD_BIN: the previous
+// release's build): one server runs this tree's binary, two the old one.
+// Writes through the new server, registrations in protobuf and
+// deregistrations plain and conditional, succeed while it follows and
+// while it leads, and every server stays up and agrees: the new server
+// writes only entries the old ones apply (a log entry an old server does
+// not know stops it, and a forwarded one is refused by an old leader).
+// Then the others are upgraded and the writes go on.
+func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts three servers")
+	}
+	newBin := proctest.Build(t, "./cmd/plugreg")
+	oldBin := os.Getenv("PLUGREG_OLD_BIN")
+	if oldBin == "" {
+		t.Log("PLUGREG_OLD_BIN is not set: every server runs this tree's binary (no version skew)")
+		oldBin = newBin
+	}
+	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: oldBin})
+	c.WaitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	upgrade := func(s *proctest.Agent) {
+		t.Helper()
+		if l, _ := leaderNameVia(ctx, c.Servers[(slices.Index(c.Servers, s)+1)%3]); l == s.Name {
+			if _, err := s.API.TransferLeadership(ctx); err != nil {
+				t.Fatalf("transfer leadership away from %s: %v", s.Name, err)
+			}
+		}
+		if d, ok := s.Terminate(proctest.StopBound); !ok {
+			t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
+		}
+		s.Bin = newBin
+		s.Start(t)
+		c.Poll(t, "every server healthy after upgrading "+s.Name, func() (bool, string) { return allHealthy(ctx, c, c.Servers[0]) })
+	}
+	// writes registers and deregisters through s for a while, and fails
+	// the test on any error.
+	round := 0
+	writes := func(s *proctest.Agent) {
+		t.Helper()
+		round++
+		cl, err := client.New(client.Config{Addrs: []string{s.HTTP}, Protobuf: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a refused write is retried
+		defer cancel()
+		for i := 0; i < 30; i++ {
+			p := &client.PluginInfo{Type: "mixed", Name: fmt.Sprintf("r%d", round), AllocID: fmt.Sprint(i % 5), NodeID: "n1",
+				Options: map[string]string{"i": fmt.Sprint(i)}, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
+			res, err := cl.Register(ctx, p)
+			if err != nil {
+				t.Fatalf("register through %s: %v", s.Name, err)
+			}
+			switch i % 3 {
+			case 1:
+				_, err = cl.Deregister(ctx, p.Type, p.Name, p.AllocID)
+			case 2:
+				_, err = cl.DeregisterIf(ctx, api.DeregisterRequest{Type: p.Type, Name: p.Name, AllocID: p.AllocID, IfNodeID: "n1", IfModifyIndex: res.Index})
+			}
+			if err != nil {
+				t.Fatalf("deregister through %s: %v", s.Name, err)
+			}
+		}
+	}
+	// agree: every server is up and lists what s lists.
+	agree := func(s *proctest.Agent) {
+		t.Helper()
+		c.Poll(t, "every server healthy", func() (bool, string) { return allHealthy(ctx, c, s) })
+		want, _, err := s.API.List(ctx, "mixed", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range c.Servers {
+			got, _, err := o.API.List(ctx, "mixed", nil)
+			if err != nil || len(got) != len(want) {
+				t.Fatalf("%s lists %d instances (%v), %s %d", o.Name, len(got), err, s.Name, len(want))
+			}
+		}
+	}
+
+	upgraded := c.Servers[0]
+	upgrade(upgraded)
+	for range 2 { // as a follower, then as the leader
+		writes(upgraded)
+		agree(upgraded)
+		for i := 0; i < 10; i++ {
+			l, err := leaderNameVia(ctx, upgraded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l == upgraded.Name {
+				break
+			}
+			leader := c.Servers[slices.IndexFunc(c.Servers, func(a *proctest.Agent) bool { return a.Name == l })]
+			if _, err := leader.API.TransferLeadership(ctx); err != nil {
+				t.Fatalf("transfer leadership away from %s: %v", l, err)
+			}
+			c.Poll(t, "a new leader", func() (bool, string) {
+				n, err := leaderNameVia(ctx, upgraded)
+				return err == nil && n != "" && n != l, n
+			})
+		}
+	}
+	for _, s := range c.Servers[1:] {
+		upgrade(s)
+	}
+	writes(c.Servers[2])
+	agree(c.Servers[2])
 }
