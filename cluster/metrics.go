@@ -8,6 +8,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/telemetry"
 )
 
 // Coverage gauges (plugreg_coverage_nodes): every coverageEvery, for at
@@ -21,9 +22,9 @@ import (
 // run. So a pass runs only when the state or the members changed since
 // the last one, and no sooner after it than coverageCost times its own
 // duration (at most 1/coverageCost of a core); in between, the last
-// counts are set again every coverageEvery, so that the series never go
-// stale in the sink (go-metrics' Prometheus sink drops a series a minute
-// after it was last set).
+// counts are set again every coverageEvery (telemetry's sink keeps a
+// series forever; go-metrics' own dropped it a minute after it was last
+// set, and the setting again stays harmless).
 const (
 	coverageEvery    = 5 * time.Second
 	coverageCost     = 50
@@ -57,7 +58,8 @@ func (s *Server) emitMetrics() {
 			s.updateCoverage(&cov, st, now)
 			cov.emit(labels[0])
 		}
-		metrics.SetGaugeWithLabels([]string{"fsm", "applied_index"}, float32(st.Index()), labels)
+		// float64: go-metrics' float32 gauges are exact only up to 2^24.
+		telemetry.SetGauge64([]string{"fsm", "applied_index"}, float64(st.Index()), labels...)
 		metrics.SetGaugeWithLabels([]string{"fsm", "instances"}, float32(st.Len()), labels)
 		leader := float32(0)
 		if s.IsLeader() {

@@ -17,7 +17,7 @@ import (
 // Limits bound what one agent's HTTP API holds at once, so that one
 // caller cannot take it all: past a bound the request is answered 429
 // too_many_requests with Retry-After (the Go client then tries another
-// agent), and counted in plugreg_http_limited{limit=...}. Zero fields take
+// agent), and counted in plugreg_http_limited_total{limit=...}. Zero fields take
 // the defaults; a negative one turns its bound off.
 type Limits struct {
 	// MaxConnsPerClient bounds concurrent connections from one IP

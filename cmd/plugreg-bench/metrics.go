@@ -15,15 +15,20 @@ import (
 // The names were checked by scraping running members (plugreg built from
 // this tree, Debian's etcd 3.4).
 const (
-	// plugreg: hashicorp/raft's timers through go-metrics' Prometheus
-	// sink (service name "plugreg"); a summary's _count is its number of
-	// calls. raft.leader.dispatchLog times the leader's StoreLogs of one
-	// batch, raft.rpc.appendEntries.storeLogs a follower's StoreLogs of
-	// one append. With raft-wal (the default -log-store) one StoreLogs is
-	// one fsync; with -log-store boltdb it is one bolt commit (itself two
-	// fsyncs), so the figures then count commits.
-	plugregLeaderStores   = "plugreg_raft_leader_dispatchLog_count"
-	plugregFollowerStores = "plugreg_raft_rpc_appendEntries_storeLogs_count"
+	// plugreg: hashicorp/raft's timers, as histograms in seconds
+	// (telemetry's sink); a histogram's _count is its number of calls.
+	// raft.leader.dispatchLog times the leader's StoreLogs of one batch,
+	// raft.rpc.appendEntries.storeLogs a follower's StoreLogs of one
+	// append. With raft-wal (the default -log-store) one StoreLogs is one
+	// fsync; with -log-store boltdb it is one bolt commit (itself two
+	// fsyncs), so the figures then count commits. The ...Old names are a
+	// release's before 2026-11-26 (go-metrics' own sink: camelCase
+	// summaries), for a -baseline-bin of it: a member serves one set or
+	// the other, so the sum of both is its figure.
+	plugregLeaderStores      = "plugreg_raft_leader_dispatch_log_seconds_count"
+	plugregFollowerStores    = "plugreg_raft_rpc_append_entries_store_logs_seconds_count"
+	plugregLeaderStoresOld   = "plugreg_raft_leader_dispatchLog_count"
+	plugregFollowerStoresOld = "plugreg_raft_rpc_appendEntries_storeLogs_count"
 	// etcd: one fsync of its WAL, the Raft log, leader or follower. The
 	// bbolt backend commits on its own timer (100 ms) and is not counted,
 	// as plugreg's in-memory state has no such file.
@@ -36,8 +41,9 @@ const (
 	// whole of a snapshot save. Neither bench cluster changes its
 	// system's snapshot settings: plugreg snapshots every 8192 entries
 	// (checked every 2 min), etcd 3.4 every 100,000.
-	plugregSnapshots = "plugreg_raft_snapshot_persist_count"
-	etcdSnapshots    = "etcd_debugging_snap_save_total_duration_seconds_count"
+	plugregSnapshots    = "plugreg_raft_snapshot_persist_seconds_count"
+	plugregSnapshotsOld = "plugreg_raft_snapshot_persist_count"
+	etcdSnapshots       = "etcd_debugging_snap_save_total_duration_seconds_count"
 )
 
 // metricsSource says where a system's members serve their metrics and

@@ -12,12 +12,13 @@ import (
 // as 0 (plugreg's sink drops idle series).
 func TestScrapeSamples(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `# HELP plugreg_raft_leader_dispatchLog plugreg_raft_leader_dispatchLog
-# TYPE plugreg_raft_leader_dispatchLog summary
-plugreg_raft_leader_dispatchLog{quantile="0.5"} NaN
-plugreg_raft_leader_dispatchLog_sum 0.93
-plugreg_raft_leader_dispatchLog_count 41
-plugreg_raft_replication_appendEntries_rpc_count{peer_id="n2"} 1449
+		fmt.Fprint(w, `# HELP plugreg_raft_leader_dispatch_log_seconds plugreg distribution
+# TYPE plugreg_raft_leader_dispatch_log_seconds histogram
+plugreg_raft_leader_dispatch_log_seconds_bucket{le="0.0001"} 3
+plugreg_raft_leader_dispatch_log_seconds_bucket{le="+Inf"} 41
+plugreg_raft_leader_dispatch_log_seconds_sum 0.0093
+plugreg_raft_leader_dispatch_log_seconds_count 41
+plugreg_raft_replication_append_entries_rpc_seconds_count{peer_id="n2"} 1449
 `)
 	}))
 	defer srv.Close()

@@ -189,7 +189,8 @@ func (s *plugregSystem) term(ctx context.Context, i int) (uint64, error) {
 }
 
 func (s *plugregSystem) metrics() metricsSource {
-	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores}, snapshots: []string{plugregSnapshots}}
+	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores, plugregLeaderStoresOld, plugregFollowerStoresOld},
+		snapshots: []string{plugregSnapshots, plugregSnapshotsOld}}
 	for _, n := range s.c.nodes {
 		src.urls = append(src.urls, s.c.url(n)+"/v1/metrics")
 	}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	metrics "github.com/hashicorp/go-metrics/compat"
-	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
@@ -20,9 +18,9 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/telemetry"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/ui"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // node is an agent, server or client, and its HTTP API, as run by agent
@@ -44,29 +42,16 @@ type node struct {
 	stopping atomic.Value // string
 }
 
-var (
-	metricsOnce    sync.Once
-	metricsHandler http.Handler
-)
-
-// setupMetrics routes go-metrics (raft's, memberlist's and ours) to a
-// Prometheus sink, once per process, and returns its HTTP handler.
+// setupMetrics routes go-metrics (raft's, memberlist's and ours) to
+// telemetry's sink, once per process, and returns its HTTP handler (nil
+// when it could not, which is logged).
 func setupMetrics(logger hclog.Logger) http.Handler {
-	metricsOnce.Do(func() {
-		sink, err := promsink.NewPrometheusSink()
-		if err != nil {
-			logger.Warn("metrics disabled", "error", err)
-			return
-		}
-		conf := metrics.DefaultConfig("plugreg")
-		conf.EnableHostname = false
-		if _, err := metrics.NewGlobal(conf, sink); err != nil {
-			logger.Warn("metrics disabled", "error", err)
-			return
-		}
-		metricsHandler = promhttp.Handler()
-	})
-	return metricsHandler
+	h, err := telemetry.Configure()
+	if err != nil {
+		logger.Warn("metrics disabled", "error", err)
+		return nil
+	}
+	return h
 }
 
 // needsRestart receives when the server cannot go on without a new
