@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/plugreg/plugreg/agent/fanout"
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/agent/pluginwatcher"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/telemetry"
 )
 
 // ServicesConfig configures what an agent runs for its host.
@@ -30,6 +33,9 @@ type ServicesConfig struct {
 	// here. Zero fields take pluginwatcher's defaults.
 	Watcher pluginwatcher.Config
 	Logger  hclog.Logger
+	// EventStats, when set, are the client agent's event fan-out's
+	// counters, published as metrics with the rest.
+	EventStats func() fanout.Stats
 }
 
 // Services are a host's plugin sources and the Host they write through,
@@ -91,7 +97,45 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 	if len(sources) > 0 { // nothing to keep right otherwise
 		s.goFunc(func() { host.Run(ctx) })
 	}
+	s.goFunc(func() { s.emitMetrics(ctx, be.NodeID(), cfg.EventStats) })
 	return s, nil
+}
+
+// emitMetrics publishes the host's counts once a second (telemetry): its
+// anti-entropy, its plugin sessions, a client agent's fan-out.
+func (s *Services) emitMetrics(ctx context.Context, node string, events func() fanout.Stats) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	nl := metrics.Label{Name: "node", Value: node}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hs := s.Host.Stats()
+		telemetry.SetCounter64([]string{"anti_entropy", "rounds"}, float64(hs.Rounds), nl)
+		telemetry.SetCounter64([]string{"anti_entropy", "failed_rounds"}, float64(hs.Failed), nl)
+		telemetry.SetCounter64([]string{"anti_entropy", "registered"}, float64(hs.Registered), nl)
+		telemetry.SetCounter64([]string{"anti_entropy", "deregistered"}, float64(hs.Deregistered), nl)
+		if s.Plugins != nil {
+			ps := s.Plugins.Stats()
+			telemetry.SetGauge64([]string{"plugin_socket", "sessions_live"}, float64(ps.Live), nl)
+			telemetry.SetGauge64([]string{"plugin_socket", "sessions_in_grace"}, float64(ps.InGrace), nl)
+			telemetry.SetCounter64([]string{"plugin_socket", "sessions"}, float64(ps.Sessions), nl)
+			telemetry.SetCounter64([]string{"plugin_socket", "reclaims"}, float64(ps.Reclaims), nl)
+			telemetry.SetCounter64([]string{"plugin_socket", "expired"}, float64(ps.Expired), nl)
+			telemetry.SetCounter64([]string{"plugin_socket", "stopped"}, float64(ps.Stopped), nl)
+			telemetry.SetCounter64([]string{"plugin_socket", "refused"}, float64(ps.Refused), nl)
+		}
+		if events != nil {
+			es := events()
+			telemetry.SetGauge64([]string{"fanout", "upstreams"}, float64(es.Upstreams), nl)
+			telemetry.SetGauge64([]string{"fanout", "subscribers"}, float64(es.Subscribers), nl)
+			telemetry.SetCounter64([]string{"fanout", "upstream_opens"}, float64(es.UpstreamOpens), nl)
+			telemetry.SetCounter64([]string{"fanout", "fell_behind"}, float64(es.FellBehind), nl)
+		}
+	}
 }
 
 // readyWhen tells the host that source made its first pass once settled

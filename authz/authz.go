@@ -19,6 +19,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
 )
@@ -110,7 +111,9 @@ func (r Resolver) Resolve(ctx context.Context, secret string) (Identity, error) 
 
 // deny is the one shape of a refusal: 403 permission_denied naming what was
 // asked, never the token.
+// Each is counted in plugreg_acl_denied_total.
 func deny(what string) error {
+	metrics.IncrCounter([]string{"acl", "denied"}, 1)
 	return fmt.Errorf("%w: the request's token may not %s", api.ErrPermissionDenied, what)
 }
 

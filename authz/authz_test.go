@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/telemetry"
 )
 
 func TestResolver(t *testing.T) {
@@ -148,5 +149,20 @@ func TestRenewRule(t *testing.T) {
 				t.Fatalf("IfNodeID %q, want %q", got.IfNodeID, tc.ifNode)
 			}
 		})
+	}
+}
+
+// Every refusal is counted in plugreg_acl_denied_total.
+func TestRefusalsAreCounted(t *testing.T) {
+	if _, err := telemetry.Configure(); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := telemetry.Value("plugreg_acl_denied_total")
+	ctx := context.Background()
+	if Operator(ctx) == nil || Read(ctx, "csi") == nil {
+		t.Fatal("a context without an identity was allowed")
+	}
+	if after, ok := telemetry.Value("plugreg_acl_denied_total"); !ok || after != before+2 {
+		t.Fatalf("plugreg_acl_denied_total %v (%v), want %v", after, ok, before+2)
 	}
 }

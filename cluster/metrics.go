@@ -61,6 +61,15 @@ func (s *Server) emitMetrics() {
 		// float64: go-metrics' float32 gauges are exact only up to 2^24.
 		telemetry.SetGauge64([]string{"fsm", "applied_index"}, float64(st.Index()), labels...)
 		metrics.SetGaugeWithLabels([]string{"fsm", "instances"}, float32(st.Len()), labels)
+		// The registry's own counts (registry.Stats): changes applied
+		// here by kind, the subscriptions running, what they delivered.
+		hs := s.hub.Stats()
+		for kind, n := range hs.Changes {
+			telemetry.SetCounter64([]string{"registry", "changes"}, float64(n), labels[0], metrics.Label{Name: "kind", Value: string(kind)})
+		}
+		telemetry.SetGauge64([]string{"registry", "watchers"}, float64(hs.Watchers), labels...)
+		telemetry.SetCounter64([]string{"registry", "events_delivered"}, float64(hs.Delivered), labels...)
+		telemetry.SetCounter64([]string{"registry", "resets"}, float64(hs.Resets), labels...)
 		leader := float32(0)
 		if s.IsLeader() {
 			leader = 1

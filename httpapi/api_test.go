@@ -17,6 +17,7 @@ import (
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/telemetry"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -300,6 +301,10 @@ func TestTokenRequiredForWrites(t *testing.T) {
 // handler (and its subscription) forever: once a write has been blocked
 // for StreamWriteTimeout, the server ends the stream.
 func TestEventStreamDropsAClientThatStopsReading(t *testing.T) {
+	if _, err := telemetry.Configure(); err != nil {
+		t.Fatal(err)
+	}
+	dropped, _ := telemetry.Value("plugreg_http_streams_dropped_total")
 	c := testcluster.New(t, 1, testcluster.Options{StreamWriteTimeout: 500 * time.Millisecond})
 	n := c.Nodes[0]
 	conn, err := net.Dial("tcp", strings.TrimPrefix(n.HTTPURL, "http://"))
@@ -329,7 +334,11 @@ func TestEventStreamDropsAClientThatStopsReading(t *testing.T) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				t.Fatal("the stream neither ended nor sent anything for 5s")
 			}
-			return // EOF or reset: the server ended the stream
+			// EOF or reset: the server ended the stream, and counted it.
+			if now, _ := telemetry.Value("plugreg_http_streams_dropped_total"); now != dropped+1 {
+				t.Fatalf("plugreg_http_streams_dropped_total %v, want %v", now, dropped+1)
+			}
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the server still streams to a client that stopped reading")

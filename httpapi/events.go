@@ -3,13 +3,16 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/delivery"
@@ -124,11 +127,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		burst++
 		if sf == nil {
 			if err := writeEvent(w, ev, enc); err != nil {
+				countDropped(err)
 				return
 			}
 		} else {
 			for _, e := range sf.pass(ev, time.Now()) {
 				if err := writeEvent(w, e, enc); err != nil {
+					countDropped(err)
 					return
 				}
 			}
@@ -230,4 +235,13 @@ func (sf *streamFilter) pass(ev delivery.Event, now time.Time) []delivery.Event 
 		sf.lastWrite = now
 	}
 	return out
+}
+
+// countDropped counts a stream ended because its client stopped reading
+// (its write deadline passed) in plugreg_http_streams_dropped_total; a
+// client that went away is not counted.
+func countDropped(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		metrics.IncrCounter([]string{"http", "streams_dropped"}, 1)
+	}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/plugreg/plugreg/registry"
 	"io"
+	"maps"
 	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/registry"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
@@ -321,5 +324,53 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	y, _ := own.Bytes(delivery.JSON, enc)
 	if string(x) == string(y) {
 		t.Fatalf("an unshared event's encodings were memoized: %q, %q", x, y)
+	}
+}
+
+// The hub's counters: changes applied by kind, subscriptions running,
+// events delivered, resets.
+func TestHubStats(t *testing.T) {
+	s := newStore(t, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := s.Watch(ctx, registry.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, s, plugin("csi", "a", "1"))
+	p := plugin("csi", "a", "1")
+	p.Version = "2"
+	mustRegister(t, s, p)
+	if _, err := s.DeregisterPlugin(context.Background(), "csi", "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		next(t, ch)
+	}
+	// A watcher from below the journal (4 events) gets a reset.
+	for i := range 5 {
+		mustRegister(t, s, plugin("csi", fmt.Sprint("b", i), "1"))
+	}
+	ch2, err := s.Watch(ctx, registry.Filter{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch2); ev.EventType != api.EventReset {
+		t.Fatalf("got %s, want a reset", describe(ev))
+	}
+	for range 5 {
+		next(t, ch)
+	}
+	st := s.Stats()
+	want := map[api.EventType]uint64{api.EventRegistered: 6, api.EventUpdated: 1, api.EventDeregistered: 1}
+	if !maps.Equal(st.Changes, want) || st.Watchers != 2 || st.Delivered != 8 || st.Resets != 1 {
+		t.Fatalf("stats %+v; want changes %v, 2 watchers, 8 delivered, 1 reset", st, want)
+	}
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Watchers != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watchers after their contexts ended", s.Stats().Watchers)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
@@ -22,6 +24,30 @@ type Hub struct {
 	mu       sync.RWMutex // guards shutdown; never held while sending
 	shutdown bool
 	subs     sync.WaitGroup // one per subscription goroutine
+	watchers atomic.Int64   // subscriptions running now
+}
+
+// Stats are what the hub and its journal count, for metrics.
+type Stats struct {
+	// Changes are the events applied on this node since it started, by
+	// kind (registered, updated, deregistered, expired, health).
+	Changes map[api.EventType]uint64
+	// Watchers are the subscriptions running now (watches, event streams,
+	// agents' delivery streams).
+	Watchers int64
+	// Delivered and Resets count what subscriptions handed their
+	// consumers since start: events, and resets (a consumer that fell
+	// behind the journal, or resumed below it).
+	Delivered, Resets uint64
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	j := h.journal
+	j.mu.Lock()
+	changes := maps.Clone(j.changes)
+	j.mu.Unlock()
+	return Stats{Changes: changes, Watchers: h.watchers.Load(), Delivered: j.delivered.Load(), Resets: j.resets.Load()}
 }
 
 // NewHub returns a hub over j whose subscription channels hold buffer
@@ -105,8 +131,10 @@ func (h *Hub) start(ctx context.Context, sub *subscription) error {
 	}
 	sub.j, sub.lastSent = h.journal, time.Now()
 	h.subs.Add(1) // under mu: Shutdown cannot be waiting yet
+	h.watchers.Add(1)
 	go func() {
 		defer h.subs.Done()
+		defer h.watchers.Add(-1)
 		sub.run(ctx)
 	}()
 	return nil

@@ -5,7 +5,9 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/fsm"
 )
@@ -38,6 +40,13 @@ type Journal struct {
 	waiters indexWaiters
 	closed  bool
 	done    chan struct{} // closed by Close
+	// changes counts the events applied, by kind, since the journal
+	// began (metrics).
+	changes map[api.EventType]uint64
+
+	// What subscriptions sent, for metrics: their own goroutines add to
+	// these, once per batch.
+	delivered, resets atomic.Uint64
 }
 
 // indexWaiter is one WaitForIndex call: ch is closed once index applied.
@@ -69,10 +78,11 @@ func NewJournal(size int) *Journal {
 		size = DefaultJournalSize
 	}
 	return &Journal{
-		ring:   make([]slot, size),
-		state:  fsm.NewState(),
-		notify: make(chan struct{}),
-		done:   make(chan struct{}),
+		ring:    make([]slot, size),
+		state:   fsm.NewState(),
+		notify:  make(chan struct{}),
+		done:    make(chan struct{}),
+		changes: map[api.EventType]uint64{},
 	}
 }
 
@@ -93,6 +103,7 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 		}
 		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e}
 		j.n++
+		j.changes[e.EventType]++
 	}
 	j.state = s
 	j.wakeLocked()

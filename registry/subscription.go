@@ -52,8 +52,11 @@ func (s *subscription) run(ctx context.Context) {
 		if b.closed {
 			return
 		}
-		if b.reset != nil && !s.send(ctx, delivery.Of(resetEvent(b.reset, s.filter))) {
-			return
+		if b.reset != nil {
+			if !s.send(ctx, delivery.Of(resetEvent(b.reset, s.filter))) {
+				return
+			}
+			s.j.resets.Add(1)
 		}
 		for i := range b.events {
 			// A delivery stream gets the slot's shared event; a plain
@@ -66,9 +69,11 @@ func (s *subscription) run(ctx context.Context) {
 				ev = delivery.Of(copiedEvent(&b.events[i].ev))
 			}
 			if !s.send(ctx, ev) {
+				s.j.delivered.Add(uint64(i))
 				return
 			}
 		}
+		s.j.delivered.Add(uint64(len(b.events)))
 		s.cursor = b.cursor
 		// A heartbeat carries the cursor: every matching event at or
 		// below it is already in the channel, so a heartbeat never runs

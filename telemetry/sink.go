@@ -86,6 +86,13 @@ func (s *Sink) SetGauge64(key []string, val float64, labels ...metrics.Label) {
 	s.observe(gaugeKind, seriesName(key), nil, val, labels)
 }
 
+// SetCounter64 sets a counter to total, a count its owner keeps itself
+// (an atomic on a hot path, read once a second): "_total" is added to
+// key's name. total must never go down while the process lives.
+func (s *Sink) SetCounter64(key []string, total float64, labels ...metrics.Label) {
+	s.observe(counterKind, seriesName(key)+"_total", nil, total, labels, true)
+}
+
 // SetGauge implements metrics.MetricSink.
 func (s *Sink) SetGauge(key []string, val float32) { s.SetGaugeWithLabels(key, val, nil) }
 
@@ -205,7 +212,7 @@ func sampleUnitOf(name, typ string) sampleUnit {
 
 // observe records val in the series of name and labels (buckets: a new
 // histogram family's).
-func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labels []metrics.Label) {
+func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labels []metrics.Label, set ...bool) {
 	if math.IsNaN(val) {
 		return
 	}
@@ -240,7 +247,11 @@ func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labe
 	case gaugeKind:
 		sr.value = val
 	case counterKind:
-		sr.value += val
+		if len(set) > 0 && set[0] {
+			sr.value = val
+		} else {
+			sr.value += val
+		}
 	case histogramKind:
 		sr.count++
 		sr.sum += val
@@ -332,4 +343,15 @@ func (s *Sink) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+func (s *Sink) value(name string, labels []metrics.Label) (float64, bool) {
+	key := seriesKey(snakeLabels(labels))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.families[name]
+	if f == nil || f.series[key] == nil {
+		return 0, false
+	}
+	return f.series[key].value, true
 }

@@ -62,3 +62,22 @@ func SetGauge64(key []string, val float64, labels ...metrics.Label) {
 		s.SetGauge64(key, val, labels...)
 	}
 }
+
+// SetCounter64 sets a counter to total on the process's Sink (see
+// Sink.SetCounter64; a no-op before Configure).
+func SetCounter64(key []string, total float64, labels ...metrics.Label) {
+	if s := global.Load(); s != nil {
+		s.SetCounter64(key, total, labels...)
+	}
+}
+
+// Value returns the value of a counter or gauge series of the process's
+// Sink by its full name ("plugreg_acl_denied_total") and labels; false
+// when there is none (or before Configure). For tests and diagnostics.
+func Value(name string, labels ...metrics.Label) (float64, bool) {
+	s := global.Load()
+	if s == nil {
+		return 0, false
+	}
+	return s.value(name, labels)
+}

@@ -86,15 +86,28 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 		if labels["version"] == "" || !strings.HasPrefix(labels["goversion"], "go") {
 			t.Errorf("%s: plugreg_build_info labels %v", a.Name, labels)
 		}
+		for _, name := range []string{"plugreg_anti_entropy_rounds_total", "plugreg_plugin_socket_sessions_live"} {
+			if families[name] == nil {
+				t.Errorf("%s: no %s", a.Name, name)
+			}
+		}
 		if i >= len(c.Servers) {
+			for _, name := range []string{"plugreg_fanout_upstreams", "plugreg_fanout_fell_behind_total"} {
+				if families[name] == nil {
+					t.Errorf("%s: no %s", a.Name, name)
+				}
+			}
 			continue // a client agent: no Raft, no state
 		}
 		want := map[string]string{
-			"plugreg_fsm_applied_index":            "GAUGE",
-			"plugreg_fsm_instances":                "GAUGE",
-			"plugreg_server_is_leader":             "GAUGE",
-			"plugreg_raft_fsm_apply_batch_seconds": "HISTOGRAM",
-			"plugreg_memberlist_gossip_seconds":    "HISTOGRAM",
+			"plugreg_fsm_applied_index":               "GAUGE",
+			"plugreg_fsm_instances":                   "GAUGE",
+			"plugreg_server_is_leader":                "GAUGE",
+			"plugreg_raft_fsm_apply_batch_seconds":    "HISTOGRAM",
+			"plugreg_memberlist_gossip_seconds":       "HISTOGRAM",
+			"plugreg_registry_changes_total":          "COUNTER",
+			"plugreg_registry_watchers":               "GAUGE",
+			"plugreg_registry_events_delivered_total": "COUNTER",
 		}
 		if families["plugreg_server_is_leader"].GetMetric()[0].GetGauge().GetValue() == 1 {
 			leaderSeen = true
@@ -111,6 +124,17 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 		}
 		if v := families["plugreg_fsm_instances"].GetMetric()[0].GetGauge().GetValue(); v < 3 {
 			t.Errorf("%s: plugreg_fsm_instances %v, want at least the 3 registered", a.Name, v)
+		}
+		registered := 0.0
+		for _, m := range families["plugreg_registry_changes_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "registered" {
+					registered = m.GetCounter().GetValue()
+				}
+			}
+		}
+		if registered < 3 {
+			t.Errorf("%s: plugreg_registry_changes_total{kind=registered} %v, want at least the 3 registered", a.Name, registered)
 		}
 	}
 	if !leaderSeen {

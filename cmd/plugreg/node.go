@@ -161,6 +161,9 @@ type hostServices struct {
 // first.
 func (n *node) startServices(h hostServices, logger hclog.Logger) error {
 	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")}
+	if n.client != nil {
+		cfg.EventStats = n.client.EventStats
+	}
 	cfg.Watcher.Mode = pluginwatcher.Mode(h.pluginsDirMode)
 	if h.pluginSocket != "" {
 		cfg.PluginSocket = &pluginsock.Config{Path: h.pluginSocket, Grace: h.pluginGrace, ConfigDir: h.pluginConfigDir, Events: n.be,
