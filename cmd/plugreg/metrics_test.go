@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,17 +20,14 @@ import (
 // Every agent's /v1/metrics, scraped from real processes after writes,
 // follows Prometheus' conventions as its own tools check them: promlint
 // (what `promtool check metrics` runs) finds nothing, and Debian's
-// promtool, when installed (CI installs it; PLUGREG_REQUIRE_PROMTOOL=1
+// promtool, when installed (CI installs it; PLUGREG_REQUIRE_PROMETHEUS=1
 // makes its absence a failure), exits 0. The series an operator looks for
 // first are there, under their conventional names and types.
 func TestMetricsFollowPrometheusConventions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil && os.Getenv("PLUGREG_REQUIRE_PROMTOOL") != "" {
-		t.Fatal("promtool is not installed (Debian: apt-get install prometheus)")
-	}
+	promtool := requirePrometheusTool(t, "promtool")
 	c := proctest.StartCluster(t, proctest.ClusterConfig{})
 	c.StartClient(t, "client-1", "127.0.0.1")
 	c.WaitReady(t)
