@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
@@ -38,7 +39,7 @@ var openRoutes = map[string]bool{
 // (authz.Guard). An unknown token is refused at once (403, acl_not_found)
 // except on the open routes, which then run as anonymous.
 func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
-	secret := r.Header.Get(headerToken)
+	secret := requestToken(r)
 	ctx := r.Context()
 	lookup := s.resolver.LooksUp(secret)
 	if lookup {
@@ -170,7 +171,7 @@ func (s *Server) aclTokenSelf(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	secret := r.Header.Get(headerToken)
+	secret := requestToken(r)
 	if secret == "" {
 		writeError(w, fmt.Errorf("%w: no X-Plugreg-Token in the request", api.ErrACLNotFound))
 		return
@@ -201,4 +202,17 @@ func (s *Server) aclTokenDelete(w http.ResponseWriter, r *http.Request) {
 		s.logger.Info("ACL token deleted", "accessor", id, "result", res.Result)
 	}
 	s.writeResult(w, res, err)
+}
+
+// requestToken is the request's token: X-Plugreg-Token, else an
+// "Authorization: Bearer" header (as Consul reads both), which is what
+// Prometheus and most HTTP tooling send from their configuration.
+func requestToken(r *http.Request) string {
+	if t := r.Header.Get(headerToken); t != "" {
+		return t
+	}
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
 }
