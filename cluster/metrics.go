@@ -38,6 +38,7 @@ type coverageGauges struct {
 	members        []api.Member
 	counts         []typeCoverage // nil: no pass yet
 	cutLogged      bool           // the cut to maxCoverageTypes was logged
+	emitted        []string       // the types of the last emission
 }
 
 type typeCoverage struct {
@@ -129,11 +130,25 @@ func (s *Server) updateCoverage(cov *coverageGauges, st *fsm.State, now time.Tim
 // emit sets plugreg_coverage_nodes{node,type,state} from the last pass:
 // each server emits its own view, labelled with its node, so that a
 // dashboard reads any one server, not a sum.
+//
+// The series of a type that is gone since the last emission are removed
+// (telemetry keeps every series until told otherwise): a dashboard must
+// not go on showing a removed type's last gaps.
 func (cov *coverageGauges) emit(node metrics.Label) {
+	var types []string
 	for _, tc := range cov.counts {
+		types = append(types, tc.typ)
 		for i, state := range api.CoverageStates {
 			metrics.SetGaugeWithLabels([]string{"coverage", "nodes"}, float32(tc.counts[i]),
 				[]metrics.Label{node, {Name: "type", Value: tc.typ}, {Name: "state", Value: state}})
 		}
 	}
+	for _, typ := range cov.emitted {
+		if !slices.Contains(types, typ) {
+			for _, state := range api.CoverageStates {
+				telemetry.Forget([]string{"coverage", "nodes"}, node, metrics.Label{Name: "type", Value: typ}, metrics.Label{Name: "state", Value: state})
+			}
+		}
+	}
+	cov.emitted = types
 }

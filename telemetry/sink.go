@@ -10,10 +10,9 @@
 // "_total". Sink replaces it: a go-metrics MetricSink that is also a
 // prometheus.Collector, and that
 //
-//   - never drops a series (a counter or gauge keeps its last value; a
-//     series of something that is gone keeps its last value too, which is
-//     the convention's cost: a gauge whose subject may vanish must be set
-//     to a meaningful value, e.g. 0, by its emitter);
+//   - never drops a series by itself (a counter or gauge keeps its last
+//     value); the emitter of a gauge whose subject may vanish removes its
+//     series (Forget), as the coverage gauge does for a type gone;
 //   - names every series in snake_case under "plugreg_", counters with
 //     "_total", timers as histograms in seconds with "_seconds";
 //   - keeps values as float64 (SetGauge64 for values past float32's
@@ -91,6 +90,20 @@ func (s *Sink) SetGauge64(key []string, val float64, labels ...metrics.Label) {
 // key's name. total must never go down while the process lives.
 func (s *Sink) SetCounter64(key []string, total float64, labels ...metrics.Label) {
 	s.observe(counterKind, seriesName(key)+"_total", nil, total, labels, true)
+}
+
+// Forget removes the gauge series of key (without namespace) and labels:
+// for a series whose subject is gone (a plugin type nobody registers any
+// more), which would otherwise keep its last value forever. Prometheus
+// marks it stale at its next scrape.
+func (s *Sink) Forget(key []string, labels ...metrics.Label) {
+	name := seriesName(key)
+	k := seriesKey(snakeLabels(labels))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.families[name]; f != nil {
+		delete(f.series, k)
+	}
 }
 
 // SetGauge implements metrics.MetricSink.
@@ -345,7 +358,10 @@ func (s *Sink) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (s *Sink) value(name string, labels []metrics.Label) (float64, bool) {
+// Value returns the value of a counter or gauge series by its full name
+// ("plugreg_acl_denied_total") and labels; false when there is none. For
+// tests and diagnostics.
+func (s *Sink) Value(name string, labels ...metrics.Label) (float64, bool) {
 	key := seriesKey(snakeLabels(labels))
 	s.mu.Lock()
 	defer s.mu.Unlock()

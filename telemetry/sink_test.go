@@ -193,3 +193,16 @@ func names(m map[string]*dto.MetricFamily) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// Forget removes one series and leaves the family's others.
+func TestSinkForget(t *testing.T) {
+	s := NewSink()
+	key := []string{"coverage", "nodes"}
+	s.SetGaugeWithLabels(append([]string{"plugreg", "gauge"}, key...), 2, []metrics.Label{l("type", "csi")})
+	s.SetGaugeWithLabels(append([]string{"plugreg", "gauge"}, key...), 1, []metrics.Label{l("type", "gone")})
+	s.Forget(key, l("type", "gone"))
+	mf := gather(t, s)["plugreg_coverage_nodes"]
+	if mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetLabel()[0].GetValue() != "csi" {
+		t.Fatalf("after Forget: %v", mf)
+	}
+}

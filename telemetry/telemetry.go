@@ -28,12 +28,7 @@ var (
 func Configure() (http.Handler, error) {
 	once.Do(func() {
 		sink := NewSink()
-		conf := metrics.DefaultConfig(Namespace)
-		conf.EnableHostname = false
-		conf.EnableRuntimeMetrics = false
-		conf.EnableTypePrefix = true // how the Sink tells timers from other samples
-		if _, err := metrics.NewGlobal(conf, sink); err != nil {
-			setErr = fmt.Errorf("metrics: %w", err)
+		if setErr = Use(sink); setErr != nil {
 			return
 		}
 		reg := prometheus.NewRegistry()
@@ -49,10 +44,25 @@ func Configure() (http.Handler, error) {
 				return
 			}
 		}
-		global.Store(sink)
 		handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	})
 	return handler, setErr
+}
+
+// Use makes sink go-metrics' global sink (what raft, memberlist and
+// plugreg emit to) and the one SetGauge64, SetCounter64 and Forget write
+// to. Configure calls it once; a test may call it with a Sink of its own
+// (and read that Sink's series with Sink.Value).
+func Use(sink *Sink) error {
+	conf := metrics.DefaultConfig(Namespace)
+	conf.EnableHostname = false
+	conf.EnableRuntimeMetrics = false
+	conf.EnableTypePrefix = true // how the Sink tells timers from other samples
+	if _, err := metrics.NewGlobal(conf, sink); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	global.Store(sink)
+	return nil
 }
 
 // SetGauge64 sets a gauge with float64 precision on the process's Sink
@@ -71,13 +81,10 @@ func SetCounter64(key []string, total float64, labels ...metrics.Label) {
 	}
 }
 
-// Value returns the value of a counter or gauge series of the process's
-// Sink by its full name ("plugreg_acl_denied_total") and labels; false
-// when there is none (or before Configure). For tests and diagnostics.
-func Value(name string, labels ...metrics.Label) (float64, bool) {
-	s := global.Load()
-	if s == nil {
-		return 0, false
+// Forget removes a gauge or counter series from the process's Sink (see
+// Sink.Forget; a no-op before Configure).
+func Forget(key []string, labels ...metrics.Label) {
+	if s := global.Load(); s != nil {
+		s.Forget(key, labels...)
 	}
-	return s.value(name, labels)
 }

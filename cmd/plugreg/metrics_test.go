@@ -136,4 +136,28 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 	if !leaderSeen {
 		t.Error("no server said it leads")
 	}
+
+	// A plugin type's coverage series go when its last instance does
+	// (they would otherwise show its last gaps forever: the sink keeps
+	// every series it is not told to forget).
+	scrape := func() string {
+		resp, err := http.Get("http://" + c.Servers[0].HTTP + "/v1/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	c.Poll(t, "coverage series of type csi", func() (bool, string) {
+		return strings.Contains(scrape(), `plugreg_coverage_nodes{node="server-1",state="covered",type="csi"}`), "none"
+	})
+	for _, alloc := range []string{"a1", "a2", "a3"} {
+		if _, err := c.Servers[0].API.Deregister(ctx, "csi", "ebs", alloc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Poll(t, "no coverage series of type csi", func() (bool, string) {
+		return !strings.Contains(scrape(), `type="csi"`), "still there"
+	})
 }
