@@ -1,0 +1,404 @@
+//go:build linux
+
+package helm
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestMain removes the binaries proctest built after the tests.
+func TestMain(m *testing.M) { proctest.Main(m) }
+
+const (
+	chartDir  = "../../deploy/helm/plugreg"
+	release   = "reg"
+	namespace = "plugins"
+)
+
+// valueSets are the configurations the tests render: the defaults, and
+// every switch on.
+var valueSets = map[string]map[string]any{
+	"defaults": {},
+	"secure": {
+		"tls":            map[string]any{"enabled": true},
+		"gossip":         map[string]any{"encryptionSecret": "plugreg-gossip"},
+		"acl":            map[string]any{"enabled": true, "agentTokenSecret": "plugreg-agent-token"},
+		"serviceMonitor": map[string]any{"enabled": true},
+		"server":         map[string]any{"replicas": 5},
+	},
+}
+
+// TestChartLints: `helm lint` (Helm's lint package) finds no warning or
+// error in any value set.
+func TestChartLints(t *testing.T) {
+	for name, vals := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			res := lint.AllWithKubeVersion(chartDir, vals, namespace, nil)
+			for _, m := range res.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("%s", m)
+				}
+			}
+		})
+	}
+}
+
+// manifests renders the chart with vals and returns its workloads.
+type manifests struct {
+	servers *appsv1.StatefulSet
+	clients *appsv1.DaemonSet
+	kinds   []string
+}
+
+func render(t *testing.T, vals map[string]any) manifests {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Render(ch, rv)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	var m manifests
+	for name, body := range files {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(body, "\n---") {
+			if strings.TrimSpace(doc) == "" || strings.TrimSpace(strings.Join(nonComments(doc), "")) == "" {
+				continue
+			}
+			var meta struct{ Kind string }
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v\n%s", name, err, doc)
+			}
+			m.kinds = append(m.kinds, meta.Kind)
+			switch meta.Kind {
+			case "StatefulSet":
+				m.servers = new(appsv1.StatefulSet)
+				if err := yaml.UnmarshalStrict([]byte(doc), m.servers); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			case "DaemonSet":
+				m.clients = new(appsv1.DaemonSet)
+				if err := yaml.UnmarshalStrict([]byte(doc), m.clients); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		}
+	}
+	if m.servers == nil || m.clients == nil {
+		t.Fatalf("rendered %v: want a StatefulSet and a DaemonSet", m.kinds)
+	}
+	return m
+}
+
+func nonComments(doc string) []string {
+	var out []string
+	for _, l := range strings.Split(doc, "\n") {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// What can be checked without a cluster, in every value set: each mount
+// names a volume of the pod (or a claim template), each path an agent
+// flag names is under a mount, each probe's port is a container port,
+// each variable an argument uses is in the environment, each secret
+// named comes from the values.
+func TestManifestsAgree(t *testing.T) {
+	for name, vals := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			m := render(t, vals)
+			if want := []string{"PodDisruptionBudget", "Service", "StatefulSet", "DaemonSet"}; !containsAll(m.kinds, want) {
+				t.Errorf("kinds %v, want at least %v", m.kinds, want)
+			}
+			if sm := vals["serviceMonitor"] != nil; sm != containsAll(m.kinds, []string{"ServiceMonitor", "PodMonitor"}) {
+				t.Errorf("kinds %v with serviceMonitor %v", m.kinds, sm)
+			}
+			var claims []string
+			for _, c := range m.servers.Spec.VolumeClaimTemplates {
+				claims = append(claims, c.Name)
+			}
+			checkPod(t, "server", m.servers.Spec.Template.Spec, claims)
+			checkPod(t, "client", m.clients.Spec.Template.Spec, nil)
+			if m.servers.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+				t.Error("servers not started in parallel: -bootstrap-expect would wait for a pod that waits for it")
+			}
+		})
+	}
+}
+
+func checkPod(t *testing.T, what string, pod corev1.PodSpec, claims []string) {
+	t.Helper()
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%s: %d containers", what, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	volumes := slices.Clone(claims)
+	for _, v := range pod.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	var mounts []string
+	for _, vm := range c.VolumeMounts {
+		if !slices.Contains(volumes, vm.Name) {
+			t.Errorf("%s: mount %s of no volume", what, vm.Name)
+		}
+		mounts = append(mounts, vm.MountPath)
+	}
+	for i, a := range c.Args {
+		if !strings.HasPrefix(a, "/") || i == 0 || !strings.HasPrefix(c.Args[i-1], "-") {
+			continue
+		}
+		under := false
+		for _, mp := range mounts {
+			if a == mp || strings.HasPrefix(a, mp+"/") {
+				under = true
+			}
+		}
+		if !under {
+			t.Errorf("%s: %s %s is on no volume (the root filesystem is read-only)", what, c.Args[i-1], a)
+		}
+	}
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+	}
+	for _, a := range c.Args {
+		for _, ref := range varRef.FindAllStringSubmatch(a, -1) {
+			if !env[ref[1]] {
+				t.Errorf("%s: argument %q uses $(%s), which is not in the environment", what, a, ref[1])
+			}
+		}
+	}
+	ports := map[string]bool{}
+	for _, p := range c.Ports {
+		ports[p.Name] = true
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		switch {
+		case p == nil:
+			t.Errorf("%s: no %s probe", what, name)
+		case p.HTTPGet != nil && !ports[p.HTTPGet.Port.StrVal]:
+			t.Errorf("%s: %s probe on port %v, not a container port", what, name, p.HTTPGet.Port)
+		case p.TCPSocket != nil && !ports[p.TCPSocket.Port.StrVal]:
+			t.Errorf("%s: %s probe on port %v, not a container port", what, name, p.TCPSocket.Port)
+		}
+	}
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: the root filesystem is not read-only", what)
+	}
+}
+
+var varRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// The chart's default agents, started as real processes from exactly the
+// arguments and environment the rendered manifests give them: three
+// servers (the StatefulSet's pods, 127.0.0.1-3, the same ports each, as
+// pods have their own IPs) and a client agent (the DaemonSet's pod on one
+// node, 127.0.0.4). Two things stand in for Kubernetes: the data volume
+// mounted at /data becomes a directory of the test's, and the servers'
+// DNS names in the headless service become their addresses (the
+// arguments are otherwise unchanged: an argument the binary does not take
+// stops it at once). They form a cluster; every probe is answered by its
+// agent (readiness 200 once a leader is known); each stops on SIGTERM.
+func TestAgentsStartAsTheManifestsSay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four agents")
+	}
+	bin := proctest.Build(t, "./cmd/plugreg")
+	dir := t.TempDir()
+	ports := proctest.FreePorts(t, "127.0.0.1", 3)
+	vals := map[string]any{
+		"ports": map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
+		"client": map[string]any{
+			"pluginsRegistryDir": filepath.Join(dir, "kubelet", "plugins_registry"),
+			"pluginSocketDir":    filepath.Join(dir, "run-plugreg"),
+		},
+	}
+	for _, d := range []string{"kubelet/plugins_registry", "run-plugreg"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := render(t, vals)
+	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
+	// The headless service's names, as the servers' joins give them.
+	dns := map[string]string{}
+	for i := range int(*m.servers.Spec.Replicas) {
+		dns[fmt.Sprintf("%s-plugreg-server-%d.%s-plugreg-server.%s.svc", release, i, release, namespace)] = serverIP(i)
+	}
+
+	type pod struct {
+		name, ip string
+		spec     corev1.PodSpec
+		env      map[string]string // what the downward API gives
+	}
+	var pods []pod
+	for i := range int(*m.servers.Spec.Replicas) {
+		name := fmt.Sprintf("%s-%d", m.servers.Name, i)
+		pods = append(pods, pod{name, serverIP(i), m.servers.Spec.Template.Spec, map[string]string{"POD_NAME": name}})
+	}
+	pods = append(pods, pod{"node-a", "127.0.0.4", m.clients.Spec.Template.Spec, map[string]string{"NODE_NAME": "node-a"}})
+
+	var procs []*proctest.Proc
+	for _, p := range pods {
+		c := p.spec.Containers[0]
+		env := map[string]string{"POD_IP": p.ip}
+		for k, v := range p.env {
+			env[k] = v
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				env[e.Name] = expand(e.Value, env)
+			}
+		}
+		data := filepath.Join(dir, p.name, "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		for _, a := range c.Args {
+			a = expand(a, env)
+			if a == "/data" {
+				a = data
+			}
+			for name, ip := range dns {
+				a = strings.Replace(a, name+":", ip+":", 1)
+			}
+			args = append(args, a)
+		}
+		var envList []string
+		for k, v := range env {
+			envList = append(envList, k+"="+v)
+		}
+		pr := proctest.New(p.name, bin, filepath.Join(dir, p.name+".log"), args...)
+		pr.Env = envList
+		pr.Start(t)
+		procs = append(procs, pr)
+		t.Cleanup(func() {
+			if d, ok := pr.Terminate(proctest.StopBound); !ok {
+				t.Errorf("%s did not stop on SIGTERM (%v)", pr.Name, d)
+			}
+		})
+		t.Logf("%s: plugreg %s", p.name, strings.Join(args, " "))
+	}
+
+	// Every probe of every pod, as kubelet would make it, until each
+	// passes: readiness needs a leader, so this waits for the cluster.
+	deadline := time.Now().Add(90 * time.Second)
+	for i, p := range pods {
+		c := p.spec.Containers[0]
+		for name, probe := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			port := portOf(t, c, probe)
+			for {
+				err := check(probe, p.ip, port)
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: %s probe: %v (log: %s)", p.name, name, err, procs[i].LogPath)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	// They are one cluster: the client agent's members are all four.
+	resp, err := http.Get(fmt.Sprintf("http://%s:%d/v1/members", pods[3].ip, ports[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var members []struct{ Name string }
+	if err := jsonDecode(resp, &members); err != nil || len(members) != 4 {
+		t.Fatalf("members %+v (%v), want the three servers and the client agent", members, err)
+	}
+}
+
+func expand(s string, env map[string]string) string {
+	return varRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if v, ok := env[ref[2:len(ref)-1]]; ok {
+			return v
+		}
+		return ref
+	})
+}
+
+func portOf(t *testing.T, c corev1.Container, p *corev1.Probe) int32 {
+	t.Helper()
+	name := ""
+	if p.HTTPGet != nil {
+		name = p.HTTPGet.Port.StrVal
+	} else if p.TCPSocket != nil {
+		name = p.TCPSocket.Port.StrVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == name {
+			return cp.ContainerPort
+		}
+	}
+	t.Fatalf("probe port %q is not a container port", name)
+	return 0
+}
+
+// check makes one probe as kubelet would.
+func check(p *corev1.Probe, ip string, port int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if p.HTTPGet != nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d%s", ip, port, p.HTTPGet.Path), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("GET %s: %s", p.HTTPGet.Path, resp.Status)
+		}
+		return nil
+	}
+	var d netDialer
+	conn, err := d.DialContext(ctx, "tcp", fmt.Sprintf("%s:%d", ip, port))
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}

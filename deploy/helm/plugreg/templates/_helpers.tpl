@@ -1,0 +1,87 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "plugreg.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "plugreg.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "plugreg.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "plugreg.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The gossip address of every server, through the headless service. */}}
+{{- define "plugreg.joinArgs" -}}
+{{- $root := . -}}
+{{- range $i := until (int .Values.server.replicas) }}
+- -join
+- {{ printf "%s-server-%d.%s-server.%s.svc:%d" (include "plugreg.fullname" $root) $i (include "plugreg.fullname" $root) $root.Release.Namespace (int $root.Values.ports.gossip) }}
+{{- end }}
+- -retry-join
+{{- end -}}
+
+{{/* Flags every agent takes: ports, TLS, gossip key, cluster name. */}}
+{{- define "plugreg.commonArgs" -}}
+- -bind
+- $(POD_IP)
+- -http-port
+- {{ .root.Values.ports.http | quote }}
+- -gossip-port
+- {{ .root.Values.ports.gossip | quote }}
+- -cluster-name
+- {{ .root.Values.clusterName }}
+{{- if .root.Values.tls.enabled }}
+- -tls-ca-file
+- /etc/plugreg/tls/ca.crt
+- -tls-cert-file
+- /etc/plugreg/tls/tls.crt
+- -tls-key-file
+- /etc/plugreg/tls/tls.key
+- -verify-incoming
+- -verify-outgoing
+{{- if .root.Values.tls.verifyServerHostname }}
+- -verify-server-hostname
+{{- end }}
+{{- end }}
+{{- if .root.Values.gossip.encryptionSecret }}
+- -encrypt
+- $(PLUGREG_GOSSIP_KEY)
+{{- end }}
+{{- end -}}
+
+{{/* The environment the args above expand. */}}
+{{- define "plugreg.commonEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+# The CLI's default address (kubectl exec ... plugreg members).
+- name: PLUGREG_ADDR
+  value: {{ printf "%s://$(POD_IP):%d" (ternary "https" "http" .root.Values.tls.enabled) (int .root.Values.ports.http) | quote }}
+{{- if .root.Values.gossip.encryptionSecret }}
+- name: PLUGREG_GOSSIP_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .root.Values.gossip.encryptionSecret }}
+      key: key
+{{- end }}
+{{- end -}}
+
+{{- define "plugreg.scheme" -}}
+{{ if .Values.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
+{{- end -}}
