@@ -242,7 +242,22 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 		t.Skip("starts four agents")
 	}
 	bin := proctest.Build(t, "./cmd/plugreg")
+	startPods(t, func(pod corev1.PodSpec) []string { return []string{bin} })
+}
+
+// startPods renders the default chart, starts its pods' agents with the
+// command run(pod) gives (the binary, or the image's entrypoint as its
+// user) followed by the container's arguments, and checks them as
+// TestAgentsStartAsTheManifestsSay says.
+func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
+	t.Helper()
 	dir := t.TempDir()
+	// The image's user must reach its data dirs.
+	for d := dir; d != filepath.Dir(d) && strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ports := proctest.FreePorts(t, "127.0.0.1", 3)
 	vals := map[string]any{
 		"ports": map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
@@ -288,9 +303,16 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 				env[e.Name] = expand(e.Value, env)
 			}
 		}
+		// The data volume, its owner the pod's user (fsGroup's effect).
 		data := filepath.Join(dir, p.name, "data")
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			t.Fatal(err)
+		}
+		os.Chmod(filepath.Dir(data), 0o755)
+		if sc := p.spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+			if err := os.Chown(data, int(*sc.RunAsUser), int(*sc.RunAsUser)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		var args []string
 		for _, a := range c.Args {
@@ -307,7 +329,8 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 		for k, v := range env {
 			envList = append(envList, k+"="+v)
 		}
-		pr := proctest.New(p.name, bin, filepath.Join(dir, p.name+".log"), args...)
+		cmd := run(p.spec)
+		pr := proctest.New(p.name, cmd[0], filepath.Join(dir, p.name+".log"), append(cmd[1:], args...)...)
 		pr.Env = envList
 		pr.Start(t)
 		procs = append(procs, pr)
@@ -316,7 +339,7 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 				t.Errorf("%s did not stop on SIGTERM (%v)", pr.Name, d)
 			}
 		})
-		t.Logf("%s: plugreg %s", p.name, strings.Join(args, " "))
+		t.Logf("%s: %s", p.name, strings.Join(append(cmd, args...), " "))
 	}
 
 	// Every probe of every pod, as kubelet would make it, until each
@@ -332,7 +355,8 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: %s probe: %v (log: %s)", p.name, name, err, procs[i].LogPath)
+					log, _ := os.ReadFile(procs[i].LogPath)
+					t.Fatalf("%s: %s probe: %v\n%s", p.name, name, err, tail(string(log), 20))
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
@@ -348,6 +372,11 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 	if err := jsonDecode(resp, &members); err != nil || len(members) != 4 {
 		t.Fatalf("members %+v (%v), want the three servers and the client agent", members, err)
 	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func expand(s string, env map[string]string) string {
