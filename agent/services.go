@@ -118,6 +118,12 @@ func (s *Services) emitMetrics(ctx context.Context, node string, events func() f
 		telemetry.SetCounter64([]string{"anti_entropy", "failed_rounds"}, float64(hs.Failed), nl)
 		telemetry.SetCounter64([]string{"anti_entropy", "registered"}, float64(hs.Registered), nl)
 		telemetry.SetCounter64([]string{"anti_entropy", "deregistered"}, float64(hs.Deregistered), nl)
+		if s.Watcher != nil {
+			ws := s.Watcher.Stats()
+			telemetry.SetCounter64([]string{"plugins_dir", "probes"}, float64(ws.Probes), nl)
+			telemetry.SetCounter64([]string{"plugins_dir", "probe_failures"}, float64(ws.Failed), nl)
+			telemetry.SetCounter64([]string{"plugins_dir", "slow_probes"}, float64(ws.Slow), nl)
+		}
 		if s.Plugins != nil {
 			ps := s.Plugins.Stats()
 			telemetry.SetGauge64([]string{"plugin_socket", "sessions_live"}, float64(ps.Live), nl)

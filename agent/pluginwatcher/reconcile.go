@@ -265,6 +265,13 @@ func (w *Watcher) startProbe(ctx context.Context, s *socketState) {
 	}
 	w.goOp(ctx, func() func() {
 		key, info, err := w.probe(ctx, path)
+		w.stats.probes.Add(1)
+		if err != nil {
+			w.stats.failed.Add(1)
+			if errors.Is(err, errSlow) {
+				w.stats.slow.Add(1)
+			}
+		}
 		told := false
 		if err == nil && untold != nil {
 			told = w.retell(ctx, path)

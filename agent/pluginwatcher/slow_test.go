@@ -28,6 +28,12 @@ func TestSlowIsNotDead(t *testing.T) {
 		if len(f.reg.instances(registerapi.DRAPlugin, "slow.example.com")) != 1 {
 			t.Fatal("a slow plugin was deregistered")
 		}
+		// Counted for metrics: every timed-out probe is a failed and a
+		// slow one (counted once it has timed out).
+		eventually(t, "5 slow probes counted", func() (bool, string) {
+			st := f.w.Stats()
+			return st.Slow >= 5 && st.Failed >= st.Slow && st.Probes >= st.Failed+1, fmt.Sprintf("%+v", st)
+		})
 		p.setHang(false)
 	})
 	t.Run("slow is suspect until it answers again", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +22,8 @@ type Watcher struct {
 	cfg      Config
 	log      hclog.Logger
 	handlers map[string]Handler
+	// stats count the probes (GetInfo calls) since start, for metrics.
+	stats struct{ probes, failed, slow atomic.Uint64 }
 
 	// mu guards the fields below it. It is never held while calling out.
 	mu      sync.Mutex
@@ -254,3 +257,16 @@ func (w *Watcher) handler(typ string) Handler {
 
 // errStopping is what a step sees when the watcher stops under it.
 var errStopping = errors.New("pluginwatcher: stopping")
+
+// Stats count the watcher's probes of its sockets since it started.
+type Stats struct {
+	// Probes are GetInfo calls made; Failed those that got no valid
+	// answer, Slow among them those that timed out (a plugin alive but
+	// slow is suspect before it is dead).
+	Probes, Failed, Slow uint64
+}
+
+// Stats returns the probe counters.
+func (w *Watcher) Stats() Stats {
+	return Stats{Probes: w.stats.probes.Load(), Failed: w.stats.failed.Load(), Slow: w.stats.slow.Load()}
+}
