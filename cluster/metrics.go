@@ -65,8 +65,9 @@ func (s *Server) emitMetrics() {
 		// The registry's own counts (registry.Stats): changes applied
 		// here by kind, the subscriptions running, what they delivered.
 		hs := s.hub.Stats()
-		for kind, n := range hs.Changes {
-			telemetry.SetCounter64([]string{"registry", "changes"}, float64(n), labels[0], metrics.Label{Name: "kind", Value: string(kind)})
+		for ch, n := range hs.Changes {
+			telemetry.SetCounter64([]string{"registry", "changes"}, float64(n), labels[0],
+				metrics.Label{Name: "kind", Value: string(ch.Kind)}, metrics.Label{Name: "type", Value: ch.Type})
 		}
 		telemetry.SetGauge64([]string{"registry", "watchers"}, float64(hs.Watchers), labels...)
 		telemetry.SetCounter64([]string{"registry", "events_delivered"}, float64(hs.Delivered), labels...)

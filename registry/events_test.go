@@ -364,7 +364,7 @@ func TestHubStats(t *testing.T) {
 		next(t, ch)
 	}
 	st := s.Stats()
-	want := map[api.EventType]uint64{api.EventRegistered: 6, api.EventUpdated: 1, api.EventDeregistered: 1}
+	want := map[registry.Change]uint64{{Kind: api.EventRegistered, Type: "csi"}: 6, {Kind: api.EventUpdated, Type: "csi"}: 1, {Kind: api.EventDeregistered, Type: "csi"}: 1}
 	if !maps.Equal(st.Changes, want) || st.Watchers != 2 || st.Delivered != 8 || st.Resets != 1 {
 		t.Fatalf("stats %+v; want changes %v, 2 watchers, 8 delivered, 1 reset", st, want)
 	}
@@ -375,5 +375,22 @@ func TestHubStats(t *testing.T) {
 			t.Fatalf("%d watchers after their contexts ended", s.Stats().Watchers)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Plugin types are counted by name up to MaxCountedTypes, the rest as
+// OtherTypes: a metric's series stay bounded whatever types clients make
+// up.
+func TestHubStatsBoundTheTypes(t *testing.T) {
+	s := newStore(t, 0)
+	for i := range registry.MaxCountedTypes + 5 {
+		mustRegister(t, s, plugin(fmt.Sprint("t", i), "n", "a"))
+	}
+	st := s.Stats()
+	if len(st.Changes) != registry.MaxCountedTypes+1 {
+		t.Fatalf("%d series of changes, want %d types and the rest", len(st.Changes), registry.MaxCountedTypes)
+	}
+	if n := st.Changes[registry.Change{Kind: api.EventRegistered, Type: registry.OtherTypes}]; n != 5 {
+		t.Fatalf("%d changes of other types, want 5", n)
 	}
 }

@@ -30,8 +30,9 @@ type Hub struct {
 // Stats are what the hub and its journal count, for metrics.
 type Stats struct {
 	// Changes are the events applied on this node since it started, by
-	// kind (registered, updated, deregistered, expired, health).
-	Changes map[api.EventType]uint64
+	// kind (registered, updated, deregistered, expired, health) and
+	// plugin type.
+	Changes map[Change]uint64
 	// Watchers are the subscriptions running now (watches, event streams,
 	// agents' delivery streams).
 	Watchers int64

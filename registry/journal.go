@@ -40,9 +40,11 @@ type Journal struct {
 	waiters indexWaiters
 	closed  bool
 	done    chan struct{} // closed by Close
-	// changes counts the events applied, by kind, since the journal
-	// began (metrics).
-	changes map[api.EventType]uint64
+	// changes counts the events applied, by kind and plugin type, since
+	// the journal began (metrics); types past MaxCountedTypes are counted
+	// under OtherTypes.
+	changes map[Change]uint64
+	types   map[string]bool // the types changes has by name
 
 	// What subscriptions sent, for metrics: their own goroutines add to
 	// these, once per batch.
@@ -82,7 +84,8 @@ func NewJournal(size int) *Journal {
 		state:   fsm.NewState(),
 		notify:  make(chan struct{}),
 		done:    make(chan struct{}),
-		changes: map[api.EventType]uint64{},
+		changes: map[Change]uint64{},
+		types:   map[string]bool{},
 	}
 }
 
@@ -103,10 +106,39 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 		}
 		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e}
 		j.n++
-		j.changes[e.EventType]++
+		j.countLocked(e)
 	}
 	j.state = s
 	j.wakeLocked()
+}
+
+// Change is what Stats counts an applied event under.
+type Change struct {
+	Kind api.EventType
+	Type string // the plugin type, or OtherTypes
+}
+
+// MaxCountedTypes bounds the plugin types counted by name (the API does not
+// bound types; a metric's series must be): the first ones seen, as the
+// coverage gauge shows the first ones.
+const MaxCountedTypes = 1000
+
+// OtherTypes is the type every type past MaxCountedTypes is counted as.
+const OtherTypes = "_other"
+
+func (j *Journal) countLocked(e fsm.Event) {
+	typ := ""
+	if e.Info != nil {
+		typ = e.Info.Type
+	}
+	if !j.types[typ] {
+		if len(j.types) >= MaxCountedTypes {
+			typ = OtherTypes
+		} else {
+			j.types[typ] = true
+		}
+	}
+	j.changes[Change{e.EventType, typ}]++
 }
 
 // Restored empties the journal: the events between the old state and the
