@@ -158,6 +158,11 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 		}
 	}
 	c.Poll(t, "no coverage series of type csi", func() (bool, string) {
-		return !strings.Contains(scrape(), `type="csi"`), "still there"
+		for _, l := range strings.Split(scrape(), "\n") {
+			if strings.HasPrefix(l, "plugreg_coverage_nodes{") && strings.Contains(l, `type="csi"`) {
+				return false, l
+			}
+		}
+		return true, ""
 	})
 }
