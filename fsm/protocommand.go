@@ -68,27 +68,24 @@ func encodingOf(t CommandType) Encoding {
 // protobuf when enc is Protobuf and req has a protobuf form (a
 // registration or a deregistration), in msgpack otherwise.
 func EncodeCommandIn(req Request, enc Encoding) ([]byte, error) {
-	if enc != Protobuf {
-		return EncodeCommand(req)
-	}
+	var encode func() []byte
 	switch r := req.(type) {
 	case *RegisterRequest:
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("encode %s: %w", r.CommandType(), err)
-		}
-		return encodeRegisterProto(r), nil
+		encode = func() []byte { return encodeRegisterProto(r) }
 	case *DeregisterRequest:
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("encode %s: %w", r.CommandType(), err)
+		encode = func() []byte {
+			return encodeDeregisterProto(&ConditionalDeregisterRequest{Type: r.Type, Name: r.Name, AllocID: r.AllocID, RequestID: r.RequestID})
 		}
-		return encodeDeregisterProto(&ConditionalDeregisterRequest{Type: r.Type, Name: r.Name, AllocID: r.AllocID, RequestID: r.RequestID}), nil
 	case *ConditionalDeregisterRequest:
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("encode %s: %w", r.CommandType(), err)
-		}
-		return encodeDeregisterProto(r), nil
+		encode = func() []byte { return encodeDeregisterProto(r) }
 	}
-	return EncodeCommand(req)
+	if enc != Protobuf || encode == nil {
+		return EncodeCommand(req)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
+	}
+	return encode(), nil
 }
 
 func encodeRegisterProto(r *RegisterRequest) []byte {
@@ -152,6 +149,16 @@ func encodeDeregisterProto(r *ConditionalDeregisterRequest) []byte {
 	return b
 }
 
+// The fields of the two envelopes by number, with their wire types
+// (allocated once: every server decodes every entry).
+var (
+	registerFields   = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.BytesType}
+	deregisterFields = map[protowire.Number]protowire.Type{
+		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType,
+		4: protowire.BytesType, 5: protowire.BytesType, 6: protowire.VarintType,
+	}
+)
+
 // decodeProto decodes the body of a protobuf entry of type t (not yet
 // validated: DecodeCommand does that for every encoding).
 func decodeProto(t CommandType, body []byte) (Request, error) {
@@ -166,7 +173,7 @@ func decodeProto(t CommandType, body []byte) (Request, error) {
 			case 2:
 				r.RequestID = string(v)
 			}
-		}, map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.BytesType})
+		}, registerFields)
 		if err != nil {
 			return nil, err
 		}
@@ -196,10 +203,7 @@ func decodeProto(t CommandType, body []byte) (Request, error) {
 			case 6:
 				r.IfModifyIndex = n
 			}
-		}, map[protowire.Number]protowire.Type{
-			1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType,
-			4: protowire.BytesType, 5: protowire.BytesType, 6: protowire.VarintType,
-		})
+		}, deregisterFields)
 		if err != nil {
 			return nil, err
 		}

@@ -173,7 +173,7 @@ func (s *Server) aclTokenSelf(w http.ResponseWriter, r *http.Request) {
 	}
 	secret := requestToken(r)
 	if secret == "" {
-		writeError(w, fmt.Errorf("%w: no X-Plugreg-Token in the request", api.ErrACLNotFound))
+		writeError(w, fmt.Errorf("%w: no token in the request (X-Plugreg-Token or Authorization: Bearer)", api.ErrACLNotFound))
 		return
 	}
 	t, err := ab.ResolveToken(r.Context(), secret)

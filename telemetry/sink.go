@@ -82,7 +82,7 @@ var _ metrics.MetricSink = (*Sink)(nil)
 // float32: exact only up to 2^24). key is without the namespace, as a
 // go-metrics key: {"fsm", "applied_index"}.
 func (s *Sink) SetGauge64(key []string, val float64, labels ...metrics.Label) {
-	s.observe(gaugeKind, seriesName(key), nil, val, labels)
+	s.observe(gaugeKind, seriesName(key), nil, val, labels, false)
 }
 
 // SetCounter64 sets a counter to total, a count its owner keeps itself
@@ -112,13 +112,13 @@ func (s *Sink) SetGauge(key []string, val float32) { s.SetGaugeWithLabels(key, v
 // SetGaugeWithLabels implements metrics.MetricSink.
 func (s *Sink) SetGaugeWithLabels(key []string, val float32, labels []metrics.Label) {
 	name, _ := s.parse(key)
-	s.observe(gaugeKind, name, nil, float64(val), labels)
+	s.observe(gaugeKind, name, nil, float64(val), labels, false)
 }
 
 // EmitKey implements metrics.MetricSink: a gauge.
 func (s *Sink) EmitKey(key []string, val float32) {
 	name, _ := s.parse(key)
-	s.observe(gaugeKind, name, nil, float64(val), nil)
+	s.observe(gaugeKind, name, nil, float64(val), nil, false)
 }
 
 // IncrCounter implements metrics.MetricSink.
@@ -127,7 +127,7 @@ func (s *Sink) IncrCounter(key []string, val float32) { s.IncrCounterWithLabels(
 // IncrCounterWithLabels implements metrics.MetricSink.
 func (s *Sink) IncrCounterWithLabels(key []string, val float32, labels []metrics.Label) {
 	name, _ := s.parse(key)
-	s.observe(counterKind, name+"_total", nil, float64(val), labels)
+	s.observe(counterKind, name+"_total", nil, float64(val), labels, false)
 }
 
 // AddSample implements metrics.MetricSink.
@@ -138,7 +138,7 @@ func (s *Sink) AddSample(key []string, val float32) { s.AddSampleWithLabels(key,
 func (s *Sink) AddSampleWithLabels(key []string, val float32, labels []metrics.Label) {
 	name, typ := s.parse(key)
 	u := sampleUnitOf(name, typ)
-	s.observe(histogramKind, name+u.suffix, u.buckets, float64(val)*u.scale, labels)
+	s.observe(histogramKind, name+u.suffix, u.buckets, float64(val)*u.scale, labels, false)
 }
 
 // parse splits a go-metrics key (namespace, type word, then the key's
@@ -225,7 +225,8 @@ func sampleUnitOf(name, typ string) sampleUnit {
 
 // observe records val in the series of name and labels (buckets: a new
 // histogram family's).
-func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labels []metrics.Label, set ...bool) {
+// A counter's val is added to it, or set as its total when setTotal.
+func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labels []metrics.Label, setTotal bool) {
 	if math.IsNaN(val) {
 		return
 	}
@@ -260,7 +261,7 @@ func (s *Sink) observe(k kind, name string, buckets []float64, val float64, labe
 	case gaugeKind:
 		sr.value = val
 	case counterKind:
-		if len(set) > 0 && set[0] {
+		if setTotal {
 			sr.value = val
 		} else {
 			sr.value += val
