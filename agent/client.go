@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -51,6 +54,9 @@ type Config struct {
 	// plugins) carry to servers that check ACLs.
 	ACLToken string
 	Logger   hclog.Logger
+	// Tracer records a span for each call to a server made for a traced
+	// request, whose context the call carries on (nil: tracing off).
+	Tracer *tracing.Tracer
 }
 
 // upstreamHeartbeat is the heartbeat period the agent asks of a server's
@@ -178,7 +184,14 @@ var errNoServer = errors.New("agent: no live server known; is the agent joined?"
 // unknown is not retried here: that is the caller's choice, with its
 // request ID.
 func (c *Client) call(ctx context.Context, method string, args, reply interface{}) error {
-	return c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
+	ctx, span := c.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindClient)
+	err := c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
 }
 
 // tryServers runs try against a server: the one that answered last, else

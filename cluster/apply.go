@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -32,7 +35,12 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 		if err != nil {
 			return nil, err
 		}
-		res, err := s.forward(ctx, leader, cmd)
+		fctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.forward", trace.SpanKindClient)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("plugreg.leader", leader), attribute.Int("plugreg.attempt", attempt))
+		}
+		res, err := s.forward(fctx, leader, cmd)
+		endSpan(span, err)
 		var ce *api.Error
 		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
 			// The leader moved or was unreachable; nothing was applied.
@@ -55,7 +63,27 @@ func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, 
 	// within the enqueue timeout plus, once enqueued, a commit or the
 	// leader lease running out (ErrLeadershipLost), both far shorter than
 	// any request deadline.
-	return s.applyOutcome(s.raft.Apply(cmd, s.cfg.ApplyTimeout))
+	ctx, span := s.cfg.Tracer.StartChild(ctx, "raft.apply", trace.SpanKindInternal)
+	res, err := s.applyOutcome(s.propose(ctx, cmd))
+	endApplySpan(span, res, err)
+	return res, err
+}
+
+// propose hands cmd to raft, with the trace of ctx's span in the entry's
+// extensions when it is sampled (every server's apply joins it).
+func (s *Server) propose(ctx context.Context, cmd []byte) raft.ApplyFuture {
+	if ext := tracing.LogExtension(ctx); ext != nil {
+		return s.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, s.cfg.ApplyTimeout)
+	}
+	return s.raft.Apply(cmd, s.cfg.ApplyTimeout)
+}
+
+// endApplySpan ends a raft.apply span with the entry's index.
+func endApplySpan(span trace.Span, res *fsm.ApplyResult, err error) {
+	if res != nil && span.IsRecording() {
+		span.SetAttributes(attribute.Int64("raft.index", int64(res.Index)))
+	}
+	endSpan(span, err)
 }
 
 // applyOutcome waits for f and returns the FSM's result, or the error in

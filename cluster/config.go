@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
 	"net"
 	"time"
 
@@ -128,6 +129,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 
 	Logger hclog.Logger
+
+	// Tracer records the spans of traced requests (cluster/tracing.go);
+	// nil: tracing off.
+	Tracer *tracing.Tracer
 }
 
 // DefaultConfig returns a Config with the defaults filled in; set NodeID,

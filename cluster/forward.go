@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,6 +39,9 @@ const (
 
 type applyBatchArgs struct {
 	Cmds [][]byte
+	// Traces are the commands' traces, by position (a traced write's
+	// forward span), when any is traced; older leaders ignore them.
+	Traces []tracing.Context `codec:",omitempty"`
 }
 
 type applyBatchReply struct {
@@ -167,6 +172,12 @@ func (s *Server) sendBatch(batch []*fwdItem) {
 	args := &applyBatchArgs{Cmds: make([][]byte, len(live))}
 	for i, it := range live {
 		args.Cmds[i] = it.cmd
+		if tc := tracing.ContextOf(it.ctx); tc.Traceparent != "" {
+			if args.Traces == nil {
+				args.Traces = make([]tracing.Context, len(live))
+			}
+			args.Traces[i] = tc
+		}
 	}
 	s.fwdBatches.Add(1)
 	s.fwdBatched.Add(int64(len(live)))
@@ -246,9 +257,10 @@ func (r *applyReply) result() fwdResult {
 // then waits for them all: one reply per command, each as the single
 // Apply RPC would have answered it (a command that fails validation is
 // rejected and never reaches the log; the others do not depend on it).
-func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte) *applyBatchReply {
+func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tracing.Context) *applyBatchReply {
 	out := &applyBatchReply{Replies: make([]applyReply, len(cmds))}
 	futures := make([]raft.ApplyFuture, len(cmds))
+	var spans []trace.Span // each traced command's raft.apply, by position
 	for i, raw := range cmds {
 		cmd, err := fsm.ReencodeCommand(raw) // see rpcApply
 		if err != nil {
@@ -263,13 +275,25 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte) *applyBatch
 			out.Replies[i].fail(notApplied(api.CodeNotLeader, errors.New("not the leader")))
 			continue
 		}
-		futures[i] = s.raft.Apply(cmd, s.cfg.ApplyTimeout)
+		cctx := ctx
+		if i < len(traces) && s.cfg.Tracer != nil {
+			var span trace.Span
+			cctx, span = s.cfg.Tracer.StartChild(traces[i].With(ctx), "raft.apply", trace.SpanKindInternal)
+			if spans == nil {
+				spans = make([]trace.Span, len(cmds))
+			}
+			spans[i] = span
+		}
+		futures[i] = s.propose(cctx, cmd)
 	}
 	for i, f := range futures {
 		if f == nil {
 			continue
 		}
 		res, err := s.applyOutcome(f)
+		if spans != nil && spans[i] != nil {
+			endApplySpan(spans[i], res, err)
+		}
 		if err != nil {
 			out.Replies[i].fail(err)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
@@ -78,7 +79,16 @@ func rpcRequestBound(method string) int64 {
 	return transport.DefaultMaxRequestBytes
 }
 
+// handleRPC serves one internal RPC, in a span of the caller's trace when
+// the request carries one.
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
+	ctx, span := s.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
+	reply, err := s.serveRPC(ctx, method, dec)
+	endSpan(span, err)
+	return reply, err
+}
+
+func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 	// The server port opens before Raft does (Raft needs its stream
 	// layer), and peers that still think this node leads forward to it
 	// as soon as it is back: answer "not ready" until Raft is up, which
@@ -128,7 +138,7 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 		if !s.IsLeader() {
 			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
 		}
-		return s.applyBatchLocal(ctx, args.Cmds), nil
+		return s.applyBatchLocal(ctx, args.Cmds, args.Traces), nil
 	case rpcRenew:
 		var req api.RenewRequest
 		if err := dec(&req); err != nil {

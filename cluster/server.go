@@ -32,6 +32,7 @@ type Server struct {
 
 	fsm     *fsm.FSM
 	journal *registry.Journal
+	traced  *tracedPublish // the FSM's sink while tracing is on; nil when off
 	hub     *registry.Hub
 
 	mux         *transport.Mux
@@ -119,7 +120,12 @@ func New(cfg *Config) (*Server, error) {
 // was started.
 func (s *Server) start() (err error) {
 	cfg := s.cfg
-	s.fsm = fsm.New(s.journal)
+	var sink fsm.Sink = s.journal
+	if cfg.Tracer != nil {
+		s.traced = &tracedPublish{Journal: s.journal, tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }}
+		sink = s.traced
+	}
+	s.fsm = fsm.New(sink)
 	if s.hub, err = registry.NewHub(s.journal, 0); err != nil {
 		return err
 	}
@@ -238,6 +244,9 @@ func (s *Server) setupRaft() error {
 			ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: s.trans.EncodePeer(rc.LocalID, s.trans.LocalAddr()),
 		}, s.IsLeader)
 		trans, machine = raftx.Watch(s.commits, s.trans, machine)
+	}
+	if s.traced != nil {
+		machine = tracedFSM{BatchingFSM: machine, pub: s.traced}
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
@@ -132,7 +133,10 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 	if res.Err != nil {
 		return api.WriteResult{Index: res.Index}, res.Err
 	}
-	if _, err := s.journal.WaitForIndex(ctx, res.Index); err != nil {
+	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
+	_, err = s.journal.WaitForIndex(wctx, res.Index)
+	endSpan(span, err)
+	if err != nil {
 		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
 	}
 	return api.WriteResult{Index: res.Index, Result: res.Result}, nil

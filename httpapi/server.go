@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"mime"
 	"net"
@@ -85,6 +89,10 @@ type Config struct {
 	// OnLeave is called (in its own goroutine) after PUT /v1/agent/leave
 	// was answered; it should leave the cluster and stop the process.
 	OnLeave func()
+	// Tracer records a server span for each request, continuing the
+	// caller's W3C traceparent (nil: tracing off, and traceparent is
+	// neither read nor passed on).
+	Tracer *tracing.Tracer
 }
 
 // Server is the HTTP API of one node.
@@ -209,6 +217,11 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		bodyDeadline(w, r, s.cfg.Limits.BodyReadTimeout)
+		if s.cfg.Tracer != nil {
+			var span trace.Span
+			w, r, span = s.startSpan(pattern, w, r)
+			defer span.End()
+		}
 		r, ok := s.withIdentity(pattern, w, r)
 		if !ok {
 			return
@@ -216,6 +229,48 @@ func (s *Server) Handler() http.Handler {
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// startSpan begins the server span of a request routed to pattern, under
+// the caller's traceparent if it sent one; the span learns the response's
+// status through the returned writer.
+func (s *Server) startSpan(pattern string, w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request, trace.Span) {
+	ctx, span := s.cfg.Tracer.Start(tracing.FromHTTP(r.Context(), r.Header), pattern, trace.SpanKindServer)
+	if !span.IsRecording() {
+		return w, r.WithContext(ctx), span
+	}
+	span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", pattern),
+		attribute.String("url.path", r.URL.Path))
+	return &spanStatusWriter{ResponseWriter: w, span: span}, r.WithContext(ctx), span
+}
+
+// spanStatusWriter records the response status on the request's span.
+type spanStatusWriter struct {
+	http.ResponseWriter
+	span    trace.Span
+	written bool
+}
+
+func (w *spanStatusWriter) WriteHeader(status int) {
+	if !w.written {
+		w.written = true
+		w.span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if status >= 500 {
+			w.span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *spanStatusWriter) Write(b []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (streams
+// flush and set deadlines through it).
+func (w *spanStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // jsonStatusWriter replaces the mux's plain-text error body with ErrorBody.
 type jsonStatusWriter struct {

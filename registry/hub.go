@@ -51,6 +51,9 @@ func (h *Hub) Stats() Stats {
 	return Stats{Changes: changes, Watchers: h.watchers.Load(), Delivered: j.delivered.Load(), Resets: j.resets.Load()}
 }
 
+// Watchers is Stats().Watchers, without copying the counts.
+func (h *Hub) Watchers() int64 { return h.watchers.Load() }
+
 // NewHub returns a hub over j whose subscription channels hold buffer
 // events (zero: DefaultSubscriptionBuffer).
 func NewHub(j *Journal, buffer int) (*Hub, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing"
 )
 
 // maxInitLen is the most a length prefix makes the decoder allocate before
@@ -58,6 +59,12 @@ type rpcHeader struct {
 	// Stream: the caller reads a stream (Pool.Stream). Omitted when
 	// false, so a Call's header is what it always was.
 	Stream bool `codec:",omitempty"`
+	// Traceparent and Tracestate: the caller's span (W3C, as HTTP
+	// carries them), when the request is part of a trace; the handler's
+	// context has it as its remote parent. Omitted otherwise; older
+	// peers ignore them.
+	Traceparent string `codec:",omitempty"`
+	Tracestate  string `codec:",omitempty"`
 }
 
 type rpcStatus struct {
@@ -175,6 +182,7 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 			if hdr.Timeout > 0 {
 				ctx, cancel = context.WithTimeout(base, hdr.Timeout)
 			}
+			ctx = tracing.Context{Traceparent: hdr.Traceparent, Tracestate: hdr.Tracestate}.With(ctx)
 			decoded := false
 			reply, err := h(ctx, hdr.Method, func(v interface{}) error {
 				decoded = true
@@ -327,6 +335,9 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	hdr := rpcHeader{Method: method, Timeout: time.Until(deadline)}
+	if tc := tracing.ContextOf(ctx); tc.Traceparent != "" {
+		hdr.Traceparent, hdr.Tracestate = tc.Traceparent, tc.Tracestate
+	}
 	if err := c.enc.Encode(&hdr); err != nil {
 		c.Close()
 		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)

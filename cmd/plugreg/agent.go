@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/plugreg/plugreg/internal/buildinfo"
+	"github.com/plugreg/plugreg/tracing/otlp"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -58,6 +61,7 @@ type agentSettings struct {
 	// flags tells which flags were set: a client agent refuses server
 	// flags (clientOnlyFlags) even when they are given their defaults.
 	flags *flag.FlagSet
+	trace otlp.Config // -trace-endpoint, -trace-sample-rate
 
 	configFile                string
 	nodeID, dataDir, bind     string
@@ -167,6 +171,8 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.BoolVar(&s.tls.VerifyServerHostname, "verify-server-hostname", false, "also require servers' certificates to name server.<cluster-name>.plugreg (implies -verify-outgoing)")
 	fs.StringVar(&s.tls.ClusterName, "cluster-name", tlsutil.DefaultClusterName, "the cluster's name, in its server certificates' name server.<cluster-name>.plugreg")
 	fs.Var(&s.join, "join", "gossip address of a server to join (repeatable)")
+	fs.StringVar(&s.trace.Endpoint, "trace-endpoint", "", "send OpenTelemetry spans over OTLP/HTTP to this collector (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to its /v1/traces); empty: the OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT variable if set, else tracing is off")
+	fs.Float64Var(&s.trace.SampleRate, "trace-sample-rate", 0, "with tracing on, the share (0 to 1) of requests without a sampled W3C traceparent that start a trace here; a caller's traceparent decides for its own requests")
 	return fs
 }
 
@@ -234,6 +240,9 @@ func (s *agentSettings) setup() (*agentSetup, error) {
 	tlsc, err := s.tlsConfigurator()
 	if err != nil {
 		return nil, err
+	}
+	if err := s.trace.Validate(); err != nil {
+		return nil, fmt.Errorf("-trace-endpoint, -trace-sample-rate or OTEL_* variables: %w", err)
 	}
 	if s.client {
 		if err := clientOnlyFlags(s.flags); err != nil {
@@ -365,12 +374,34 @@ func startAndRunAgent(s *agentSettings, a *agentSetup) error {
 // startAgentNode starts the server or the client agent and its HTTP API.
 func startAgentNode(s *agentSettings, a *agentSetup, enc gossip.Encryption, onLeave func()) (*node, error) {
 	httpAddr := net.JoinHostPort(s.bind, strconv.Itoa(s.httpPort))
+	tc := s.trace
+	tc.Node, tc.Role, tc.Version = s.nodeID, api.RoleServer, buildinfo.Read().Version
+	if s.client {
+		tc.Role = api.RoleClient
+	}
+	tracer, err := otlp.Setup(tc)
+	if err != nil {
+		return nil, err
+	}
+	a.api.tracer = tracer
+	var n *node
 	if s.client {
 		cfg := agent.Config{NodeID: s.nodeID, DataDir: s.dataDir, BindAddr: s.bind, GossipPort: s.gossipPort,
-			Join: s.join, RetryJoin: s.retryJoin, TLS: a.tlsc, ACLToken: s.aclAgentToken, GossipEncryption: enc, Logger: a.logger}
-		return startClientNode(cfg, httpAddr, a.api, a.tlsc, onLeave)
+			Join: s.join, RetryJoin: s.retryJoin, TLS: a.tlsc, ACLToken: s.aclAgentToken, GossipEncryption: enc, Logger: a.logger, Tracer: tracer}
+		n, err = startClientNode(cfg, httpAddr, a.api, a.tlsc, onLeave)
+	} else {
+		cfg := s.serverConfig(a, enc)
+		cfg.Tracer = tracer
+		n, err = startNode(cfg, httpAddr, a.api, a.tlsc, onLeave)
 	}
-	return startNode(s.serverConfig(a, enc), httpAddr, a.api, a.tlsc, onLeave)
+	if err != nil {
+		tracer.Shutdown(context.Background()) // nothing was traced yet
+		return nil, err
+	}
+	if tracer != nil {
+		a.logger.Info("tracing on: spans go over OTLP/HTTP", "endpoint", tc.Endpoint, "sample_rate", tc.SampleRate)
+	}
+	return n, nil
 }
 
 // serverConfig is the server's configuration: cluster's defaults, then

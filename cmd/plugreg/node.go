@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plugreg/plugreg/tracing"
 	"net"
 	"net/http"
 	"sync"
@@ -40,6 +41,7 @@ type node struct {
 	// stopping says what stop is doing now, for the log line of an
 	// agent that gives up waiting.
 	stopping atomic.Value // string
+	tracer   *tracing.Tracer
 }
 
 // setupMetrics routes go-metrics (raft's, memberlist's and ours) to
@@ -62,6 +64,11 @@ func (n *node) needsRestart() <-chan error {
 	}
 	return n.srv.NeedsRestart()
 }
+
+// traceFlushGrace bounds the wait at stop for the trace collector to take
+// the spans still queued: a collector that is down must not hold a
+// SIGTERM up (systemd and Kubernetes would kill the agent).
+const traceFlushGrace = 2 * time.Second
 
 // lifecycle is what the command needs of an agent's core, server or
 // client: how it stops (gracefully with Leave, or not), and what it sees.
@@ -93,6 +100,9 @@ type apiOptions struct {
 	keyring *gossip.Keyring
 	// requiredTypes: -required-plugin-types (httpapi.Config.RequiredTypes).
 	requiredTypes []string
+	// tracer records the node's spans (nil: tracing off); the node shuts
+	// it down last.
+	tracer *tracing.Tracer
 }
 
 // startNode starts a server and serves its HTTP API on httpAddr.
@@ -132,7 +142,9 @@ func startClientNode(cfg agent.Config, httpAddr string, ao apiOptions, tlsc *tls
 
 func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tlsc *tlsutil.Configurator, onLeave func()) {
 	n.be = be
-	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler(), RequiredTypes: ao.requiredTypes}
+	n.tracer = ao.tracer
+	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler(), RequiredTypes: ao.requiredTypes,
+		Tracer: ao.tracer}
 	if tlsc.ServesTLS() {
 		cfg.TLS = tlsc.IncomingConfig()
 	}
@@ -245,8 +257,19 @@ func (n *node) stop(leave bool) error {
 			n.stopping.Store("stopping gossip")
 			serr = n.core.Shutdown()
 		}
+		var terr error
+		if n.tracer != nil {
+			// The spans still queued go to the collector, or are
+			// dropped when it does not take them within the grace.
+			n.stopping.Store("flushing spans to the trace collector")
+			tctx, tcancel := context.WithTimeout(context.Background(), traceFlushGrace)
+			if terr = n.tracer.Shutdown(tctx); terr != nil {
+				terr = fmt.Errorf("flush spans: %w", terr)
+			}
+			tcancel()
+		}
 		n.stopping.Store("stopped")
-		err = errors.Join(herr, serr)
+		err = errors.Join(herr, serr, terr)
 	})
 	return err
 }

@@ -74,7 +74,7 @@ func (cn *ClientNode) start() {
 	_, gp, _ := net.SplitHostPort(cl.GossipAddr())
 	cn.Config.GossipPort, _ = strconv.Atoi(gp)
 	cn.Client = cl
-	cn.HTTP = httpapi.New(httpapi.Config{Backend: cl, Heartbeat: 200 * time.Millisecond, ACL: cn.c.opts.ACL, UI: ui.Handler()})
+	cn.HTTP = httpapi.New(httpapi.Config{Backend: cl, Heartbeat: 200 * time.Millisecond, ACL: cn.c.opts.ACL, UI: ui.Handler(), Tracer: cn.Config.Tracer})
 	cn.ln = ln
 	cn.running = true
 	cn.serveWG.Add(1)

@@ -178,7 +178,8 @@ func (c *Cluster) start(n *Node, opts Options) {
 		hb = 200 * time.Millisecond
 	}
 	n.Server = srv
-	hc := httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout, UI: ui.Handler()}
+	hc := httpapi.Config{Backend: srv.Backend(), Heartbeat: hb, Token: opts.Token, ACL: opts.ACL, StreamWriteTimeout: opts.StreamWriteTimeout, UI: ui.Handler(),
+		Tracer: n.Config.Tracer}
 	if kr := srv.GossipKeyring(); kr != nil {
 		hc.Keyring = kr
 	}

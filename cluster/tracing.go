@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// A traced write's spans on a server (Config.Tracer; docs/operations.md,
+// Tracing): "plugreg.forward" on a follower that sends it to the leader,
+// "rpc <method>" where an internal RPC of a trace arrives, "raft.apply"
+// on the leader from proposal to commit and its own apply,
+// "plugreg.wait_applied" on the server that answers until its own FSM has
+// it, and on every server "fsm.apply" with "registry.publish" (the
+// events handed to this server's watchers) under it, joined to the
+// write's trace by the entry's log extension (tracing.LogExtension).
+
+// tracedFSM starts the apply spans of the traced entries of each batch.
+// It is in front of the FSM only while tracing is on; raft's FSM
+// goroutine is its only caller, and publish (the journal, called back by
+// the FSM within ApplyBatch) reads the batch's spans on that goroutine.
+type tracedFSM struct {
+	raft.BatchingFSM
+	pub *tracedPublish
+}
+
+func (f tracedFSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+func (f tracedFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	var spans []trace.Span
+	for _, l := range logs {
+		ctx, ok := tracing.FromLogExtension(context.Background(), l.Extensions)
+		if !ok {
+			continue
+		}
+		ctx, span := f.pub.tracer.Start(ctx, "fsm.apply", trace.SpanKindInternal)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int64("raft.index", int64(l.Index)), attribute.Int("plugreg.batch_size", len(logs)))
+		}
+		spans = append(spans, span)
+		f.pub.batch = append(f.pub.batch, ctx)
+	}
+	out := f.BatchingFSM.ApplyBatch(logs)
+	f.pub.batch = f.pub.batch[:0]
+	for _, span := range spans {
+		span.End()
+	}
+	return out
+}
+
+// tracedPublish is the FSM's sink while tracing is on: the journal, with
+// a "registry.publish" span under each traced entry of the batch being
+// applied.
+type tracedPublish struct {
+	*registry.Journal
+	tracer *tracing.Tracer
+	hub    func() *registry.Hub
+	batch  []context.Context // the traced entries' fsm.apply spans
+}
+
+func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
+	if len(p.batch) == 0 {
+		p.Journal.Applied(s, events)
+		return
+	}
+	spans := make([]trace.Span, len(p.batch))
+	for i, ctx := range p.batch {
+		_, spans[i] = p.tracer.Start(ctx, "registry.publish", trace.SpanKindInternal)
+	}
+	p.Journal.Applied(s, events)
+	var watchers int64
+	if h := p.hub(); h != nil {
+		watchers = h.Watchers()
+	}
+	for _, span := range spans {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("plugreg.events", len(events)), attribute.Int64("plugreg.watchers", watchers))
+		}
+		span.End()
+	}
+}
+
+// endSpan records err (if any) on span and ends it.
+func endSpan(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
