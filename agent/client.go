@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/tracing"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,7 +17,10 @@ import (
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/transport"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config of a client agent.

@@ -3,15 +3,14 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/tracing"
 	"net"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
-
-	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing"
 )
 
 // Config of one server node.

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/tracing"
-	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Forwarded writes travel in batches. Every write a follower forwards
@@ -276,9 +276,9 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 			continue
 		}
 		cctx := ctx
-		if i < len(traces) && s.cfg.Tracer != nil {
+		if i < len(traces) && s.tracer != nil {
 			var span trace.Span
-			cctx, span = s.cfg.Tracer.StartChild(traces[i].With(ctx), "raft.apply", trace.SpanKindInternal)
+			cctx, span = s.tracer.StartChild(traces[i].With(ctx), "raft.apply", trace.SpanKindInternal)
 			if spans == nil {
 				spans = make([]trace.Span, len(cmds))
 			}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/transport"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Internal RPC methods served on the server port.
@@ -82,7 +82,7 @@ func rpcRequestBound(method string) int64 {
 // handleRPC serves one internal RPC, in a span of the caller's trace when
 // the request carries one.
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
-	ctx, span := s.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
+	ctx, span := s.tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
 	reply, err := s.serveRPC(ctx, method, dec)
 	endSpan(span, err)
 	return reply, err

@@ -22,6 +22,7 @@ import (
 	"github.com/plugreg/plugreg/internal/atomicfile"
 	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -32,7 +33,8 @@ type Server struct {
 
 	fsm     *fsm.FSM
 	journal *registry.Journal
-	traced  *tracedPublish // the FSM's sink while tracing is on; nil when off
+	traced  *tracedPublish  // the FSM's sink while tracing is on; nil when off
+	tracer  *tracing.Tracer // Config.Tracer (nil: off)
 	hub     *registry.Hub
 
 	mux         *transport.Mux
@@ -102,6 +104,7 @@ func New(cfg *Config) (*Server, error) {
 		cfg:          cfg,
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		journal:      registry.NewJournal(cfg.JournalSize),
+		tracer:       cfg.Tracer,
 		leaderNotify: make(chan bool, 16),
 		fwdQueue:     make(chan *fwdItem, maxForwardBatch),
 		ctx:          ctx,

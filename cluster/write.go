@@ -3,11 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The write path of a server, as Consul's raftApply: each write is built
@@ -133,7 +133,7 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 	if res.Err != nil {
 		return api.WriteResult{Index: res.Index}, res.Err
 	}
-	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
+	wctx, span := s.tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
 	_, err = s.journal.WaitForIndex(wctx, res.Index)
 	endSpan(span, err)
 	if err != nil {

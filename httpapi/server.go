@@ -6,10 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/tracing"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"io"
 	"mime"
 	"net"
@@ -24,6 +20,10 @@ import (
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Limits at the edge.

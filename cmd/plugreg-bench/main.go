@@ -152,7 +152,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data and logs) for inspection")
 	fs.StringVar(&o.dir, "dir", "", "parent of the temp dir (default: the system temp dir); both systems' data go there, on the same disk")
 	fs.StringVar(&o.plugregBin, "plugreg-bin", "", "prebuilt plugreg binary (default: go build ./cmd/plugreg)")
-	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\")")
+	fs.StringVar(&pflags, "plugreg-flags", "", "extra flags for every plugreg agent, space-separated (e.g. \"-log-store wal\"); {otlp-sink} stands for the URL of an OTLP/HTTP trace sink the bench serves (\"-trace-endpoint {otlp-sink} -trace-sample-rate 1\": tracing on)")
 	fs.StringVar(&eflags, "etcd-flags", "", "extra flags for every etcd member, space-separated")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "also run a baseline plugreg cluster from this binary in every cell (table workloads only) and print plugreg/baseline ratios")
 	fs.BoolVar(&o.tls, "tls", false, "run plugreg with mutual TLS on every port (and the bench's clients on HTTPS with a client certificate), and a baseline plugreg cluster without: plugreg/baseline is the cost of TLS")
@@ -289,6 +289,11 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("temp dir: %w", err)
 	}
+	sink, err := startOTLPSinkFor(&o.plugregFlags, &o.baselineFlags)
+	if err != nil {
+		return fmt.Errorf("otlp sink: %w", err)
+	}
+	defer sink.stop()
 	var pc, bc *plugregCluster
 	var ec *etcdCluster
 	defer func() {

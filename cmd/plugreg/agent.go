@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/plugreg/plugreg/internal/buildinfo"
-	"github.com/plugreg/plugreg/tracing/otlp"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -28,8 +26,10 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/buildinfo"
 	"github.com/plugreg/plugreg/internal/gctune"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing/otlp"
 )
 
 var errUsage = errors.New("usage")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"github.com/plugreg/plugreg/client"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/plugreg/plugreg/tracing"
 	"net"
 	"net/http"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/telemetry"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/ui"
 )
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/internal/testing/otlptest"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -44,6 +45,7 @@ var valueSets = map[string]map[string]any{
 		"acl":            map[string]any{"enabled": true, "agentTokenSecret": "plugreg-agent-token"},
 		"serviceMonitor": map[string]any{"enabled": true},
 		"server":         map[string]any{"replicas": 5},
+		"tracing":        map[string]any{"endpoint": "http://otel-collector.observability:4318", "sampleRate": 0.01},
 	},
 }
 
@@ -245,10 +247,12 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 	startPods(t, func(pod corev1.PodSpec) []string { return []string{bin} })
 }
 
-// startPods renders the default chart, starts its pods' agents with the
-// command run(pod) gives (the binary, or the image's entrypoint as its
-// user) followed by the container's arguments, and checks them as
-// TestAgentsStartAsTheManifestsSay says.
+// startPods renders the default chart (with tracing on, to a receiver
+// here), starts its pods' agents with the command run(pod) gives (the
+// binary, or the image's entrypoint as its user) followed by the
+// container's arguments, and checks them as TestAgentsStartAsTheManifestsSay
+// says; and that every agent's spans (kubelet's probes, traced at the
+// chart's sampleRate 1) reach the collector under its pod's node name.
 func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -259,8 +263,10 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 		}
 	}
 	ports := proctest.FreePorts(t, "127.0.0.1", 3)
+	rcv := otlptest.Start(t)
 	vals := map[string]any{
-		"ports": map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
+		"ports":   map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
+		"tracing": map[string]any{"endpoint": rcv.URL, "sampleRate": 1},
 		"client": map[string]any{
 			"pluginsRegistryDir": filepath.Join(dir, "kubelet", "plugins_registry"),
 			"pluginSocketDir":    filepath.Join(dir, "run-plugreg"),
@@ -371,6 +377,26 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 	var members []struct{ Name string }
 	if err := jsonDecode(resp, &members); err != nil || len(members) != 4 {
 		t.Fatalf("members %+v (%v), want the three servers and the client agent", members, err)
+	}
+	// Their probes were traced (sample rate 1), and each agent's spans
+	// reach the collector named as the pod's node.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		nodes := map[string]bool{}
+		for _, s := range rcv.Spans("") {
+			nodes[s.Node] = true
+		}
+		missing := ""
+		for _, p := range pods {
+			if node := p.env["POD_NAME"] + p.env["NODE_NAME"]; !nodes[node] {
+				missing = node
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no span from %s reached the collector (spans from %v)", missing, nodes)
+		}
 	}
 }
 

@@ -62,6 +62,12 @@ app.kubernetes.io/component: {{ .component }}
 - -encrypt
 - $(PLUGREG_GOSSIP_KEY)
 {{- end }}
+{{- if .root.Values.tracing.endpoint }}
+- -trace-endpoint
+- {{ .root.Values.tracing.endpoint | quote }}
+- -trace-sample-rate
+- {{ .root.Values.tracing.sampleRate | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* The environment the args above expand. */}}
