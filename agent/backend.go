@@ -29,7 +29,7 @@ func (c *Client) write(ctx context.Context, method string, args interface{}, wha
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
 	defer cancel()
 	var res api.WriteResult
-	if err := c.call(ctx, method, args, &res); err != nil {
+	if err := c.callTraced(ctx, true, method, args, &res); err != nil {
 		return res, fmt.Errorf("%s: %w", what, err)
 	}
 	return res, nil

@@ -184,7 +184,20 @@ var errNoServer = errors.New("agent: no live server known; is the agent joined?"
 // unknown is not retried here: that is the caller's choice, with its
 // request ID.
 func (c *Client) call(ctx context.Context, method string, args, reply interface{}) error {
-	ctx, span := c.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindClient)
+	return c.callTraced(ctx, false, method, args, reply)
+}
+
+// callTraced is call in a span of ctx's trace; with root, a span that may
+// also begin a trace (sampled at the agent's rate): the writes, which the
+// agent's host services (plugins dir, plugin socket) make on their own.
+// Other calls (reads, status, streams) only continue a caller's trace.
+func (c *Client) callTraced(ctx context.Context, root bool, method string, args, reply interface{}) error {
+	var span trace.Span
+	if root {
+		ctx, span = c.cfg.Tracer.Start(ctx, "rpc "+method, trace.SpanKindClient)
+	} else {
+		ctx, span = c.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindClient)
+	}
 	err := c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
 	if err != nil && span.IsRecording() {
 		span.RecordError(err)

@@ -32,9 +32,15 @@ type tracedNodes struct {
 }
 
 func (tn *tracedNodes) tracer(node string) *tracing.Tracer {
+	return tn.sampling(node, sdktrace.NeverSample())
+}
+
+// sampling is tracer, with root the sampler of requests without a
+// caller's trace (the agent's -trace-sample-rate).
+func (tn *tracedNodes) sampling(node string, root sdktrace.Sampler) *tracing.Tracer {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tn.exp),
 		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.instance.id", node))),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+		sdktrace.WithSampler(sdktrace.ParentBased(root)))
 	tn.mu.Lock()
 	tn.tps = append(tn.tps, tp)
 	tn.mu.Unlock()
@@ -216,6 +222,30 @@ func TestOneWriteIsOneTraceAcrossNodes(t *testing.T) {
 				return everyServerApplies(byNode) && has(byNode[leader.Config.NodeID], "raft.apply") &&
 					has(byNode[follower.Config.NodeID], "plugreg.forward")
 			})
+		}
+	})
+
+	// A client agent's own write (its host's plugins: no caller) starts a
+	// trace at the agent's sample rate, here every time.
+	t.Run("a client agent's own write", func(t *testing.T) {
+		tn.exp.Reset()
+		host := c.AddClient(func(cfg *agent.Config) { cfg.Tracer = tn.sampling(cfg.NodeID, sdktrace.AlwaysSample()) })
+		c.Eventually(10*time.Second, "the agent sees a server", func() bool { return len(host.Client.Servers()) > 0 })
+		if _, err := host.Client.Register(context.Background(), plugin("hosted", "h1")); err != nil {
+			t.Fatal(err)
+		}
+		var root *spanOf
+		for _, s := range tn.exp.GetSpans() {
+			if s.Name == "rpc Agent.Register" && !s.Parent.IsValid() {
+				node, _ := s.Resource.Set().Value("service.instance.id")
+				root = &spanOf{name: s.Name, node: node.AsString(), id: s.SpanContext.SpanID()}
+				c.Eventually(10*time.Second, "every server's apply recorded", func() bool {
+					return everyServerApplies(connected(t, tn.trace(s.SpanContext.TraceID()), trace.SpanID{}))
+				})
+			}
+		}
+		if root == nil || root.node != host.Config.NodeID {
+			t.Fatalf("no trace begun by %s's own write: %+v", host.Config.NodeID, root)
 		}
 	})
 

@@ -14,10 +14,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/buildinfo"
 	"github.com/plugreg/plugreg/tlsutil"
+	"github.com/plugreg/plugreg/tracing"
+	"github.com/plugreg/plugreg/tracing/otlp"
 )
 
 func runDev(args []string) error {
@@ -31,12 +35,18 @@ func runDev(args []string) error {
 	logLevel := fs.String("log-level", "error", "trace, debug, info, warn or error")
 	clients := fs.Int("clients", 0, "client agents to run beside the three servers (0 to 20)")
 	grace := fs.Duration("plugin-grace", 10*time.Second, "how long a plugin stays registered after its session ended without Stop")
+	var trace otlp.Config
+	fs.StringVar(&trace.Endpoint, "trace-endpoint", "", "send every agent's OpenTelemetry spans to this OTLP/HTTP collector (as the agent's -trace-endpoint)")
+	fs.Float64Var(&trace.SampleRate, "trace-sample-rate", 1, "with -trace-endpoint, the share of requests without a caller's sampled traceparent that are traced (dev traces everything by default)")
 	secure := fs.Bool("secure", false, "run with mutual TLS everywhere (a fresh CA in the data dir), ACLs on with default deny (bootstrapped; the operator token is printed) and gossip encryption")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	if *clients < 0 || *clients > 20 {
 		return fmt.Errorf("-clients %d: want 0 to 20", *clients)
+	}
+	if err := trace.Validate(); err != nil {
+		return fmt.Errorf("-trace-endpoint or -trace-sample-rate: %w", err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugreg-dev", Level: hclog.LevelFromString(*logLevel)})
 	dir, err := os.MkdirTemp("", "plugreg-dev-")
@@ -126,6 +136,11 @@ func runDev(args []string) error {
 				stopAll()
 				return err
 			}
+			if nao.tracer, err = devTracer(trace, cfg.NodeID, api.RoleServer); err != nil {
+				stopAll()
+				return err
+			}
+			cfg.Tracer = nao.tracer
 			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), nao, tlsc, nil) })
 		} else {
 			id := fmt.Sprintf("host%d", i-2)
@@ -147,6 +162,11 @@ func runDev(args []string) error {
 				stopAll()
 				return err
 			}
+			if nao.tracer, err = devTracer(trace, id, api.RoleClient); err != nil {
+				stopAll()
+				return err
+			}
+			acfg.Tracer = nao.tracer
 			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), nao, tlsc, nil) })
 		}
 		if err != nil {
@@ -236,4 +256,15 @@ func waitLeader(nodes []*node, within time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// devTracer is a dev agent's tracer: nil (off) without -trace-endpoint
+// (the environment's OTEL_* endpoints are not read by dev, which runs on
+// its own), else one exporter per agent, naming it.
+func devTracer(cfg otlp.Config, node, role string) (*tracing.Tracer, error) {
+	if cfg.Endpoint == "" {
+		return nil, nil
+	}
+	cfg.Node, cfg.Role, cfg.Version = node, role, buildinfo.Read().Version
+	return otlp.Setup(cfg)
 }

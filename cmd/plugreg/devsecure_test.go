@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/testing/otlptest"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/plugreg/plugreg/tlsutil"
 )
@@ -18,13 +20,17 @@ import (
 // `plugreg dev -secure` runs a cluster whose every channel is TLS with
 // client certificates and whose API is ACL'd with default deny, and prints
 // how to reach it; the printed settings work with the CLI, and without a
-// token, a client certificate or TLS nothing is answered.
+// token, a client certificate or TLS nothing is answered. With
+// -trace-endpoint every server's spans reach the collector (dev traces
+// every request).
 func TestDevSecure(t *testing.T) {
 	bin := proctest.Build(t, "./cmd/plugreg")
 	log := filepath.Join(t.TempDir(), "dev.log")
+	rcv := otlptest.Start(t)
 	// Fixed ports: dev numbers its agents' ports from a base (+10 each);
 	// these are outside every other test's and the bench's.
-	p := proctest.Start(t, "dev", bin, log, "dev", "-secure", "-clients", "1", "-http-port", "28500", "-server-port", "28300")
+	p := proctest.Start(t, "dev", bin, log, "dev", "-secure", "-clients", "1", "-http-port", "28500", "-server-port", "28300",
+		"-trace-endpoint", rcv.URL)
 	defer func() {
 		if d, ok := p.Terminate(proctest.StopBound); !ok {
 			t.Errorf("dev did not stop within %v of SIGTERM (%v)", proctest.StopBound, d)
@@ -60,6 +66,13 @@ func TestDevSecure(t *testing.T) {
 	if out, err := cli(secret[1], "register", "-type", "csi-node", "-name", "ebs", "-alloc", "a1", "-socket", "/run/ebs.sock"); err != nil {
 		t.Fatalf("register with the csi token: %v\n%s", err, out)
 	}
+	proctest.Poll(t, proctest.Wait, "every dev server's spans at the collector", []*proctest.Proc{p}, func() (bool, string) {
+		nodes := map[string]bool{}
+		for _, s := range rcv.Spans("") {
+			nodes[s.Node] = true
+		}
+		return nodes["dev1"] && nodes["dev2"] && nodes["dev3"], fmt.Sprint(nodes)
+	})
 	if out, err := cli(secret[1], "register", "-type", "device", "-name", "gpu", "-alloc", "g1", "-socket", "/run/g.sock"); err == nil || !strings.Contains(out, "permission_denied") {
 		t.Fatalf("a csi token registering a device: %v\n%s", err, out)
 	}

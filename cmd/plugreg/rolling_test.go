@@ -14,6 +14,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/internal/testing/otlptest"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -245,7 +246,10 @@ func leaderNameVia(ctx context.Context, via *proctest.Agent) (string, error) {
 // while it leads, and every server stays up and agrees: the new server
 // writes only entries the old ones apply (a log entry an old server does
 // not know stops it, and a forwarded one is refused by an old leader).
-// Then the others are upgraded and the writes go on.
+// The new servers trace every request (-trace-sample-rate 1): the trace
+// context in the internal RPC's header and in forwarded batches reaches
+// an old leader, and in the log's entries old followers, which must
+// ignore both. Then the others are upgraded and the writes go on.
 func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts three servers")
@@ -258,6 +262,7 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 	}
 	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: oldBin})
 	c.WaitReady(t)
+	rcv := otlptest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	upgrade := func(s *proctest.Agent) {
@@ -271,6 +276,7 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 			t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
 		}
 		s.Bin = newBin
+		s.Args = append(s.Args, "-trace-endpoint", rcv.URL, "-trace-sample-rate", "1")
 		s.Start(t)
 		c.Poll(t, "every server healthy after upgrading "+s.Name, func() (bool, string) { return allHealthy(ctx, c, c.Servers[0]) })
 	}
@@ -302,6 +308,26 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 			if err != nil {
 				t.Fatalf("deregister through %s: %v", s.Name, err)
 			}
+		}
+		// Writes at once, which a follower forwards together (ApplyBatch,
+		// with their traces).
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := &client.PluginInfo{Type: "mixed", Name: fmt.Sprintf("burst%d", round), AllocID: fmt.Sprint(i), NodeID: "n1",
+					ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
+				if _, err := cl.Register(ctx, p); err != nil {
+					errs <- fmt.Errorf("register through %s: %w", s.Name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
 		}
 	}
 	// agree: every server is up and lists what s lists.
@@ -348,4 +374,13 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 	}
 	writes(c.Servers[2])
 	agree(c.Servers[2])
+	c.Poll(t, "the new servers' spans at the collector", func() (bool, string) {
+		applied := map[string]bool{}
+		for _, s := range rcv.Spans("") {
+			if s.Name == "fsm.apply" {
+				applied[s.Node] = true
+			}
+		}
+		return len(applied) == 3, fmt.Sprint(applied)
+	})
 }
