@@ -137,7 +137,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&s.aclToken, "acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
 	fs.BoolVar(&s.aclEnabled, "acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
-	fs.StringVar(&s.aclAgentToken, "acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers; make it with plugreg acl token create -node NODE, which binds it to this node")
+	fs.StringVar(&s.aclAgentToken, "acl-agent-token", "", "the agent token: the ACL secret this agent's own registrations (its host's plugins) carry to the servers; make it with plugreg acl token create -node NODE, which binds it to this node. Unset: $PLUGREG_AGENT_TOKEN (not visible to other users, as arguments are)")
 	fs.IntVar(&s.limits.MaxConnsPerClient, "http-max-conns-per-client", httpapi.DefaultMaxConnsPerClient, "concurrent HTTP connections from one IP address; past it 429 (negative: no bound)")
 	fs.IntVar(&s.limits.MaxStreams, "http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
 	fs.IntVar(&s.limits.MaxBlockingQueries, "http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
@@ -159,7 +159,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.host.pluginSocketGroup, "plugin-socket-group", "", "group of the plugin socket file: a group name or gid; with the default mode 0660 its members may connect")
 	fs.StringVar(&s.pluginSockUIDs, "plugin-socket-allow-uid", "", "comma-separated uids whose processes may use the plugin socket (SO_PEERCRED; others are disconnected and logged); empty: whoever may open the file")
 	fs.StringVar(&s.host.pluginConfigDir, "plugin-config-dir", "", "directory of plugin configuration files (IDX-NAME.conf or NAME.conf), sent to plugins when they register")
-	fs.StringVar(&s.encrypt, "encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys)")
+	fs.StringVar(&s.encrypt, "encrypt", "", "gossip encryption key, base64 (plugreg keygen makes one); used to create DATA-DIR/gossip.keyring, which wins from then on (plugreg keyring rotates keys). Unset: $PLUGREG_GOSSIP_KEY (a process's arguments are visible to every user of the machine, its environment is not)")
 	fs.BoolVar(&s.encryptIn, "encrypt-verify-incoming", true, "refuse plaintext gossip when encryption is on (false only while turning encryption on in a running cluster)")
 	fs.BoolVar(&s.encryptOut, "encrypt-verify-outgoing", true, "send only encrypted gossip when encryption is on (false only while turning encryption on in a running cluster)")
 	fs.BoolVar(&s.client, "client", false, "run a client agent: no Raft; join with -join (servers' or other agents' gossip addresses)")
@@ -194,7 +194,35 @@ func parseAgentFlags(args []string) (*agentSettings, error) {
 			return nil, err
 		}
 	}
+	if err := s.secretsFromEnv(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// The environment variables an agent reads its secrets from when their
+// flags are not given. A process's arguments are readable by every user
+// of its machine (/proc/PID/cmdline, ps), its environment only by its own
+// user and root: the Helm chart passes Secrets this way.
+const (
+	envGossipKey  = "PLUGREG_GOSSIP_KEY"  // -encrypt
+	envAgentToken = "PLUGREG_AGENT_TOKEN" // -acl-agent-token
+)
+
+// secretsFromEnv fills -encrypt and -acl-agent-token from the environment
+// where neither the command line nor the config file set them; a bad key
+// is refused naming the variable.
+func (s *agentSettings) secretsFromEnv() error {
+	if k := os.Getenv(envGossipKey); s.encrypt == "" && k != "" {
+		if _, err := gossip.ParseKey(k); err != nil {
+			return fmt.Errorf("%s: %w", envGossipKey, err)
+		}
+		s.encrypt = k
+	}
+	if tok := os.Getenv(envAgentToken); s.aclAgentToken == "" && tok != "" {
+		s.aclAgentToken = tok
+	}
+	return nil
 }
 
 // agentSetup is what the agent's settings make of its parts before

@@ -267,3 +267,45 @@ func TestHealthText(t *testing.T) {
 		}
 	}
 }
+
+// An agent's secrets come from the environment when their flags are not
+// given (the Helm chart's way: arguments are visible to every user of
+// the machine); a flag wins; a bad key is refused naming the variable,
+// before anything is created.
+func TestAgentSecretsFromTheEnvironment(t *testing.T) {
+	const key, other = "cg8StVXbQJ0gPvMd9o7yrg==", "HgGrPCd8BBmjhsD4O3JTtw=="
+	for _, tc := range []struct {
+		name            string
+		env             map[string]string
+		args            []string
+		wantKey, wantTo string
+		wantErr         string
+	}{
+		{name: "none"},
+		{name: "from the environment", env: map[string]string{"PLUGREG_GOSSIP_KEY": key, "PLUGREG_AGENT_TOKEN": "tok"}, wantKey: key, wantTo: "tok"},
+		{name: "flags win", env: map[string]string{"PLUGREG_GOSSIP_KEY": key, "PLUGREG_AGENT_TOKEN": "tok"},
+			args: []string{"-encrypt", other, "-acl-agent-token", "flag"}, wantKey: other, wantTo: "flag"},
+		{name: "bad key", env: map[string]string{"PLUGREG_GOSSIP_KEY": "not a key!"}, wantErr: "PLUGREG_GOSSIP_KEY: plugreg: invalid request: gossip key is not valid base64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PLUGREG_GOSSIP_KEY", "")
+			t.Setenv("PLUGREG_AGENT_TOKEN", "")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			s, err := parseAgentFlags(append([]string{"-data-dir", t.TempDir()}, tc.args...))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.encrypt != tc.wantKey || s.aclAgentToken != tc.wantTo {
+				t.Fatalf("key %q token %q, want %q %q", s.encrypt, s.aclAgentToken, tc.wantKey, tc.wantTo)
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ package helm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"os"
@@ -189,13 +191,22 @@ func checkPod(t *testing.T, what string, pod corev1.PodSpec, claims []string) {
 		}
 	}
 	env := map[string]bool{}
+	secret := map[string]bool{} // variables a Secret fills
 	for _, e := range c.Env {
 		env[e.Name] = true
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secret[e.Name] = true
+		}
 	}
 	for _, a := range c.Args {
 		for _, ref := range varRef.FindAllStringSubmatch(a, -1) {
 			if !env[ref[1]] {
 				t.Errorf("%s: argument %q uses $(%s), which is not in the environment", what, a, ref[1])
+			}
+			// Kubernetes expands it into the process's arguments, which
+			// every user of the node reads (/proc/PID/cmdline).
+			if secret[ref[1]] {
+				t.Errorf("%s: argument %q puts the Secret in $(%s) on the command line", what, a, ref[1])
 			}
 		}
 	}
@@ -252,7 +263,9 @@ func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 // binary, or the image's entrypoint as its user) followed by the
 // container's arguments, and checks them as TestAgentsStartAsTheManifestsSay
 // says; and that every agent's spans (kubelet's probes, traced at the
-// chart's sampleRate 1) reach the collector under its pod's node name.
+// chart's sampleRate 1) reach the collector under its pod's node name;
+// with gossip encrypted by a Secret's key, which each agent reads from its
+// environment.
 func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -264,9 +277,14 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 	}
 	ports := proctest.FreePorts(t, "127.0.0.1", 3)
 	rcv := otlptest.Start(t)
+	// The Secrets the pods read, as the cluster would hold them.
+	key := make([]byte, 32)
+	rand.Read(key)
+	secrets := map[string]string{"plugreg-gossip/key": base64.StdEncoding.EncodeToString(key)}
 	vals := map[string]any{
 		"ports":   map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
 		"tracing": map[string]any{"endpoint": rcv.URL, "sampleRate": 1},
+		"gossip":  map[string]any{"encryptionSecret": "plugreg-gossip"},
 		"client": map[string]any{
 			"pluginsRegistryDir": filepath.Join(dir, "kubelet", "plugins_registry"),
 			"pluginSocketDir":    filepath.Join(dir, "run-plugreg"),
@@ -305,8 +323,16 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 			env[k] = v
 		}
 		for _, e := range c.Env {
-			if e.ValueFrom == nil {
+			switch {
+			case e.ValueFrom == nil:
 				env[e.Name] = expand(e.Value, env)
+			case e.ValueFrom.SecretKeyRef != nil:
+				ref := e.ValueFrom.SecretKeyRef
+				v, ok := secrets[ref.Name+"/"+ref.Key]
+				if !ok {
+					t.Fatalf("%s: %s from Secret %s key %s, which the test does not make", p.name, e.Name, ref.Name, ref.Key)
+				}
+				env[e.Name] = v
 			}
 		}
 		// The data volume, its owner the pod's user (fsGroup's effect).
@@ -377,6 +403,14 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 	var members []struct{ Name string }
 	if err := jsonDecode(resp, &members); err != nil || len(members) != 4 {
 		t.Fatalf("members %+v (%v), want the three servers and the client agent", members, err)
+	}
+	// Each gossips encrypted with the Secret's key, which it read from its
+	// environment (never its arguments): its keyring holds it.
+	for _, p := range pods {
+		kr, err := os.ReadFile(filepath.Join(dir, p.name, "data", "gossip.keyring"))
+		if err != nil || !strings.Contains(string(kr), secrets["plugreg-gossip/key"]) {
+			t.Errorf("%s: gossip keyring %q (%v), want the Secret's key", p.name, kr, err)
+		}
 	}
 	// Their probes were traced (sample rate 1), and each agent's spans
 	// reach the collector named as the pod's node.

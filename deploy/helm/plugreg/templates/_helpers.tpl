@@ -58,10 +58,6 @@ app.kubernetes.io/component: {{ .component }}
 - -verify-server-hostname
 {{- end }}
 {{- end }}
-{{- if .root.Values.gossip.encryptionSecret }}
-- -encrypt
-- $(PLUGREG_GOSSIP_KEY)
-{{- end }}
 {{- if .root.Values.tracing.endpoint }}
 - -trace-endpoint
 - {{ .root.Values.tracing.endpoint | quote }}
@@ -80,6 +76,8 @@ app.kubernetes.io/component: {{ .component }}
 - name: PLUGREG_ADDR
   value: {{ printf "%s://$(POD_IP):%d" (ternary "https" "http" .root.Values.tls.enabled) (int .root.Values.ports.http) | quote }}
 {{- if .root.Values.gossip.encryptionSecret }}
+# Read by the agent as -encrypt (an argument would be visible to every
+# user of the node).
 - name: PLUGREG_GOSSIP_KEY
   valueFrom:
     secretKeyRef:
