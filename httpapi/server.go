@@ -272,6 +272,18 @@ func (w *spanStatusWriter) Write(b []byte) (int, error) {
 // flush and set deadlines through it).
 func (w *spanStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// ProbeHandler serves GET /v1/health alone, as the API does, for a
+// listener of its own without TLS or tokens (the agent's -probe-port).
+// kubelet's HTTP probes present no client certificate, so against an API
+// that requires one (-verify-incoming) they could only test that the
+// port is open, not that the agent knows a leader. Health is open on
+// the API too (no token needed); nothing else is served here.
+func (s *Server) ProbeHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	return mux
+}
+
 // jsonStatusWriter replaces the mux's plain-text error body with ErrorBody.
 type jsonStatusWriter struct {
 	http.ResponseWriter

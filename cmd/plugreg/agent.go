@@ -66,6 +66,7 @@ type agentSettings struct {
 	configFile                string
 	nodeID, dataDir, bind     string
 	httpPort, serverPort      int
+	probePort                 int
 	gossipPort, expect        int
 	join                      listFlag
 	retryJoin, client         bool
@@ -117,6 +118,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.dataDir, "data-dir", "", "directory for raft.db and snapshots (required)")
 	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
 	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
+	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming (0: off)")
 	fs.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
 	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
 	fs.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
@@ -253,6 +255,9 @@ func (s *agentSettings) setup() (*agentSetup, error) {
 	}
 	if err := s.reapBrakes.Validate(); err != nil {
 		return nil, err
+	}
+	if s.probePort < 0 || s.probePort > 65535 || (s.probePort != 0 && s.probePort == s.httpPort) {
+		return nil, fmt.Errorf("-probe-port %d: want a free port other than -http-port (0: off)", s.probePort)
 	}
 	if s.leaseExpiryRate < 1 {
 		return nil, fmt.Errorf("-lease-expiry-rate %d: want a positive number", s.leaseExpiryRate)
@@ -428,6 +433,12 @@ func startAgentNode(s *agentSettings, a *agentSetup, enc gossip.Encryption, onLe
 	}
 	if tracer != nil {
 		a.logger.Info("tracing on: spans go over OTLP/HTTP", "endpoint", tc.Endpoint, "sample_rate", tc.SampleRate)
+	}
+	if s.probePort > 0 {
+		if err := n.serveProbe(net.JoinHostPort(s.bind, strconv.Itoa(s.probePort))); err != nil {
+			n.stop(false)
+			return nil, err
+		}
 	}
 	return n, nil
 }

@@ -164,6 +164,7 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"negative reap pause minimum", []string{"-node-reap-pause-min-failed", "-2"}, "node reap pause min failed -2"},
 		{"client with reap brakes", []string{"-client", "-node-reap-pause-above", "1"}, "-node-reap-pause-above, -server-port: server flags"},
 		{"negative lease expiry rate", []string{"-lease-expiry-rate", "-1"}, "-lease-expiry-rate -1: want a positive number"},
+		{"probe port out of range", []string{"-probe-port", "70000"}, "-probe-port 70000: want a free port other than -http-port"},
 		{"trace endpoint without a scheme", []string{"-trace-endpoint", "collector:4318"}, `trace endpoint "collector:4318": want an OTLP/HTTP URL`},
 		{"trace sample rate above 1", []string{"-trace-sample-rate", "2"}, "trace sample rate 2: want a share between 0 and 1"},
 		{"required type not an identifier", []string{"-required-plugin-types", "csi,csi/node"}, `-required-plugin-types: plugreg: invalid request: type "csi/node" contains '/'`},

@@ -42,6 +42,9 @@ type node struct {
 	// agent that gives up waiting.
 	stopping atomic.Value // string
 	tracer   *tracing.Tracer
+	// probe serves -probe-port (nil: none); probeDone closes when it ends.
+	probe     *http.Server
+	probeDone chan struct{}
 }
 
 // setupMetrics routes go-metrics (raft's, memberlist's and ours) to
@@ -155,6 +158,22 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 	go func() { n.done <- n.api.Serve(n.ln) }()
 }
 
+// serveProbe serves the API's health alone in plain HTTP on addr
+// (httpapi.Server.ProbeHandler); stop closes it first.
+func (n *node) serveProbe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on probe port %s: %w", addr, err)
+	}
+	n.probe = &http.Server{Handler: n.api.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+	n.probeDone = make(chan struct{})
+	go func() {
+		defer close(n.probeDone)
+		n.probe.Serve(ln)
+	}()
+	return nil
+}
+
 // hostServices are what an agent runs for its host.
 type hostServices struct {
 	pluginsDir      string        // kubelet discovery; "" off
@@ -231,6 +250,10 @@ func (n *node) stop(leave bool) error {
 		// In-flight requests get a short grace, then their connections
 		// are closed: a stop must not wait on a client.
 		n.stopping.Store("stopping the HTTP API")
+		if n.probe != nil {
+			n.probe.Close() // a stopping agent is not ready
+			<-n.probeDone
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), httpStopGrace)
 		defer cancel()
 		herr := n.api.Shutdown(ctx)

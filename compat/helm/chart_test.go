@@ -5,6 +5,8 @@ package helm
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/plugreg/plugreg/internal/testing/otlptest"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/internal/testing/testpki"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -249,24 +252,39 @@ func containsAll(have, want []string) bool {
 // DNS names in the headless service become their addresses (the
 // arguments are otherwise unchanged: an argument the binary does not take
 // stops it at once). They form a cluster; every probe is answered by its
-// agent (readiness 200 once a leader is known); each stops on SIGTERM.
+// agent (readiness 200 once a leader is known, on the probe port); each
+// stops on SIGTERM. With TLS off and on: on, the API takes only HTTPS
+// with a client certificate, and the readiness probe, which has none,
+// still sees whether a leader is known.
 func TestAgentsStartAsTheManifestsSay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four agents")
 	}
 	bin := proctest.Build(t, "./cmd/plugreg")
-	startPods(t, func(pod corev1.PodSpec) []string { return []string{bin} })
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", tls), func(t *testing.T) {
+			startPods(t, podsOptions{tls: tls}, func(pod corev1.PodSpec) []string { return []string{bin} })
+		})
+	}
+}
+
+// podsOptions are what startPods turns on beyond the defaults.
+type podsOptions struct {
+	// tls: the chart's tls.enabled, with certificates of a test CA in
+	// the Secrets' mount (servers a server certificate, client agents a
+	// client one), as cert-manager would put them there.
+	tls bool
 }
 
 // startPods renders the default chart (with tracing on, to a receiver
 // here), starts its pods' agents with the command run(pod) gives (the
 // binary, or the image's entrypoint as its user) followed by the
 // container's arguments, and checks them as TestAgentsStartAsTheManifestsSay
-// says; and that every agent's spans (kubelet's probes, traced at the
-// chart's sampleRate 1) reach the collector under its pod's node name;
+// says; and that a traced write's spans reach the collector from every
+// agent, under its pod's or node's name;
 // with gossip encrypted by a Secret's key, which each agent reads from its
 // environment.
-func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
+func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string) {
 	t.Helper()
 	dir := t.TempDir()
 	// The image's user must reach its data dirs.
@@ -275,14 +293,14 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 			t.Fatal(err)
 		}
 	}
-	ports := proctest.FreePorts(t, "127.0.0.1", 3)
+	ports := proctest.FreePorts(t, "127.0.0.1", 4)
 	rcv := otlptest.Start(t)
 	// The Secrets the pods read, as the cluster would hold them.
 	key := make([]byte, 32)
 	rand.Read(key)
 	secrets := map[string]string{"plugreg-gossip/key": base64.StdEncoding.EncodeToString(key)}
 	vals := map[string]any{
-		"ports":   map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2]},
+		"ports":   map[string]any{"http": ports[0], "server": ports[1], "gossip": ports[2], "probe": ports[3]},
 		"tracing": map[string]any{"endpoint": rcv.URL, "sampleRate": 1},
 		"gossip":  map[string]any{"encryptionSecret": "plugreg-gossip"},
 		"client": map[string]any{
@@ -294,6 +312,11 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var ca *testpki.CA
+	if opts.tls {
+		vals["tls"] = map[string]any{"enabled": true}
+		ca = testpki.New(t, "chart")
 	}
 	m := render(t, vals)
 	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
@@ -346,11 +369,34 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 				t.Fatal(err)
 			}
 		}
+		// The TLS Secret's mount: a certificate of the pod's role.
+		tlsDir := filepath.Join(dir, p.name, "tls")
+		if ca != nil {
+			f := ca.Client("")
+			if p.env["POD_NAME"] != "" {
+				f = ca.Server("")
+			}
+			if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for name, src := range map[string]string{"ca.crt": ca.CAFile, "tls.crt": f.Cert, "tls.key": f.Key} {
+				b, err := os.ReadFile(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(tlsDir, name), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		var args []string
 		for _, a := range c.Args {
 			a = expand(a, env)
 			if a == "/data" {
 				a = data
+			}
+			if rest, ok := strings.CutPrefix(a, "/etc/plugreg/tls/"); ok && ca != nil {
+				a = filepath.Join(tlsDir, rest)
 			}
 			for name, ip := range dns {
 				a = strings.Replace(a, name+":", ip+":", 1)
@@ -395,7 +441,31 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 		}
 	}
 	// They are one cluster: the client agent's members are all four.
-	resp, err := http.Get(fmt.Sprintf("http://%s:%d/v1/members", pods[3].ip, ports[0]))
+	hc, scheme := http.DefaultClient, "http"
+	if ca != nil {
+		// The API wants a client certificate of the cluster's CA.
+		f := ca.Client("")
+		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem, err := os.ReadFile(ca.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "localhost"}}}
+		scheme = "https"
+		// Without one, nothing but the probe port answers.
+		if resp, err := http.Get(fmt.Sprintf("http://%s:%d/v1/members", pods[3].ip, ports[0])); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Fatal("the API answered plain HTTP with TLS on")
+			}
+		}
+	}
+	resp, err := hc.Get(fmt.Sprintf("%s://%s:%d/v1/members", scheme, pods[3].ip, ports[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,11 +482,27 @@ func startPods(t *testing.T, run func(corev1.PodSpec) []string) {
 			t.Errorf("%s: gossip keyring %q (%v), want the Secret's key", p.name, kr, err)
 		}
 	}
-	// Their probes were traced (sample rate 1), and each agent's spans
-	// reach the collector named as the pod's node.
+	// A write through the client agent is one trace whose spans reach
+	// the collector from every agent, each named as its pod or node.
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s://%s:%d/v1/plugins", scheme, pods[3].ip, ports[0]),
+		strings.NewReader(`{"Type":"csi","Name":"traced","AllocID":"a1","NodeID":"node-a","ConnectionInfo":{"SocketPath":"/run/t.sock"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	wresp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wresp.Body.Close()
+	if wresp.StatusCode != http.StatusOK {
+		t.Fatalf("traced write: %s", wresp.Status)
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		nodes := map[string]bool{}
-		for _, s := range rcv.Spans("") {
+		for _, s := range rcv.Spans(traceID) {
 			nodes[s.Node] = true
 		}
 		missing := ""

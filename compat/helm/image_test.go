@@ -83,7 +83,7 @@ func TestImageRunsTheChartsAgents(t *testing.T) {
 	}
 	entry := filepath.Join(rootfs, cfg.Entrypoint[0])
 	imageUser := strings.Split(cfg.User, ":")[0]
-	startPods(t, func(pod corev1.PodSpec) []string {
+	startPods(t, podsOptions{}, func(pod corev1.PodSpec) []string {
 		user := imageUser
 		if sc := pod.SecurityContext; sc != nil && sc.RunAsUser != nil {
 			user = fmt.Sprint(*sc.RunAsUser)

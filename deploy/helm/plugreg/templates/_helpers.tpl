@@ -41,6 +41,8 @@ app.kubernetes.io/component: {{ .component }}
 - $(POD_IP)
 - -http-port
 - {{ .root.Values.ports.http | quote }}
+- -probe-port
+- {{ .root.Values.ports.probe | quote }}
 - -gossip-port
 - {{ .root.Values.ports.gossip | quote }}
 - -cluster-name
