@@ -19,7 +19,6 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/transport"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -199,11 +198,7 @@ func (c *Client) callTraced(ctx context.Context, root bool, method string, args,
 		ctx, span = c.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindClient)
 	}
 	err := c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
-	if err != nil && span.IsRecording() {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
+	tracing.End(span, err)
 	return err
 }
 

@@ -40,7 +40,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 			span.SetAttributes(attribute.String("plugreg.leader", leader), attribute.Int("plugreg.attempt", attempt))
 		}
 		res, err := s.forward(fctx, leader, cmd)
-		endSpan(span, err)
+		tracing.End(span, err)
 		var ce *api.Error
 		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
 			// The leader moved or was unreachable; nothing was applied.
@@ -83,7 +83,7 @@ func endApplySpan(span trace.Span, res *fsm.ApplyResult, err error) {
 	if res != nil && span.IsRecording() {
 		span.SetAttributes(attribute.Int64("raft.index", int64(res.Index)))
 	}
-	endSpan(span, err)
+	tracing.End(span, err)
 }
 
 // applyOutcome waits for f and returns the FSM's result, or the error in

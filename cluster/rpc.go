@@ -8,6 +8,7 @@ import (
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/transport"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -84,7 +85,7 @@ func rpcRequestBound(method string) int64 {
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 	ctx, span := s.tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
 	reply, err := s.serveRPC(ctx, method, dec)
-	endSpan(span, err)
+	tracing.End(span, err)
 	return reply, err
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tracing"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -86,13 +85,4 @@ func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
 		}
 		span.End()
 	}
-}
-
-// endSpan records err (if any) on span and ends it.
-func endSpan(span trace.Span, err error) {
-	if err != nil && span.IsRecording() {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/tracing"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -135,7 +136,7 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 	}
 	wctx, span := s.tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
 	_, err = s.journal.WaitForIndex(wctx, res.Index)
-	endSpan(span, err)
+	tracing.End(span, err)
 	if err != nil {
 		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
 	}

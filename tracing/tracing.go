@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"net/http"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -75,6 +76,15 @@ func (t *Tracer) StartChild(ctx context.Context, name string, kind trace.SpanKin
 		return ctx, noSpan
 	}
 	return t.tracer.Start(ctx, name, trace.WithSpanKind(kind))
+}
+
+// End records err (if any) on span as its error status and ends it.
+func End(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // propagator reads and writes W3C traceparent and tracestate; it refuses
