@@ -72,6 +72,9 @@ type db struct {
 	mounts      []string // data dirs on a tmpfs of their own (the disk family)
 	logStore    string   // every server's Raft log store: wal or boltdb
 	walSegment  int      // -wal-segment-size for wal servers (0: the agent's default)
+	// traceEndpoint: every agent's -trace-endpoint, every request
+	// sampled ("": tracing off, the default).
+	traceEndpoint string
 
 	lazy []*lazyfs.Mount // the servers' data dirs, on a lazyfs each (the powerloss family)
 }
@@ -150,7 +153,7 @@ func (d *db) args(n *node) []string {
 		if secure != nil {
 			args = append(args, secure.agentArgs(n)...)
 		}
-		return args
+		return append(args, d.traceArgs()...)
 	}
 	args := []string{"agent", "-node", n.Name, "-data-dir", n.Dir, "-bind", n.IP,
 		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
@@ -167,6 +170,7 @@ func (d *db) args(n *node) []string {
 	if d.hbFlag {
 		args = append(args, "-heartbeat-timeout", d.hbTimeout.String())
 	}
+	args = append(args, d.traceArgs()...)
 	for _, o := range d.nodes {
 		if o != n {
 			args = append(args, "-join", net.JoinHostPort(o.IP, strconv.Itoa(d.gossipPort)))
@@ -478,4 +482,12 @@ func (d *db) waitClients(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// traceArgs are the tracing flags of every agent (none with tracing off).
+func (d *db) traceArgs() []string {
+	if d.traceEndpoint == "" {
+		return nil
+	}
+	return []string{"-trace-endpoint", d.traceEndpoint, "-trace-sample-rate", "1"}
 }

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/plugreg/plugreg/internal/testing/otlpsink"
 )
 
 type runConfig struct {
@@ -43,6 +45,7 @@ type runConfig struct {
 	defaultTimeouts   bool   // this run leaves the agent's timeouts at their defaults
 	plugregBin        string // a prebuilt agent, or "" to build ./cmd/plugreg
 	secure            bool   // TLS, gossip encryption and ACLs on (secure.go)
+	tracing           bool   // every agent traces every request to a sink here
 	snapshotThreshold int
 	journalSize       int
 	checkTimeout      time.Duration
@@ -72,6 +75,7 @@ func main() {
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
 	flag.StringVar(&r.timeouts, "timeouts", "random", "Raft timeouts: short (-heartbeat-timeout 300-700ms), default (the agent's own, as users run it) or random (default one run in three)")
 	flag.IntVar(&r.clientAgents, "client-agents", 1, "client agents (plugreg agent -client) on 127.0.0.4, .5, ...; part of the workload and one subscriber per agent go through them (0: servers only)")
+	flag.BoolVar(&r.tracing, "tracing", false, "run every agent with tracing on and every request sampled, exporting to an OTLP sink in the harness: every write's log entry carries its trace through the faults")
 	flag.BoolVar(&r.secure, "secure", false, "run every agent with mutual TLS (verify incoming, outgoing and server hostnames), gossip encryption and ACLs on with default deny; the harness uses a client certificate and the operator token, client agents an agent token")
 	flag.StringVar(&r.logStoreFlag, "log-store", "random", "every server's Raft log store: wal (the agent's default), boltdb, or random (boltdb one run in four, from the seed)")
 	flag.IntVar(&r.walSegment, "wal-segment-size", 32<<10, "the wal servers' -wal-segment-size, bytes (0: the agent's 16 MiB, with which a leader never compacts within a run, so never sends a snapshot)")
@@ -258,6 +262,15 @@ func run(r *runConfig) (int, error) {
 	}
 	d := newDB(dir, bin, r)
 	d.logf = logf.printf
+	var traceSink *otlpsink.Sink
+	if r.tracing {
+		if traceSink, err = otlpsink.Start(); err != nil {
+			return 2, fmt.Errorf("trace sink: %w", err)
+		}
+		defer traceSink.Close()
+		d.traceEndpoint = traceSink.URL
+		logf.printf("tracing: every agent traces every request to %s", traceSink.URL)
+	}
 	nf := &netFaults{chain: fmt.Sprintf("PLUGREG-JEPSEN-%d", r.portBase), ports: fmt.Sprintf("%d,%d", d.serverPort, d.gossipPort)}
 	if len(d.clients) > 0 {
 		nf.ports += fmt.Sprintf(",%d", d.clientGosp)
@@ -380,6 +393,12 @@ func run(r *runConfig) (int, error) {
 	d.unmountDataDirs()
 
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
+	if traceSink != nil {
+		logf.printf("tracing: the sink took %d exports, %d bytes of spans", traceSink.Exports(), traceSink.Bytes())
+		if traceSink.Exports() == 0 && res.invalid == "" {
+			res.invalid = "tracing was on, yet no agent exported a span"
+		}
+	}
 	if err := writeResults(dir, r, rec, nm.history(), res); err != nil {
 		logf.printf("writing results: %v", err)
 	}

@@ -293,7 +293,7 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("otlp sink: %w", err)
 	}
-	defer sink.stop()
+	defer stopOTLPSink(sink)
 	var pc, bc *plugregCluster
 	var ec *etcdCluster
 	defer func() {
