@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/otlpsink"
+	"github.com/plugreg/plugreg/internal/otlpsink"
 )
 
 type runConfig struct {

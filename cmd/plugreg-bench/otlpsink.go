@@ -3,11 +3,11 @@ package main
 import (
 	"strings"
 
-	"github.com/plugreg/plugreg/internal/testing/otlpsink"
+	"github.com/plugreg/plugreg/internal/otlpsink"
 )
 
 // otlpSinkPlaceholder in -plugreg-flags or -baseline-flags is replaced by
-// the URL of an OTLP/HTTP sink the bench serves (internal/testing/otlpsink),
+// the URL of an OTLP/HTTP sink the bench serves (internal/otlpsink),
 // so that a cluster can run with tracing on ("-trace-endpoint {otlp-sink}
 // -trace-sample-rate 1") and its cost be measured against one without.
 const otlpSinkPlaceholder = "{otlp-sink}"
