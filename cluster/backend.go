@@ -12,6 +12,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tracing"
 )
 
 // Backend is a server's side of the HTTP API and of the internal RPC that
@@ -22,6 +23,15 @@ type Backend struct{ s *Server }
 
 // Backend returns the server's API backend.
 func (s *Server) Backend() *Backend { return &Backend{s: s} }
+
+// EventTraces is what the event streams need to trace the delivery of a
+// traced write's events (nil with tracing off).
+func (b *Backend) EventTraces() *tracing.Published {
+	if b.s.traced == nil {
+		return nil
+	}
+	return b.s.traced.published
+}
 
 // NodeID is the server's node ID.
 func (b *Backend) NodeID() string { return b.s.cfg.NodeID }

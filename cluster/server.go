@@ -125,7 +125,7 @@ func (s *Server) start() (err error) {
 	cfg := s.cfg
 	var sink fsm.Sink = s.journal
 	if cfg.Tracer != nil {
-		s.traced = &tracedPublish{Journal: s.journal, tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }}
+		s.traced = &tracedPublish{Journal: s.journal, tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }, published: tracing.NewPublished()}
 		sink = s.traced
 	}
 	s.fsm = fsm.New(sink)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/fsm"
@@ -18,7 +19,9 @@ import (
 // "plugreg.wait_applied" on the server that answers until its own FSM has
 // it, and on every server "fsm.apply" with "registry.publish" (the
 // events handed to this server's watchers) under it, joined to the
-// write's trace by the entry's log extension (tracing.LogExtension).
+// write's trace by the entry's log extension (tracing.LogExtension); and
+// "events.deliver" under that for each HTTP event stream that writes the
+// event (httpapi, through Backend.EventTraces).
 
 // tracedFSM starts the apply spans of the traced entries of each batch.
 // It is in front of the FSM only while tracing is on; raft's FSM
@@ -45,7 +48,7 @@ func (f tracedFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			span.SetAttributes(attribute.Int64("raft.index", int64(l.Index)), attribute.Int("plugreg.batch_size", len(logs)))
 		}
 		spans = append(spans, span)
-		f.pub.batch = append(f.pub.batch, ctx)
+		f.pub.batch = append(f.pub.batch, tracedEntry{index: l.Index, ctx: ctx})
 	}
 	out := f.BatchingFSM.ApplyBatch(logs)
 	f.pub.batch = f.pub.batch[:0]
@@ -62,7 +65,17 @@ type tracedPublish struct {
 	*registry.Journal
 	tracer *tracing.Tracer
 	hub    func() *registry.Hub
-	batch  []context.Context // the traced entries' fsm.apply spans
+	batch  []tracedEntry // the batch's traced entries
+	// published: the traced entries' publish spans, for the event
+	// streams' delivery spans (httpapi; Backend.EventTraces)
+	published *tracing.Published
+}
+
+// tracedEntry is a traced entry of the batch being applied: its index
+// and its fsm.apply span's context.
+type tracedEntry struct {
+	index uint64
+	ctx   context.Context
 }
 
 func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
@@ -71,8 +84,12 @@ func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
 		return
 	}
 	spans := make([]trace.Span, len(p.batch))
-	for i, ctx := range p.batch {
-		_, spans[i] = p.tracer.Start(ctx, "registry.publish", trace.SpanKindInternal)
+	now := time.Now()
+	for i, e := range p.batch {
+		var ctx context.Context
+		ctx, spans[i] = p.tracer.Start(e.ctx, "registry.publish", trace.SpanKindInternal)
+		// Before the journal has them: a stream may write them at once.
+		p.published.Record(ctx, e.index, now)
 	}
 	p.Journal.Applied(s, events)
 	var watchers int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -141,9 +142,29 @@ func TestOneWriteIsOneTraceAcrossNodes(t *testing.T) {
 	follower := c.Followers()[0]
 	c.Eventually(10*time.Second, "client agent sees a server", func() bool { return len(cn.Client.Servers()) > 0 })
 
+	// A watcher on every server: each delivers the write's event to it
+	// in a span of the write's trace.
+	streams, stopStreams := context.WithCancel(context.Background())
+	defer stopStreams()
+	var reading sync.WaitGroup
+	defer reading.Wait()
+	defer stopStreams()
+	for _, n := range c.Nodes {
+		req, _ := http.NewRequestWithContext(streams, http.MethodGet, n.HTTPURL+"/v1/events?type=csi", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reading.Add(1)
+		go func() {
+			defer reading.Done()
+			defer resp.Body.Close()
+			io.Copy(io.Discard, resp.Body)
+		}()
+	}
 	everyServerApplies := func(byNode map[string][]string) bool {
 		for _, n := range c.Nodes {
-			if !has(byNode[n.Config.NodeID], "fsm.apply", "registry.publish") {
+			if !has(byNode[n.Config.NodeID], "fsm.apply", "registry.publish", "events.deliver") {
 				return false
 			}
 		}

@@ -17,6 +17,8 @@ import (
 	"github.com/plugreg/plugreg/api/pluginpb"
 	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/filter"
+	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -115,6 +117,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if flt != nil {
 		sf = &streamFilter{f: flt, every: s.cfg.Heartbeat, lastWrite: time.Now()}
 	}
+	dt := s.deliveryTracer(r)
 	// A deadline per burst (and every 64 events of a long one), set
 	// before its first write, not one per event (each a clock read and a
 	// poller update): a write still waits at most about
@@ -130,12 +133,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				countDropped(err)
 				return
 			}
+			dt.delivered(ev)
 		} else {
 			for _, e := range sf.pass(ev, time.Now()) {
 				if err := writeEvent(w, e, enc); err != nil {
 					countDropped(err)
 					return
 				}
+				dt.delivered(e)
 			}
 		}
 		// Flush only when nothing else is queued: one syscall per burst.
@@ -244,4 +249,41 @@ func countDropped(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		metrics.IncrCounter([]string{"http", "streams_dropped"}, 1)
 	}
+}
+
+// deliveryTracer records, on a server with tracing on, the delivery of a
+// traced write's events to one stream as a span of the write's trace
+// (events.deliver: from the publish on this node to the event's write to
+// the stream); nil (nothing done) otherwise.
+type deliveryTracer struct {
+	tracer    *tracing.Tracer
+	published *tracing.Published
+	path      string
+	last      uint64 // the last index traced: one span per entry, however many events it made
+}
+
+func (s *Server) deliveryTracer(r *http.Request) *deliveryTracer {
+	if s.cfg.Tracer == nil {
+		return nil
+	}
+	et, ok := s.cfg.Backend.(interface{ EventTraces() *tracing.Published })
+	if !ok || et.EventTraces() == nil {
+		return nil // a client agent: its events come from a server's stream
+	}
+	return &deliveryTracer{tracer: s.cfg.Tracer, published: et.EventTraces(), path: r.URL.RequestURI()}
+}
+
+func (d *deliveryTracer) delivered(ev delivery.Event) {
+	if d == nil || ev.Index == d.last || ev.EventType == api.EventHeartbeat || ev.EventType == api.EventReset {
+		return
+	}
+	span, ok := d.tracer.StartDelivery(d.published, ev.Index)
+	if !ok {
+		return
+	}
+	d.last = ev.Index
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int64("raft.index", int64(ev.Index)), attribute.String("plugreg.stream", d.path))
+	}
+	span.End()
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/plugreg/plugreg/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -158,5 +159,35 @@ func TestStartChildOnlyContinuesATrace(t *testing.T) {
 	spans := exp.GetSpans()
 	if len(spans) != 1 || spans[0].Name != "child" || spans[0].Parent.SpanID().String() != "00f067aa0ba902b7" {
 		t.Fatalf("spans: %+v", spans)
+	}
+}
+
+// Published keeps the last PublishedKept traced entries and forgets the
+// older ones; unsampled entries are never kept.
+func TestPublishedIsBounded(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	tr := tracing.New(tp)
+	p := tracing.NewPublished()
+	sampled := tracing.Context{Traceparent: validParent}.With(context.Background())
+	unsampled := tracing.Context{Traceparent: strings.TrimSuffix(validParent, "01") + "00"}.With(context.Background())
+	p.Record(unsampled, 1, time.Now())
+	for i := uint64(2); i < 2+tracing.PublishedKept+10; i++ {
+		p.Record(sampled, i, time.Now())
+	}
+	for _, tc := range []struct {
+		index uint64
+		want  bool
+	}{{1, false}, {2, false}, {11, false}, {12, true}, {1 + tracing.PublishedKept + 10, true}, {3 + tracing.PublishedKept + 10, false}} {
+		span, ok := tr.StartDelivery(p, tc.index)
+		span.End()
+		if ok != tc.want {
+			t.Errorf("index %d remembered: %v, want %v", tc.index, ok, tc.want)
+		}
+	}
+	var off *tracing.Tracer
+	if _, ok := off.StartDelivery(p, 12); ok {
+		t.Error("a delivery span with tracing off")
 	}
 }
