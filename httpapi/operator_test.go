@@ -28,8 +28,15 @@ func TestAutopilotHealthAndSelf(t *testing.T) {
 		}
 		return r.status, h
 	}
-	c.Eventually(30*time.Second, "three healthy servers", func() bool {
+	c.Eventually(30*time.Second, "three healthy servers with the leader's entries", func() bool {
 		st, h := health()
+		// Healthy allows a lag (api.MaxTrailingLogs): right after the
+		// bootstrap a follower is healthy with nothing in its log yet.
+		for _, s := range h.Servers {
+			if s.LastIndex == 0 {
+				return false
+			}
+		}
 		return st == 200 && h.Healthy && h.FailureTolerance == 1 && len(h.Servers) == 3
 	})
 	_, h := health()
