@@ -264,7 +264,7 @@ func run(r *runConfig) (int, error) {
 	d.logf = logf.printf
 	var traceSink *otlpsink.Sink
 	if r.tracing {
-		if traceSink, err = otlpsink.Start(); err != nil {
+		if traceSink, err = otlpsink.Start(nil); err != nil {
 			return 2, fmt.Errorf("trace sink: %w", err)
 		}
 		defer traceSink.Close()

@@ -1,7 +1,7 @@
 // Package tracing follows a request through plugreg with OpenTelemetry:
-// the spans a node records, the W3C trace context it accepts and passes
-// on (HTTP headers, the internal RPC's header, raft log entries), and the
-// OTLP exporter that sends spans when an operator configures one.
+// the spans a node records and the W3C trace context it accepts and passes
+// on (HTTP headers, the internal RPC's header, raft log entries). The
+// OTLP exporter that sends spans is package tracing/otlp's.
 //
 // Tracing off is a nil *Tracer, and costs nothing on the hot path: Start
 // returns the context it was given and a span that records nothing,
@@ -16,7 +16,6 @@ package tracing
 
 import (
 	"context"
-	"encoding/hex"
 	"net/http"
 
 	"go.opentelemetry.io/otel/codes"
@@ -116,27 +115,15 @@ type Context struct {
 	Tracestate  string `codec:",omitempty"`
 }
 
-// ContextOf returns ctx's span context in text form; zero when it has
-// none.
+// ContextOf returns ctx's span context in text form, as the propagator
+// writes it for HTTP; zero when it has none.
 func ContextOf(ctx context.Context) Context {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return Context{}
 	}
-	return Context{Traceparent: traceparent(sc), Tracestate: sc.TraceState().String()}
-}
-
-// traceparent formats sc as W3C traceparent version 00.
-func traceparent(sc trace.SpanContext) string {
-	tid, sid := sc.TraceID(), sc.SpanID()
-	var b [55]byte
-	copy(b[:], "00-")
-	hex.Encode(b[3:35], tid[:])
-	b[35] = '-'
-	hex.Encode(b[36:52], sid[:])
-	b[52] = '-'
-	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags())})
-	return string(b[:])
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	return Context{Traceparent: c["traceparent"], Tracestate: c["tracestate"]}
 }
 
 // With returns ctx with c as its remote parent; ctx unchanged when c is

@@ -147,10 +147,7 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 // StartChild starts nothing under a context without a trace (an RPC no
 // traced request made), and a child of the caller's span otherwise.
 func TestStartChildOnlyContinuesATrace(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	tr := tracing.New(tp)
+	tr, exp := recording(t)
 	_, span := tr.StartChild(context.Background(), "orphan", trace.SpanKindServer)
 	span.End()
 	ctx := tracing.Context{Traceparent: validParent}.With(context.Background())
@@ -165,10 +162,7 @@ func TestStartChildOnlyContinuesATrace(t *testing.T) {
 // Published keeps the last PublishedKept traced entries and forgets the
 // older ones; unsampled entries are never kept.
 func TestPublishedIsBounded(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	tr := tracing.New(tp)
+	tr, _ := recording(t)
 	p := tracing.NewPublished()
 	sampled := tracing.Context{Traceparent: validParent}.With(context.Background())
 	unsampled := tracing.Context{Traceparent: strings.TrimSuffix(validParent, "01") + "00"}.With(context.Background())
@@ -190,4 +184,13 @@ func TestPublishedIsBounded(t *testing.T) {
 	if _, ok := off.StartDelivery(p, 12); ok {
 		t.Error("a delivery span with tracing off")
 	}
+}
+
+// recording is a Tracer that records every span it is asked for into the
+// returned in-memory exporter, until the test ends.
+func recording(t *testing.T) (*tracing.Tracer, *tracetest.InMemoryExporter) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tracing.New(tp), exp
 }

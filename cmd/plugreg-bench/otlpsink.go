@@ -24,7 +24,7 @@ func startOTLPSinkFor(flags ...*[]string) (*otlpsink.Sink, error) {
 	if !named {
 		return nil, nil
 	}
-	s, err := otlpsink.Start()
+	s, err := otlpsink.Start(nil)
 	if err != nil {
 		return nil, err
 	}

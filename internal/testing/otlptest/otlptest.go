@@ -4,15 +4,12 @@
 package otlptest
 
 import (
-	"compress/gzip"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"sync"
 	"testing"
 
+	"github.com/plugreg/plugreg/internal/otlpsink"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
@@ -27,58 +24,33 @@ type Span struct {
 	Attributes                    map[string]string
 }
 
-// Receiver serves POST /v1/traces (protobuf, plain or gzip) until the
-// test ends.
+// Receiver keeps every span an OTLP/HTTP exporter sends it (an
+// otlpsink.Sink decoding each export) until the test ends.
 type Receiver struct {
 	URL string // base URL: http://127.0.0.1:port
 
 	mu    sync.Mutex
 	spans []Span
-	posts int
 }
 
 // Start starts a receiver; t's cleanup stops it.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r := &Receiver{}
+	sink, err := otlpsink.Start(r.take)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Receiver{URL: "http://" + ln.Addr().String()}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/traces", r.serve)
-	srv := &http.Server{Handler: mux}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
+	t.Cleanup(sink.Close)
+	r.URL = sink.URL
 	return r
 }
 
-func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
-	var body io.Reader = req.Body
-	if req.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(req.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = zr
-	}
-	raw, err := io.ReadAll(io.LimitReader(body, 64<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
+// take decodes one export and keeps its spans.
+func (r *Receiver) take(raw []byte) error {
 	var msg coltracepb.ExportTraceServiceRequest
 	if err := proto.Unmarshal(raw, &msg); err != nil {
-		http.Error(w, fmt.Sprintf("not an ExportTraceServiceRequest: %v", err), http.StatusBadRequest)
-		return
+		return fmt.Errorf("not an ExportTraceServiceRequest: %w", err)
 	}
 	var got []Span
 	for _, rs := range msg.ResourceSpans {
@@ -105,11 +77,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
-	r.posts++
 	r.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Write(out)
+	return nil
 }
 
 // Spans returns the spans received so far of trace traceID (hex), or all
