@@ -35,7 +35,7 @@ func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error
 		if err != nil {
 			return nil, err
 		}
-		fctx, span := s.tracer.StartChild(ctx, "plugreg.forward", trace.SpanKindClient)
+		fctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.forward", trace.SpanKindClient)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("plugreg.leader", leader), attribute.Int("plugreg.attempt", attempt))
 		}
@@ -63,7 +63,7 @@ func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, 
 	// within the enqueue timeout plus, once enqueued, a commit or the
 	// leader lease running out (ErrLeadershipLost), both far shorter than
 	// any request deadline.
-	ctx, span := s.tracer.StartChild(ctx, "raft.apply", trace.SpanKindInternal)
+	ctx, span := s.cfg.Tracer.StartChild(ctx, "raft.apply", trace.SpanKindInternal)
 	res, err := s.applyOutcome(s.propose(ctx, cmd))
 	endApplySpan(span, res, err)
 	return res, err

@@ -276,9 +276,9 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 			continue
 		}
 		cctx := ctx
-		if i < len(traces) && s.tracer != nil {
+		if i < len(traces) && s.cfg.Tracer != nil {
 			var span trace.Span
-			cctx, span = s.tracer.StartChild(traces[i].With(ctx), "raft.apply", trace.SpanKindInternal)
+			cctx, span = s.cfg.Tracer.StartChild(traces[i].With(ctx), "raft.apply", trace.SpanKindInternal)
 			if spans == nil {
 				spans = make([]trace.Span, len(cmds))
 			}

@@ -17,7 +17,7 @@ import (
 // answered "not ready" (not applied, so the caller retries) until then;
 // before, ReadIndex dereferenced the nil raft and the node crashed.
 func TestRPCBeforeRaftIsNotReady(t *testing.T) {
-	s := &Server{} // as between transport.Listen and setupRaft
+	s := &Server{cfg: DefaultConfig()} // as between transport.Listen and setupRaft
 	methods := []string{rpcApply, rpcApplyBatch, rpcReadIndex, rpcPeers, rpcLeave}
 	for _, m := range methods {
 		t.Run(m, func(t *testing.T) {

@@ -83,7 +83,7 @@ func rpcRequestBound(method string) int64 {
 // handleRPC serves one internal RPC, in a span of the caller's trace when
 // the request carries one.
 func (s *Server) handleRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
-	ctx, span := s.tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
+	ctx, span := s.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindServer)
 	reply, err := s.serveRPC(ctx, method, dec)
 	tracing.End(span, err)
 	return reply, err

@@ -33,8 +33,7 @@ type Server struct {
 
 	fsm     *fsm.FSM
 	journal *registry.Journal
-	traced  *tracedPublish  // the FSM's sink while tracing is on; nil when off
-	tracer  *tracing.Tracer // Config.Tracer (nil: off)
+	traced  *tracedPublish // the FSM's sink while tracing is on; nil when off
 	hub     *registry.Hub
 
 	mux         *transport.Mux
@@ -104,7 +103,6 @@ func New(cfg *Config) (*Server, error) {
 		cfg:          cfg,
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		journal:      registry.NewJournal(cfg.JournalSize),
-		tracer:       cfg.Tracer,
 		leaderNotify: make(chan bool, 16),
 		fwdQueue:     make(chan *fwdItem, maxForwardBatch),
 		ctx:          ctx,

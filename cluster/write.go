@@ -134,7 +134,7 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 	if res.Err != nil {
 		return api.WriteResult{Index: res.Index}, res.Err
 	}
-	wctx, span := s.tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
+	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
 	_, err = s.journal.WaitForIndex(wctx, res.Index)
 	tracing.End(span, err)
 	if err != nil {
