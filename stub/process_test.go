@@ -100,9 +100,7 @@ func (e *procEnv) startPlugins(t *testing.T, specs ...plugin) []*proctest.Proc {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if took, ok := p.Terminate(proctest.StopBound); !ok {
-					t.Errorf("%s did not exit within %v of SIGTERM; killed", p.Name, proctest.StopBound)
-				} else if p.State().ExitCode() != 0 {
+				if took, ok := p.Stop(t); ok && p.State().ExitCode() != 0 {
 					t.Errorf("%s exited with %s %v after SIGTERM; want 0. Its log:\n%s", p.Name, p.State(), took, proctest.LogTail(p.LogPath, 30))
 				}
 			}()
@@ -524,9 +522,9 @@ func (e *procEnv) agentRestart(t *testing.T, typ string, kill bool) {
 	if kill {
 		e.host.Kill9(t)
 	} else {
-		took, ok := e.host.Terminate(proctest.StopBound)
+		took, ok := e.host.Stop(t)
 		if !ok {
-			t.Fatalf("the client agent did not exit within %v of SIGTERM", proctest.StopBound)
+			t.FailNow()
 		}
 		if st := e.host.State(); st.ExitCode() != 0 {
 			t.Fatalf("the client agent exited with %s after SIGTERM; want 0", st)

@@ -31,11 +31,7 @@ func TestDevSecure(t *testing.T) {
 	// these are outside every other test's and the bench's.
 	p := proctest.Start(t, "dev", bin, log, "dev", "-secure", "-clients", "1", "-http-port", "28500", "-server-port", "28300",
 		"-trace-endpoint", rcv.URL)
-	defer func() {
-		if d, ok := p.Terminate(proctest.StopBound); !ok {
-			t.Errorf("dev did not stop within %v of SIGTERM (%v)", proctest.StopBound, d)
-		}
-	}()
+	defer p.Stop(t)
 	env := map[string]string{}
 	re := regexp.MustCompile(`export (PLUGREG_[A-Z_]+)=(\S+)`)
 	proctest.Poll(t, proctest.Wait, "the dev cluster's settings", []*proctest.Proc{p}, func() (bool, string) {

@@ -181,8 +181,8 @@ func TestGossipEncryptionAndRotation(t *testing.T) {
 	// A server restarted with its old flag uses the keyring in its data
 	// dir (the flag only seeds a new one) and rejoins.
 	s := c.Servers[2]
-	if d, ok := s.Terminate(proctest.StopBound); !ok {
-		t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
+	if _, ok := s.Stop(t); !ok {
+		t.FailNow()
 	}
 	s.Start(t)
 	c.Poll(t, s.Name+" rejoining under the rotated key", func() (bool, string) {

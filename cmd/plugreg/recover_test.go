@@ -438,8 +438,8 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 	other.Start(t)
 
 	// The remedy: stop it, empty its data dir, start it.
-	if took, ok := old.Terminate(proctest.StopBound); !ok {
-		t.Fatalf("%s did not stop within %v", old.Name, took)
+	if _, ok := old.Stop(t); !ok {
+		t.FailNow()
 	}
 	if err := os.RemoveAll(old.DataDir); err != nil {
 		t.Fatal(err)
@@ -487,8 +487,8 @@ func TestPeersJSONRefused(t *testing.T) {
 	acked, _ := writeRecoveryPlugins(ctx, t, s.API, "before", 5)
 	addrs := raftAddrs(ctx, t, s.API)
 	self := addrs[s.Name]
-	if took, ok := s.Terminate(proctest.StopBound); !ok {
-		t.Fatalf("%s did not stop within %v", s.Name, took)
+	if _, ok := s.Stop(t); !ok {
+		t.FailNow()
 	}
 	entry := func(id, addr string) string {
 		return fmt.Sprintf(`{"id": %q, "address": %q, "non_voter": false}`, id, addr)

@@ -146,8 +146,8 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 			})
 		}
 		before, began := written(), time.Now()
-		if d, ok := s.Terminate(proctest.StopBound); !ok {
-			t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
+		if _, ok := s.Stop(t); !ok {
+			t.FailNow()
 		}
 		s.Bin = newBin
 		s.Start(t)
@@ -272,8 +272,8 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 				t.Fatalf("transfer leadership away from %s: %v", s.Name, err)
 			}
 		}
-		if d, ok := s.Terminate(proctest.StopBound); !ok {
-			t.Fatalf("%s did not stop on SIGTERM (%v)", s.Name, d)
+		if _, ok := s.Stop(t); !ok {
+			t.FailNow()
 		}
 		s.Bin = newBin
 		s.Args = append(s.Args, "-trace-endpoint", rcv.URL, "-trace-sample-rate", "1")

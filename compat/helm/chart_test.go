@@ -413,9 +413,7 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		pr.Start(t)
 		procs = append(procs, pr)
 		t.Cleanup(func() {
-			if d, ok := pr.Terminate(proctest.StopBound); !ok {
-				t.Errorf("%s did not stop on SIGTERM (%v)", pr.Name, d)
-			}
+			pr.Stop(t)
 		})
 		t.Logf("%s: %s", p.name, strings.Join(append(cmd, args...), " "))
 	}

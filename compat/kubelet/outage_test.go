@@ -311,8 +311,8 @@ func TestHelperThroughAnOutage(t *testing.T) {
 	// 1. No leader: two servers stopped, the third cannot win an
 	// election. The helpers start now: their first writes fail.
 	for _, s := range c.Servers[1:] {
-		if took, ok := s.Terminate(proctest.StopBound); !ok {
-			t.Fatalf("%s did not stop within %v", s.Name, took)
+		if _, ok := s.Stop(t); !ok {
+			t.FailNow()
 		}
 	}
 	offsets := logOffsets(hosts)
@@ -340,8 +340,8 @@ func TestHelperThroughAnOutage(t *testing.T) {
 	// sidecar restarting meanwhile): the old incarnation's Deregister and
 	// the new one's Register both fail.
 	for _, s := range c.Servers {
-		if took, ok := s.Terminate(proctest.StopBound); !ok {
-			t.Fatalf("%s did not stop within %v", s.Name, took)
+		if _, ok := s.Stop(t); !ok {
+			t.FailNow()
 		}
 	}
 	offsets = logOffsets(hosts)

@@ -206,9 +206,8 @@ func (a *Agent) stop(t testing.TB) {
 	if a.Exited() { // killed by the test and not started again
 		return
 	}
-	took, ok := a.Terminate(StopBound)
+	took, ok := a.Stop(t)
 	if !ok {
-		t.Errorf("%s did not exit within %v of SIGTERM; killed", a.Name, StopBound)
 		return
 	}
 	t.Logf("%s exited %v after SIGTERM: %s", a.Name, took.Round(time.Millisecond), a.State())

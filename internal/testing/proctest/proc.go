@@ -221,8 +221,9 @@ func runningThreads(pid int) (int, error) {
 }
 
 // Terminate sends SIGTERM to the current run and waits up to bound; then
-// SIGKILL. It reports how long the process took and whether it exited on
-// SIGTERM in time.
+// SIGQUIT (its goroutine stacks to the log) and, if need be, SIGKILL. It
+// reports how long the process took and whether it exited on SIGTERM in
+// time.
 func (p *Proc) Terminate(bound time.Duration) (time.Duration, bool) {
 	r := p.run()
 	p.Expect()
@@ -236,10 +237,58 @@ func (p *Proc) Terminate(bound time.Duration) (time.Duration, bool) {
 		return time.Since(start), true
 	case <-time.After(bound):
 	}
-	r.cmd.Process.Signal(syscall.SIGKILL)
-	<-r.done
+	// SIGQUIT first: a Go process writes every goroutine's stack to its
+	// log before it exits (GoroutineDump reads it), which says where the
+	// shutdown hung; SIGKILL if even that does not end it.
+	r.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-r.done:
+	case <-time.After(quitGrace):
+		r.cmd.Process.Signal(syscall.SIGKILL)
+		<-r.done
+	}
 	return time.Since(start), false
 }
+
+// Stop ends the current run with SIGTERM (Terminate, StopBound) and fails
+// t, showing the goroutines' stacks, if it did not exit in time. It
+// returns how long the process took and whether it exited on SIGTERM.
+func (p *Proc) Stop(t testing.TB) (time.Duration, bool) {
+	t.Helper()
+	took, ok := p.Terminate(StopBound)
+	if !ok {
+		t.Errorf("%s did not exit within %v of SIGTERM; killed. Its goroutines:\n%s", p.Name, StopBound, GoroutineDump(p.LogPath))
+	}
+	return took, ok
+}
+
+// quitGrace is how long a process that ignored SIGTERM gets to write its
+// goroutines' stacks after SIGQUIT.
+const quitGrace = 5 * time.Second
+
+// GoroutineDump returns the goroutine stacks a Go process wrote to the
+// log at path on SIGQUIT (see Terminate), at most maxDump bytes of them,
+// or "" if its last run wrote none.
+func GoroutineDump(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if i := bytes.LastIndex(b, []byte("=== test: start ")); i >= 0 {
+		b = b[i:]
+	}
+	i := bytes.Index(b, []byte("SIGQUIT: quit"))
+	if i < 0 {
+		return ""
+	}
+	b = b[i:]
+	if len(b) > maxDump {
+		b = append(b[:maxDump:maxDump], "\n[... cut]"...)
+	}
+	return string(b)
+}
+
+const maxDump = 256 << 10
 
 // WaitExit waits up to timeout for the current run to exit by itself (it
 // is expected to: not a crash) and returns its exit state; the test fails,

@@ -5,13 +5,54 @@ package proctest
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	// The test binary run as a Go process that ignores SIGTERM and hangs
+	// in a function the dump must name (TestTerminateDumpsAHungProcess).
+	if os.Getenv("PROCTEST_HANG") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+		hangOnPurpose()
+	}
+	Main(m)
+}
+
+func hangOnPurpose() {
+	fmt.Println("hanging")
+	select {}
+}
+
+// A Go process that does not end on SIGTERM is made to write its
+// goroutines' stacks before it is killed, and GoroutineDump finds them
+// in the log of its last run.
+func TestTerminateDumpsAHungProcess(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New("hung", self, filepath.Join(t.TempDir(), "hung.log"), "-test.run", "^$")
+	p.Env = []string{"PROCTEST_HANG=1"}
+	for run := 1; run <= 2; run++ {
+		p.Start(t)
+		Poll(t, 10*time.Second, "the process to hang", nil, func() (bool, string) { return strings.Count(p.Log(), "hanging") == run, p.Log() })
+		if _, ok := p.Terminate(200 * time.Millisecond); ok {
+			t.Fatalf("run %d exited on SIGTERM; it ignores it", run)
+		}
+		dump := GoroutineDump(p.LogPath)
+		if !strings.HasPrefix(dump, "SIGQUIT: quit") || !strings.Contains(dump, "hangOnPurpose") {
+			t.Fatalf("run %d: dump %q; want the stacks with hangOnPurpose", run, dump)
+		}
+		if n := strings.Count(dump, "SIGQUIT: quit"); n != 1 {
+			t.Fatalf("run %d: the dump holds %d runs' stacks; want the last run's", run, n)
+		}
+	}
+}
 
 func sh(t *testing.T, script string) *Proc {
 	t.Helper()
