@@ -348,6 +348,20 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 		}
 		return true, ""
 	})
+	// The snapshot it installed may hold that write: applied, and yet
+	// the restart not begun. One more entry, which it can apply only
+	// through its log (so only after the restart, in the case under
+	// test), settles which way it went before the log is read.
+	w2, err := leader.API.Register(ctx, deposedPlugin("after-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Poll(t, old.Name+" at the second write after", func() (bool, string) {
+		if v := raftSelf(ctx, t, old); v.applied < w2.Index {
+			return false, fmt.Sprintf("applied %d (%v), want %d", v.applied, v.err, w2.Index)
+		}
+		return true, ""
+	})
 	restarted := strings.Contains(old.Log()[mark:], "restarting the agent")
 	t.Logf("%s caught up; restarted itself: %v", old.Name, restarted)
 	if !restarted {

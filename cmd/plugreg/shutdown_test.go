@@ -51,6 +51,81 @@ func TestStopWithin(t *testing.T) {
 	}
 }
 
+// A restart's stop (hashicorp/raft issue 697: the agent runs itself again)
+// ends in a restart unless the operator asked to stop meanwhile: the
+// first signal turns it into a stop that finishes gracefully (exit 0, not
+// the forced exit of stopWithin), a second forces it.
+func TestSignalDuringTheRestartStops(t *testing.T) {
+	cases := []struct {
+		name    string
+		signals int
+		want    error
+	}{
+		{"no signal: restart", 0, errRestartAgent},
+		{"a signal: a graceful stop", 1, nil},
+		{"two signals: forced", 2, errStopForced},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sig := make(chan os.Signal, 2)
+			release := make(chan struct{})
+			stopped := false
+			stop := func() error {
+				// The stop lasts until the test's signals are read
+				// (or, with none, at once).
+				if tc.signals > 0 {
+					<-release
+				}
+				stopped = true
+				return nil
+			}
+			go func() {
+				for i := 0; i < tc.signals; i++ {
+					sig <- syscall.SIGTERM
+				}
+				// Both signals read: the stop may end (once forced,
+				// it is abandoned anyway).
+				for len(sig) > 0 {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond)
+				close(release)
+			}()
+			err := stopToRestart(hclog.NewNullLogger(), stop, func() string { return "testing" }, time.Hour, sig)
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if tc.want == nil && !stopped {
+				t.Fatal("returned before the stop finished")
+			}
+		})
+	}
+}
+
+// A stop signal that arrives once the restart's stop is over and before
+// the exec is not lost with the process image: the agent stops instead
+// of restarting. Real signals, to this test process.
+func TestSignalBeforeTheExecStops(t *testing.T) {
+	sigs := notifySignals()
+	if err := sigs.restartUnlessStopped(hclog.NewNullLogger(), errRestartAgent); !errors.Is(err, errRestartAgent) {
+		t.Fatalf("no signal: %v; want the restart", err)
+	}
+	sigs = notifySignals()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Poll(t, 10*time.Second, "the signal to arrive", nil, func() (bool, string) { return len(sigs.term) == 1, "not yet" })
+	if err := sigs.restartUnlessStopped(hclog.NewNullLogger(), errRestartAgent); err != nil {
+		t.Fatalf("SIGTERM before the exec: %v; want a stop (nil)", err)
+	}
+	other := errors.New("http server failed")
+	sigs = notifySignals()
+	defer sigs.stop()
+	if err := sigs.restartUnlessStopped(hclog.NewNullLogger(), other); err != other {
+		t.Fatalf("not a restart: %v; want it unchanged", err)
+	}
+}
+
 // A SIGTERM while the agent is still starting stops it gracefully once
 // started (exit 0), instead of killing it half started. Signals sent at a
 // spread of moments after exec; one that lands before Go's main has
@@ -68,8 +143,8 @@ func TestSignalWhileStarting(t *testing.T) {
 		a := proctest.Start(t, "agent", bin, log, "agent", "-node", "n1", "-data-dir", filepath.Join(dir, "d"), "-bind", "127.0.0.1",
 			"-http-port", strconv.Itoa(p[0]), "-server-port", strconv.Itoa(p[1]), "-gossip-port", strconv.Itoa(p[2]), "-bootstrap-expect", "1", "-log-level", "debug")
 		time.Sleep(time.Duration(i*4) * time.Millisecond)
-		if d, ok := a.Terminate(proctest.StopBound); !ok {
-			t.Fatalf("run %d: no exit within %v", i, d)
+		if _, ok := a.Stop(t); !ok {
+			t.Fatalf("run %d: no exit on SIGTERM", i)
 		}
 		st := a.State()
 		logged := strings.Contains(a.Log(), "[")
