@@ -65,7 +65,7 @@ type endOfRun struct {
 // converge waits up to bound until every node reports the same applied
 // index, then compares every type's list across the nodes (stale reads:
 // each node's own state).
-func converge(ctx context.Context, d *db, types int, bound time.Duration, logf func(string, ...interface{})) convergence {
+func converge(ctx context.Context, d *db, types []string, bound time.Duration, logf func(string, ...interface{})) convergence {
 	var c convergence
 	deadline := time.Now().Add(bound)
 	var idx []uint64
@@ -87,8 +87,7 @@ func converge(ctx context.Context, d *db, types int, bound time.Duration, logf f
 	}
 	c.index = idx[0]
 	c.lists = map[string][]check.Item{}
-	for t := 0; t < types; t++ {
-		typ := fmt.Sprintf("t%d", t)
+	for _, typ := range types {
 		var first string
 		for i, n := range d.nodes {
 			items, err := staleList(ctx, d, n.HTTP, typ)
@@ -218,6 +217,8 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 	add("shutdown", shutdownViolations(end.stops))
 	add("watch", watchCatchUp(r, end))
 	add("plugins", end.plugins)
+	leaseVs, leaseStats := check.Leases(rec.leases, rec.sessions, truth, conv.index)
+	add("leases", leaseVs)
 	var anns []porcupine.Annotation
 	for _, f := range faults {
 		anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End, Description: f.Name, Details: f.Detail, BackgroundColor: "#ffd6d6"})
@@ -253,7 +254,7 @@ func analyse(dir string, r *runConfig, d *db, rec *recorder, faults []fault, end
 		res.invalid = fmt.Sprintf("throughput before the first fault was %.1f ok ops/s, under the floor of %.1f", tput, r.minThroughput)
 	}
 	end.logMarks = raftLogMarks(d)
-	res.summary = summarize(r, rec, faults, res, truth, tput, end)
+	res.summary = summarize(r, rec, faults, res, truth, tput, end, leaseStats)
 	return res
 }
 
@@ -301,7 +302,7 @@ func nonNil(items []check.Item) []check.Item {
 	return items
 }
 
-func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun) string {
+func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *check.Truth, tput float64, end endOfRun, leases check.LeaseStats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %v, nemesis %v, %d clients at %.0f ops/s, %d subscribers and a slow Go-client watcher (subscriber %d), %d client agents\n",
 		r.seed, r.timeLimit, r.nemesis, r.concurrency, r.rate, r.subscribers, r.subscribers, r.clientAgents)
@@ -345,6 +346,9 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	fmt.Fprintf(&b, "\nlog: %d entries to index %d; events received: %d in %d sessions, %d resets\n", len(truth.Entries), truth.LastIndex(), events, len(rec.sessions), resets)
 	events, resets = countEvents(rec.stubSessions)
 	fmt.Fprintf(&b, "stub plugins (type %s, on n1 and the client agents): %d events in %d sessions, %d resets\n", check.StubPluginType, events, len(rec.stubSessions), resets)
+	if r.leaseHolders > 0 {
+		fmt.Fprintf(&b, "leases (type %s, TTL %v, %d holders): %s\n", check.LeaseType, r.leaseTTL, r.leaseHolders, leaseText(leases))
+	}
 	fmt.Fprintf(&b, "throughput before the first fault: %.1f ok ops/s\n\nnemesis:\n", tput)
 	byName := map[string][2]int{}
 	for _, f := range faults {
@@ -400,6 +404,16 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 	return b.String()
 }
 
+// leaseText says what the lease holders did and how late expiries came.
+func leaseText(st check.LeaseStats) string {
+	lag := "no timed expiry"
+	if n := len(st.Lag); n > 0 {
+		lag = fmt.Sprintf("lag after the deadline min %v, median %v, max %v", st.Lag[0].Round(time.Millisecond), st.Lag[n/2].Round(time.Millisecond), st.Lag[n-1].Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%d leases (%d applied), renewals %d ok / %d not; %d expired (%d while still renewed: their renewals failed for a TTL; %d unseen by subscribers), %d lost to a 404, %d deregistered; %s",
+		st.Leases, st.Applied, st.RenewOK, st.RenewFail, st.Expired, st.ExpiredWhileHeld, st.Untimed, st.Lost, st.Deregistered, lag)
+}
+
 // countEvents counts the events (heartbeats aside) and resets received.
 func countEvents(sessions []check.Session) (events, resets int) {
 	for _, s := range sessions {
@@ -440,6 +454,7 @@ func writeResults(dir string, r *runConfig, rec *recorder, faults []fault, res *
 	errs = append(errs, writeJSONL(filepath.Join(dir, "plugin-events.jsonl"), rec.stubSessions))
 	errs = append(errs, writeJSONL(filepath.Join(dir, "nemesis.jsonl"), faults))
 	errs = append(errs, writeJSONL(filepath.Join(dir, "leaders.jsonl"), rec.leaders))
+	errs = append(errs, writeJSONL(filepath.Join(dir, "leases.jsonl"), rec.leases))
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "linearizability.html"), res.vis, 0o644))
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(res.summary), 0o644))
 	var vs strings.Builder

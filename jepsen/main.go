@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/internal/otlpsink"
+	"github.com/plugreg/plugreg/jepsen/check"
 )
 
 type runConfig struct {
@@ -50,10 +51,13 @@ type runConfig struct {
 	journalSize       int
 	checkTimeout      time.Duration
 	minThroughput     float64
-	clientAgents      int    // client agent processes on 127.0.0.4, .5, ...
-	logStoreFlag      string // -log-store: wal, boltdb or random
-	logStore          string // this run's Raft log store, on every server: wal or boltdb
-	walSegment        int    // -wal-segment-size
+	clientAgents      int           // client agent processes on 127.0.0.4, .5, ...
+	logStoreFlag      string        // -log-store: wal, boltdb or random
+	logStore          string        // this run's Raft log store, on every server: wal or boltdb
+	walSegment        int           // -wal-segment-size
+	leaseHolders      int           // -lease-holders
+	leaseTTL          time.Duration // -lease-ttl
+	unsafeRenewals    bool          // -unsafe-lease-renewals
 
 	powerlossNames string // -powerloss-names: when a name is durable on the servers' lazyfs
 }
@@ -69,6 +73,9 @@ func main() {
 	flag.IntVar(&r.subscribers, "subscribers", 3, "event-stream subscribers")
 	flag.IntVar(&r.types, "types", 6, "plugin types (the linearizability checker's partitions)")
 	flag.BoolVar(&r.staleReads, "unsafe-stale-reads", false, "read with consistency=stale but check as linearizable: the checkers must catch it")
+	flag.IntVar(&r.leaseHolders, "lease-holders", 3, "holders of leased registrations (type jlease): each registers with -lease-ttl, renews every third of it, lets go after 2-12 s and starts again (0: none)")
+	flag.DurationVar(&r.leaseTTL, "lease-ttl", 3*time.Second, "the lease holders' TTL (1s at least)")
+	flag.BoolVar(&r.unsafeRenewals, "unsafe-lease-renewals", false, "record every lease renewal as acknowledged without sending it: the leases expire while renewed on paper, and the checker must catch it")
 	flag.StringVar(&r.out, "out", "jepsen/results", "results directory (a subdirectory per run)")
 	flag.IntVar(&r.portBase, "port-base", 18500, "HTTP port; server port is one more, gossip two more")
 	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
@@ -84,6 +91,10 @@ func main() {
 	flag.Parse()
 	if r.seed == 0 {
 		r.seed = time.Now().UnixNano() % 1_000_000
+	}
+	if r.leaseHolders < 0 || r.leaseHolders > 100 || (r.leaseHolders > 0 && r.leaseTTL < time.Second) {
+		fmt.Fprintf(os.Stderr, "jepsen: -lease-holders %d -lease-ttl %v: want 0 to 100 holders and a TTL of 1s at least\n", r.leaseHolders, r.leaseTTL)
+		os.Exit(2)
 	}
 	if r.clientAgents < 0 || r.clientAgents > 16 {
 		fmt.Fprintf(os.Stderr, "jepsen: -client-agents %d: want 0 to 16\n", r.clientAgents)
@@ -156,7 +167,7 @@ func main() {
 // write through each node is applied everywhere, the nodes converge, and
 // the slow watcher catches up (the other subscribers get a heartbeat's
 // time). It stays within about a minute even when a node is stuck.
-func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, slow *slowWatcher, logf func(string, ...interface{})) endOfRun {
+func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis, slow *slowWatcher, leases *leaseHolders, logf func(string, ...interface{})) endOfRun {
 	nm.recoverAll(ctx)
 	e := endOfRun{stuck: nm.stuckNodes()}
 	e.live = checkLiveness(ctx, wl, logf)
@@ -165,7 +176,19 @@ func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis,
 		// A node is stuck: the checks below will see it at once.
 		convBound, watchBound = 5*time.Second, 6*time.Second
 	}
-	e.conv = converge(ctx, d, r.types, convBound, logf)
+	if r.leaseHolders > 0 && len(e.live.violations) == 0 {
+		// Every holder let go when the workload stopped: the leader
+		// expires what is left within a TTL or two of the heal (a new
+		// leader gives each a full TTL first). The final state, checked
+		// below, must hold none.
+		took, ok := leases.awaitExpiry(ctx, 3*r.leaseTTL+20*time.Second)
+		logf("leases: every lease instance gone from every server %v after the heal: %v", took.Round(time.Millisecond), ok)
+	}
+	types := []string{check.LeaseType}
+	for t := 0; t < r.types; t++ {
+		types = append(types, fmt.Sprintf("t%d", t))
+	}
+	e.conv = converge(ctx, d, types, convBound, logf)
 	t0 := time.Now()
 	e.watchTarget = max(e.live.maxIndex, e.conv.index)
 	e.watchReached, _ = slow.catchUp(e.watchTarget, watchBound)
@@ -345,6 +368,7 @@ func run(r *runConfig) (int, error) {
 
 	rec := &recorder{}
 	wl := &workload{db: d, rec: rec, clock: clock, types: r.types, concurrency: r.concurrency, rate: r.rate, staleReads: r.staleReads, seed: r.seed}
+	leases := &leaseHolders{w: wl, n: r.leaseHolders, ttl: r.leaseTTL, unsafe: r.unsafeRenewals}
 	subs := &subscribers{db: d, rec: rec, clock: clock, n: r.subscribers, types: r.types, stall: 8 * time.Second}
 	nm := &nemesis{db: d, net: nf, rng: rand.New(rand.NewSource(r.seed + 1)), clock: clock, fams: r.nemesis, load: wl.burst, read: wl.clientRead, logf: logf.printf}
 	slow := newSlowWatcher(d, rec, clock, r.subscribers, r.seed)
@@ -368,6 +392,10 @@ func run(r *runConfig) (int, error) {
 	go func() { defer observing.Done(); slow.run(obsCtx) }()
 	running.Add(1)
 	go func() { defer running.Done(); wl.run(runCtx) }()
+	if r.leaseHolders > 0 {
+		running.Add(1)
+		go func() { defer running.Done(); leases.run(runCtx) }()
+	}
 	if len(r.nemesis) > 0 {
 		running.Add(1)
 		go func() { defer running.Done(); nm.run(runCtx) }()
@@ -375,7 +403,7 @@ func run(r *runConfig) (int, error) {
 	running.Wait()
 	logf.printf("workload and nemesis stopped at %v; healing", time.Since(start).Round(time.Millisecond))
 
-	end := finish(ctx, d, r, wl, nm, slow, logf.printf)
+	end := finish(ctx, d, r, wl, nm, slow, leases, logf.printf)
 	// The stub plugins: registered while they run, gone once stopped; both
 	// before the SIGTERMs, which would end their sessions for them.
 	target := end.watchTarget
@@ -392,6 +420,7 @@ func run(r *runConfig) (int, error) {
 	d.unmountLazyFS()
 	d.unmountDataDirs()
 
+	rec.leases = leases.recorded()
 	res := analyse(dir, r, d, rec, nm.history(), end, logf.printf)
 	if traceSink != nil {
 		logf.printf("tracing: the sink took %d exports, %d bytes of spans", traceSink.Exports(), traceSink.Bytes())

@@ -30,6 +30,7 @@ type recorder struct {
 	sessions     []check.Session
 	stubSessions []check.Session // the stub plugins' (stubPlugin)
 	leaders      []check.LeaderObs
+	leases       []check.Lease // the lease holders' (leaseHolders), once they stopped
 	nextID       int
 }
 
@@ -165,8 +166,12 @@ func (w *workload) do(ctx context.Context, hc *http.Client, addr string, op *che
 	switch op.F {
 	case check.FRegister:
 		method, path = http.MethodPost, "/v1/plugins"
-		body, _ = json.Marshal(map[string]interface{}{"Type": op.Type, "Name": op.Name, "AllocID": op.Alloc, "Version": op.Value,
-			"NodeID": "h1", "ConnectionInfo": map[string]string{"SocketPath": "/run/p.sock"}})
+		p := map[string]interface{}{"Type": op.Type, "Name": op.Name, "AllocID": op.Alloc, "Version": op.Value,
+			"NodeID": "h1", "ConnectionInfo": map[string]string{"SocketPath": "/run/p.sock"}}
+		if op.TTL != "" {
+			p["TTL"] = op.TTL
+		}
+		body, _ = json.Marshal(p)
 	case check.FDeregister:
 		method, path = http.MethodDelete, "/v1/plugins/"+op.Type+"/"+op.Name+"/"+op.Alloc
 	case check.FGet:

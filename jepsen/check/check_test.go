@@ -3,6 +3,7 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,14 @@ func journal(t *testing.T, cmds ...string) []ApplyRecord {
 		case "nodehealth":
 			rec.Command = "node-health"
 			req = map[string]interface{}{"NodeID": f[1], "Suspect": f[2] == "suspect"}
+		case "lreg": // leased: "lreg t n a v TTL"
+			rec.Command = "register"
+			req = map[string]interface{}{"Plugin": map[string]interface{}{"Type": f[1], "Name": f[2], "AllocID": f[3], "Version": f[4], "NodeID": "h1",
+				"ConnectionInfo": map[string]string{"SocketPath": "/s"}, "TTL": f[5]}}
+		case "expire": // the leader's: "expire t n a MODIFY", no request ID
+			rec.Command, rec.RequestID = "expire", ""
+			m, _ := strconv.ParseUint(f[4], 10, 64)
+			req = map[string]interface{}{"Leases": []map[string]interface{}{{"Type": f[1], "Name": f[2], "AllocID": f[3], "ModifyIndex": m}}}
 		}
 		rec.Request, _ = json.Marshal(req)
 		rec.Result, _ = model.Apply(idx, rec.Command, rec.Request)
@@ -281,4 +290,87 @@ func TestACLCommandsExempt(t *testing.T) {
 	other.Result = "absent"
 	_, vs = Merge(map[string][]ApplyRecord{"n1": append(append([]ApplyRecord(nil), recs...), acl), "n2": append(append([]ApplyRecord(nil), recs...), other)})
 	expectFlagged(t, "nodes disagreeing on an ACL command", vs, "index 5")
+}
+
+// The model expires an instance only while it is the leased registration
+// the expiry names; the leader's expiries need no issuer.
+func TestModelExpire(t *testing.T) {
+	tr := truth(t, "lreg jlease l0 g0 v0 3s", "reg jlease l0 g1 v1", "expire jlease l0 g1 2", "expire jlease l0 g0 9", "expire jlease l0 g0 1", "expire jlease l0 g0 1")
+	want := []string{"register", "register", "absent", "absent", "expired", "absent"}
+	for i, w := range want {
+		if got := tr.results[uint64(i+1)]; got != w && !(w == "register" && got == "registered") {
+			t.Errorf("index %d: model result %q, want %q", i+1, got, w)
+		}
+	}
+	if n := len(tr.evAt[5]); n != 1 || tr.evAt[5][0].EventType != "expired" || tr.evAt[5][0].Info.Alloc != "g0" {
+		t.Fatalf("index 5's events: %v; want g0 expired", tr.evAt[5])
+	}
+	if _, ok := tr.StateAt(6).Get("jlease", "l0", "g0"); ok {
+		t.Fatal("g0 still registered after its expiry")
+	}
+	if _, ok := tr.StateAt(6).Get("jlease", "l0", "g1"); !ok {
+		t.Fatal("g1, registered without a TTL, was expired")
+	}
+	issued := []Op{{F: FRegister, RequestID: "r1", Outcome: Unknown}, {F: FRegister, RequestID: "r2", Outcome: Unknown}}
+	if vs := Writes(issued, tr); len(vs) != 0 {
+		t.Fatalf("the leader's expiries counted as phantoms: %v", vs)
+	}
+}
+
+// The lease checker: an expiry seen before the deadline an acknowledged
+// registration or renewal set, a renewal acknowledged after the expiry
+// was seen, and a lease left at the end are violations; failed renewals
+// set no deadline.
+func TestLeasesChecker(t *testing.T) {
+	s := func(x float64) int64 { return int64(x * 1e9) }
+	expiredLog := []string{"lreg jlease l0 g0 v0 3s", "expire jlease l0 g0 1"}
+	renewal := func(at float64, outcome string) Op {
+		return Op{F: FRenew, Type: LeaseType, Name: "l0", Alloc: "g0", Outcome: outcome, Start: s(at), End: s(at + 0.05), Node: "n1"}
+	}
+	cases := []struct {
+		name     string
+		log      []string
+		renewals []Op
+		seenAt   float64 // 0: no subscriber saw the expiry
+		reqID    string
+		final    uint64
+		want     string // a violation containing this; "" none
+	}{
+		{"expired after the deadline", expiredLog, []Op{renewal(1, OK), renewal(2, OK)}, 5.2, "r1", 2, ""},
+		{"expired before the deadline", expiredLog, []Op{renewal(1, OK), renewal(2, OK)}, 4.5, "r1", 2, "before its deadline: a renewal sent at 2.000s"},
+		{"expired before the registration's deadline", expiredLog, nil, 2.5, "r1", 2, "before its deadline: a registration sent at 0.000s"},
+		{"a failed renewal sets no deadline", expiredLog, []Op{renewal(1, OK), renewal(2, Fail), renewal(3, Unknown)}, 4.5, "r1", 2, ""},
+		{"a renewal acknowledged after the expiry", expiredLog, []Op{renewal(1, OK), renewal(6, OK)}, 5.5, "r1", 2, "a renewal sent at 6.000s through n1 was acknowledged"},
+		{"untimed expiry", expiredLog, []Op{renewal(1, OK), renewal(2, OK)}, 0, "r1", 2, ""},
+		{"left at the end", expiredLog[:1], []Op{renewal(1, OK)}, 0, "r1", 1, "still registered at the end"},
+		{"end unknown", expiredLog[:1], []Op{renewal(1, OK)}, 0, "r1", 0, ""},
+		{"never applied", expiredLog[:1], nil, 0, "r9", 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := truth(t, tc.log...)
+			l := Lease{Holder: 0, Name: "l0", Alloc: "g0", TTL: s(3), Released: s(2.5), Renewals: tc.renewals,
+				Register: Op{F: FRegister, Type: LeaseType, Name: "l0", Alloc: "g0", RequestID: tc.reqID, Outcome: OK, Start: 0, End: s(0.1)}}
+			var sessions []Session
+			if tc.seenAt > 0 {
+				sessions = []Session{{Events: []EventRec{
+					{Index: 2, EventType: "expired", Info: &Plugin{Type: LeaseType, Name: "l0", Alloc: "g0"}, At: s(tc.seenAt + 1)},
+					{Index: 2, EventType: "expired", Info: &Plugin{Type: LeaseType, Name: "l0", Alloc: "g0"}, At: s(tc.seenAt)},
+				}}}
+			}
+			vs, st := Leases([]Lease{l}, sessions, tr, tc.final)
+			switch {
+			case tc.want == "" && len(vs) > 0:
+				t.Fatalf("violations %v; want none", vs)
+			case tc.want != "" && (len(vs) != 1 || !strings.Contains(vs[0].Detail, tc.want)):
+				t.Fatalf("violations %v; want one saying %q", vs, tc.want)
+			}
+			if tc.reqID == "r1" && st.Applied != 1 || tc.reqID != "r1" && st.Applied != 0 {
+				t.Fatalf("applied %d", st.Applied)
+			}
+			if tc.seenAt == 0 && len(tc.log) == 2 && st.Untimed != 1 {
+				t.Fatalf("untimed %d; want 1", st.Untimed)
+			}
+		})
+	}
 }

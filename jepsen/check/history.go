@@ -42,6 +42,7 @@ type Op struct {
 	Value     string `json:",omitempty"`
 	RequestID string `json:",omitempty"`
 	Stale     bool   `json:",omitempty"` // read with consistency=stale
+	TTL       string `json:",omitempty"` // register: the lease's TTL ("3s")
 
 	Outcome string
 	Result  string `json:",omitempty"` // write result

@@ -150,12 +150,14 @@ var Model = porcupine.Model{
 // Operations turns a history into porcupine operations: failed ops and
 // failed or unknown reads are dropped (they had no effect); writes of
 // unknown outcome return at infinity, so they may take effect at any
-// point after their invocation, or not at all.
+// point after their invocation, or not at all. Leased instances are left
+// to the lease checker (Leases): the leader's expiries, which this model
+// does not know, remove them between their holders' operations.
 func Operations(ops []Op) []porcupine.Operation {
 	var out []porcupine.Operation
 	for i := range ops {
 		op := &ops[i]
-		if op.Outcome == Fail || (!op.IsWrite() && op.Outcome != OK) || op.Stale {
+		if op.Outcome == Fail || (!op.IsWrite() && op.Outcome != OK) || op.Stale || op.Type == LeaseType {
 			continue
 		}
 		end := op.End

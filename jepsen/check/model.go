@@ -11,6 +11,7 @@ import (
 type inst struct {
 	Alloc, Value, NodeID, Socket string
 	Health                       string // who marked it suspect; "" passing
+	TTL                          string // its lease ("3s"); "" none
 	Modify                       uint64
 }
 
@@ -46,12 +47,17 @@ type request struct {
 		Type, Name, AllocID, Version, NodeID string
 		ConnectionInfo                       *struct{ SocketPath, Address string }
 		Health                               *struct{ Check string }
+		TTL                                  string
 	}
 	Type, Name, AllocID string // deregister, conditional-deregister
 	IfNodeID            string // conditional-deregister
 	IfModifyIndex       uint64 // conditional-deregister
 	NodeID              string // deregister-node, node-health
 	Suspect             bool   // node-health
+	Leases              []struct {
+		Type, Name, AllocID string
+		ModifyIndex         uint64
+	} // expire
 }
 
 // Apply applies one journaled command and returns its result and events.
@@ -72,7 +78,7 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		if p.Health != nil {
 			health = p.Health.Check
 		}
-		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock, Health: health})
+		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock, Health: health, TTL: p.TTL})
 	case "deregister":
 		return r.Deregister(index, req.Type, req.Name, req.AllocID)
 	case "conditional-deregister":
@@ -82,8 +88,32 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		return r.DeregisterNode(index, req.NodeID)
 	case "node-health":
 		return r.NodeHealth(index, req.NodeID, req.Suspect)
+	case "expire":
+		return r.Expire(index, req)
 	}
 	return "", nil
+}
+
+// Expire removes each named instance that is still the leased
+// registration its lease ran out for (the same ModifyIndex, a TTL), with
+// an expired event each: "expired" if it removed any, else "absent".
+func (r *Registry) Expire(index uint64, req request) (string, []ModelEvent) {
+	var evs []ModelEvent
+	for _, l := range req.Leases {
+		k := [2]string{l.Type, l.Name}
+		for i, x := range r.lists[k] {
+			if x.Alloc != l.AllocID || x.Modify != l.ModifyIndex || x.TTL == "" {
+				continue
+			}
+			r.remove(k, i)
+			evs = append(evs, ModelEvent{Index: index, EventType: "expired", Info: plug(k[0], k[1], x), Current: r.front(k)})
+			break
+		}
+	}
+	if len(evs) == 0 {
+		return "absent", nil
+	}
+	return "expired", evs
 }
 
 func plug(t, n string, in inst) Plugin {
@@ -108,7 +138,7 @@ func (r *Registry) Register(index uint64, t, n string, in inst) (string, []Model
 			pos = i
 		}
 	}
-	if pos >= 0 && l[pos].Value == in.Value && l[pos].NodeID == in.NodeID && l[pos].Socket == in.Socket {
+	if pos >= 0 && l[pos].Value == in.Value && l[pos].NodeID == in.NodeID && l[pos].Socket == in.Socket && l[pos].TTL == in.TTL {
 		if l[pos].Health == in.Health {
 			return "unchanged", nil
 		}
@@ -135,16 +165,22 @@ func (r *Registry) Deregister(index uint64, t, n, alloc string) (string, []Model
 	l := r.lists[k]
 	for i, x := range l {
 		if x.Alloc == alloc {
-			nl := append(append([]inst{}, l[:i]...), l[i+1:]...)
-			if len(nl) == 0 {
-				delete(r.lists, k)
-			} else {
-				r.lists[k] = nl
-			}
+			r.remove(k, i)
 			return "deregistered", []ModelEvent{{Index: index, EventType: "deregistered", Info: plug(t, n, x), Current: r.front(k)}}
 		}
 	}
 	return "absent", nil
+}
+
+// remove takes the instance at i out of k's list (and the list out of
+// the registry once empty).
+func (r *Registry) remove(k [2]string, i int) {
+	nl := append(append([]inst{}, r.lists[k][:i]...), r.lists[k][i+1:]...)
+	if len(nl) == 0 {
+		delete(r.lists, k)
+	} else {
+		r.lists[k] = nl
+	}
 }
 
 // DeregisterIf removes an instance if it still belongs to node and was

@@ -61,10 +61,12 @@ func Writes(ops []Op, t *Truth) []Violation {
 }
 
 // byLeader reports whether e is a command the leader writes of its own
-// accord (the leader's node-health marks of a client agent gossip saw
-// fail): no request ID. The model replays it; it is exempt only from
-// having been issued by the workload.
-func byLeader(e *Entry) bool { return e.RequestID == "" && e.Command == "node-health" }
+// accord (its node-health marks of a client agent gossip saw fail, its
+// lessor's expiries): no request ID. The model replays it; it is exempt
+// only from having been issued by the workload.
+func byLeader(e *Entry) bool {
+	return e.RequestID == "" && (e.Command == "node-health" || e.Command == "expire")
+}
 
 // byStubAgent reports whether e is an agent's write of a stub plugin: no
 // request ID, and a command on type StubPluginType (or an ACL command of
