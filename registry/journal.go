@@ -196,10 +196,6 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 		j.mu.Unlock()
 		return nil, ErrShutdown
 	}
-	// A waiter whose ctx ends stays in the heap until its index is
-	// applied or the journal closes: the index was committed (the caller
-	// had it from Apply), so it is applied soon, and a waiter is a few
-	// bytes.
 	ch := make(chan struct{})
 	heap.Push(&j.waiters, indexWaiter{index: index, ch: ch})
 	j.mu.Unlock()
@@ -207,9 +203,27 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 	case <-ch:
 		return j.State(), nil
 	case <-ctx.Done():
+		// Out of the heap: a node cut off from its leader applies
+		// nothing for as long as the cut lasts, while every write it
+		// forwarded meanwhile gives up and leaves a waiter.
+		j.forget(ch)
 		return nil, ctx.Err()
 	case <-j.done:
 		return nil, ErrShutdown
+	}
+}
+
+// forget removes the waiter of ch, if the applied index has not woken
+// (and removed) it already. A linear search: waiters are the writes in
+// flight on this node.
+func (j *Journal) forget(ch chan struct{}) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, w := range j.waiters {
+		if w.ch == ch {
+			heap.Remove(&j.waiters, i)
+			return
+		}
 	}
 }
 

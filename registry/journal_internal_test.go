@@ -43,3 +43,47 @@ func TestAppliedWakesOnlyTheWaitersItReached(t *testing.T) {
 	}
 	j.Close()
 }
+
+// A waiter whose context ended leaves the queue at once, not when its
+// index is applied: a node cut off from its leader applies nothing while
+// its forwarded writes time out, one waiter each.
+func TestEndedWaitersLeaveTheQueue(t *testing.T) {
+	j := NewJournal(0)
+	defer j.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 100)
+	for i := 1; i <= 100; i++ {
+		go func() { _, err := j.WaitForIndex(ctx, uint64(i)); errs <- err }()
+	}
+	queued := func() int {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return len(j.waiters)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for queued() < 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued; want 100", queued())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	for range 100 {
+		if err := <-errs; err != context.Canceled {
+			t.Fatalf("an ended wait: %v", err)
+		}
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("%d waiters left after their contexts ended; want 0", n)
+	}
+	// The heap is still one: a later waiter is woken by its index.
+	done := make(chan error, 1)
+	go func() { _, err := j.WaitForIndex(context.Background(), 1); done <- err }()
+	for queued() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	fsm.New(j).ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogNoop}})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
