@@ -12,6 +12,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
@@ -375,5 +376,51 @@ func TestTTLValidatedAtTheEdge(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if now := appliedIndex(c); now != before {
 		t.Fatalf("refused registrations moved the applied index from %d to %d", before, now)
+	}
+}
+
+// An expiry goes through the proposing server's own Raft, never forwarded
+// to the leader: a server that no longer leads (a deposed leader whose
+// lessor ran on, etcd's issue 12528) cannot end a lease the new leader
+// has given its grace. Proposed on each follower it fails and changes
+// nothing; on the leader it expires the instance.
+func TestExpiryIsNeverForwarded(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	cl := clientOf(t, urlsOf(c.Nodes)...)
+	reg, err := cl.Register(ctx, leased("ebs", "a1", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []fsm.ExpiredLease{{Type: "csi", Name: "ebs", AllocID: "a1", ModifyIndex: reg.Index}}
+	for _, f := range c.Followers() {
+		if err := f.ProposeExpiry(ctx, batch); err == nil {
+			t.Fatalf("%s, a follower, proposed an expiry", f.NodeID())
+		}
+	}
+	// A write after them, applied everywhere: had a follower's expiry
+	// been forwarded, it would be in the log before this one.
+	after, err := cl.Register(ctx, plugin("ebs", "after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually(30*time.Second, "every node at the write after", func() bool {
+		for _, n := range c.Nodes {
+			if n.State().Index() < after.Index {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range c.Nodes {
+		if n.State().Instance("csi", "ebs", "a1") == nil {
+			t.Fatalf("%s: a follower's expiry removed the lease", n.NodeID())
+		}
+	}
+	if err := c.Leader().ProposeExpiry(ctx, batch); err != nil {
+		t.Fatalf("the leader's expiry: %v", err)
+	}
+	if c.Leader().State().Instance("csi", "ebs", "a1") != nil {
+		t.Fatal("the leader's expiry left the instance")
 	}
 }
