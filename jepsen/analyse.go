@@ -408,7 +408,7 @@ func summarize(r *runConfig, rec *recorder, faults []fault, res *result, truth *
 func leaseText(st check.LeaseStats) string {
 	lag := "no timed expiry"
 	if n := len(st.Lag); n > 0 {
-		lag = fmt.Sprintf("lag after the deadline min %v, median %v, max %v", st.Lag[0].Round(time.Millisecond), st.Lag[n/2].Round(time.Millisecond), st.Lag[n-1].Round(time.Millisecond))
+		lag = fmt.Sprintf("seen after the earliest deadline by min %v, median %v, max %v", st.Lag[0].Round(time.Millisecond), st.Lag[n/2].Round(time.Millisecond), st.Lag[n-1].Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%d leases (%d applied), renewals %d ok / %d not; %d expired (%d while still renewed: their renewals failed for a TTL; %d unseen by subscribers), %d lost to a 404, %d deregistered; %s",
 		st.Leases, st.Applied, st.RenewOK, st.RenewFail, st.Expired, st.ExpiredWhileHeld, st.Untimed, st.Lost, st.Deregistered, lag)

@@ -37,10 +37,10 @@ type LeaseStats struct {
 	Expired, ExpiredWhileHeld int // ExpiredWhileHeld: before the holder let go (its renewals failed for a TTL)
 	Untimed                   int // expired, but no subscriber saw the event (a reset covered it)
 	Lost, Deregistered        int
-	// Lag is, for each timed expiry, from the latest deadline the
-	// holder's acknowledged operations could have set (its last
-	// acknowledged one's end plus the TTL) to the first subscriber that
-	// saw the expired event: how late the cluster removed it.
+	// Lag is, for each timed expiry, from the deadline the holder's
+	// acknowledged operations set at least (the start of the last one
+	// before the expiry plus the TTL) to the first subscriber that saw
+	// the expired event: how late the cluster removed it, at most.
 	Lag []time.Duration
 }
 
@@ -129,10 +129,10 @@ func Leases(leases []Lease, sessions []Session, t *Truth, final uint64) ([]Viola
 				// registration (it was applied) or of an acknowledged
 				// renewal, whichever came last. (One sent after it is
 				// the violation below.)
-				from, fromWhat, lastAckEnd := l.Register.Start, "registration", l.Register.End
+				from, fromWhat := l.Register.Start, "registration"
 				for _, r := range l.Renewals {
 					if r.Outcome == OK && r.Start > from && r.Start < at {
-						from, fromWhat, lastAckEnd = r.Start, "renewal", r.End
+						from, fromWhat = r.Start, "renewal"
 					}
 				}
 				if at < from+l.TTL {
@@ -142,7 +142,7 @@ func Leases(leases []Lease, sessions []Session, t *Truth, final uint64) ([]Viola
 				if held := min(nonZero(l.Released), nonZero(l.Lost)); at < held {
 					st.ExpiredWhileHeld++
 				}
-				st.Lag = append(st.Lag, time.Duration(at-(lastAckEnd+l.TTL)))
+				st.Lag = append(st.Lag, time.Duration(at-(from+l.TTL)))
 				for _, r := range l.Renewals {
 					if r.Outcome == OK && r.Start > at {
 						vs = append(vs, violation("leases", "%s: a renewal sent at %s through %s was acknowledged, but its expiry (index %d) was seen at %s",
