@@ -139,8 +139,8 @@ func Leases(leases []Lease, sessions []Session, t *Truth, final uint64) ([]Viola
 					vs = append(vs, violation("leases", "%s expired by %s, before its deadline: a %s sent at %s was acknowledged, so it held until %s at least",
 						what, sec(at), fromWhat, sec(from), sec(from+l.TTL)))
 				}
-				if held := min(nonZero(l.Released), nonZero(l.Lost)); at < held {
-					st.ExpiredWhileHeld++
+				if l.Lost > 0 || at < l.Released {
+					st.ExpiredWhileHeld++ // a lost lease was lost to this expiry
 				}
 				st.Lag = append(st.Lag, time.Duration(at-(from+l.TTL)))
 				for _, r := range l.Renewals {
@@ -160,12 +160,4 @@ func Leases(leases []Lease, sessions []Session, t *Truth, final uint64) ([]Viola
 	}
 	sort.Slice(st.Lag, func(i, j int) bool { return st.Lag[i] < st.Lag[j] })
 	return vs, st
-}
-
-// nonZero is ns, or the largest int64 for 0 (not set).
-func nonZero(ns int64) int64 {
-	if ns == 0 {
-		return 1<<63 - 1
-	}
-	return ns
 }
