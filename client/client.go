@@ -96,6 +96,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: &http.Transport{
+			// A bounded dial: a host that drops SYNs fails within 10 s
+			// and the call moves on, instead of the OS's minutes.
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			TLSClientConfig:       cfg.TLS,
 			MaxIdleConnsPerHost:   64,
 			ResponseHeaderTimeout: 0, // blocking queries and streams wait long
@@ -236,6 +239,12 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		resp, err := c.hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
+				// The caller's deadline ran out on this node: one that
+				// hangs (a paused process, a partition that drops
+				// packets) answers nothing before any deadline, so the
+				// next call starts on the next node rather than wait
+				// on it again.
+				c.next(n)
 				return nil, fmt.Errorf("%s %s: %w", method, path, err)
 			}
 			lastErr = err

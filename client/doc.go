@@ -2,7 +2,11 @@
 //
 // A Client takes several node addresses. On a connection failure, or a 503
 // from a node without a leader, it moves to the next node and tries again
-// until the request's context ends. Every write carries a request ID, kept
+// until the request's context ends. A node that accepts the connection and
+// never answers (a paused process, a host that drops packets) holds a call
+// until its context ends, so give every call a deadline: the call that
+// ran out on a node leaves it, and the next starts on the next node
+// (KeepAlive bounds each renewal itself). Every write carries a request ID, kept
 // across its retries, so the cluster applies it at most once however the
 // retries fall (the FSM remembers recent IDs and answers a retry with the
 // original result). Watch follows the event stream across node failures

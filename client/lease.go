@@ -40,21 +40,33 @@ func (c *Client) Renew(ctx context.Context, ptype, name, allocID string) (api.Re
 // moment, may serve it (no leader during an election, a node down) is
 // tried again until it succeeds; a new leader starts every lease afresh,
 // so a holder that keeps trying through an election keeps its
-// registration. It returns the error of a renewal refused for good: one
-// matching ErrNotFound when the lease is gone (the caller registers
-// again), ErrPermissionDenied or ErrConflict when its token may not renew
-// it. It logs nothing and starts no goroutine: run it in one of yours.
+// registration. A renewal gets as long as the wait between two (before
+// the first answer, api.MinTTL): one that a hung node holds longer is
+// abandoned and sent to the next node, before the lease runs out. It
+// returns the error of a renewal refused for good: one matching
+// ErrNotFound when the lease is gone (the caller registers again),
+// ErrPermissionDenied or ErrConflict when its token may not renew it. It
+// logs nothing and starts no goroutine: run it in one of yours.
 func (c *Client) KeepAlive(ctx context.Context, ptype, name, allocID string, every time.Duration) error {
+	wait := every
+	if wait <= 0 {
+		wait = api.MinTTL
+	}
 	for {
-		res, err := c.Renew(ctx, ptype, name, allocID)
+		rctx, cancel := context.WithTimeout(ctx, wait)
+		res, err := c.Renew(rctx, ptype, name, allocID)
+		timedOut := rctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if err != nil && timedOut {
+			continue // a node held it: the next attempt starts on another (do)
 		}
 		if err != nil {
 			return fmt.Errorf("keep alive %s/%s/%s: %w", ptype, name, allocID, err)
 		}
-		wait := every
-		if wait <= 0 {
+		if every <= 0 {
 			wait = max(time.Duration(res.TTL)/3, 10*time.Millisecond)
 		}
 		t := time.NewTimer(wait)
