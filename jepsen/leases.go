@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/jepsen/check"
 )
 
@@ -18,9 +21,11 @@ import (
 // through one agent (the next one after a failure) for a few seconds,
 // then lets it go, by deregistering it one time in three and otherwise by
 // no longer renewing it, and takes a new instance. A renewal answered 404
-// (the lease is gone) makes it take a new one at once. Everything is
-// recorded for check.Leases; the registrations and deregistrations are
-// also the history's writes.
+// (the lease is gone) makes it take a new one at once. One holder in three
+// renews as users of the Go client do, with client.KeepAlive (its
+// renewals noted off the wire by renewTap); the others send each renewal
+// themselves. Everything is recorded for check.Leases; the registrations
+// and deregistrations are also the history's writes.
 type leaseHolders struct {
 	w   *workload
 	n   int
@@ -63,6 +68,16 @@ func (h *leaseHolders) hold(ctx context.Context, id int) {
 	hosts := w.db.hosts
 	at := id % len(hosts)
 	next := func() { at = (at + 1) % len(hosts) }
+	var (
+		kc  *client.Client
+		tap *renewTap
+	)
+	if h.goClient(id) {
+		var err error
+		if kc, tap, err = h.newKeepAliveClient(id); err != nil {
+			w.db.logf("lease holder %d: %v; it renews by hand instead", id, err)
+		}
+	}
 	for gen := 0; ctx.Err() == nil; gen++ {
 		l := check.Lease{Holder: id, Name: fmt.Sprintf("l%d", id), Alloc: fmt.Sprintf("g%d", gen), TTL: int64(h.ttl)}
 		l.Register = check.Op{Process: 3000 + id, Node: hosts[at].Name, F: check.FRegister, Type: check.LeaseType, Name: l.Name, Alloc: l.Alloc,
@@ -79,24 +94,11 @@ func (h *leaseHolders) hold(ctx context.Context, id int) {
 			continue
 		}
 		holdUntil := time.Now().Add(time.Duration(2000+rng.Intn(10000)) * time.Millisecond)
-		tick := time.NewTicker(h.ttl / 3)
-		for ctx.Err() == nil && time.Now().Before(holdUntil) {
-			select {
-			case <-ctx.Done():
-				continue
-			case <-tick.C:
-			}
-			op, status := h.renew(renewals, hosts[at], &l)
-			l.Renewals = append(l.Renewals, op)
-			if status == http.StatusNotFound {
-				l.Lost = op.End
-				break
-			}
-			if op.Outcome != check.OK {
-				next()
-			}
+		if kc != nil {
+			h.keepAlive(ctx, holdUntil, &l, kc, tap)
+		} else {
+			at = h.renewUntil(ctx, holdUntil, &l, renewals, at)
 		}
-		tick.Stop()
 		if l.Lost == 0 {
 			l.Released = w.clock()
 			if rng.Intn(3) == 0 && ctx.Err() == nil {
@@ -108,6 +110,47 @@ func (h *leaseHolders) hold(ctx context.Context, id int) {
 			}
 		}
 		h.add(l)
+	}
+}
+
+// goClient reports whether holder id renews with client.KeepAlive.
+func (h *leaseHolders) goClient(id int) bool { return !h.unsafe && id%3 == 2 }
+
+// renewUntil renews l every third of the TTL through hosts[at] (the next
+// host after a failure) until holdUntil, ctx's end, or a 404 (l.Lost),
+// and returns the host it got to.
+func (h *leaseHolders) renewUntil(ctx context.Context, holdUntil time.Time, l *check.Lease, hc *http.Client, at int) int {
+	hosts := h.w.db.hosts
+	tick := time.NewTicker(h.ttl / 3)
+	for ctx.Err() == nil && time.Now().Before(holdUntil) {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-tick.C:
+		}
+		op, status := h.renew(hc, hosts[at], l)
+		l.Renewals = append(l.Renewals, op)
+		if status == http.StatusNotFound {
+			l.Lost = op.End
+			break
+		}
+		if op.Outcome != check.OK {
+			at = (at + 1) % len(hosts)
+		}
+	}
+	tick.Stop()
+	return at
+}
+
+// keepAlive holds l with the Go client's KeepAlive until holdUntil or
+// ctx's end; a lease it reports gone is lost (l.Lost).
+func (h *leaseHolders) keepAlive(ctx context.Context, holdUntil time.Time, l *check.Lease, c *client.Client, tap *renewTap) {
+	hctx, cancel := context.WithDeadline(ctx, holdUntil)
+	defer cancel()
+	err := c.KeepAlive(hctx, check.LeaseType, l.Name, l.Alloc, 0)
+	l.Renewals = tap.take()
+	if errors.Is(err, client.ErrNotFound) {
+		l.Lost = h.w.clock()
 	}
 }
 
@@ -167,6 +210,66 @@ func (h *leaseHolders) noneLeft(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// newKeepAliveClient is holder id's Go client: every agent's address (a
+// client agent's too), its renewals noted by a renewTap.
+func (h *leaseHolders) newKeepAliveClient(id int) (*client.Client, *renewTap, error) {
+	var addrs []string
+	names := map[string]string{}
+	for _, n := range h.w.db.hosts {
+		addrs = append(addrs, n.HTTP)
+		names[n.HTTP] = n.Name
+	}
+	tap := &renewTap{base: clientFrom(clientIP, 2*time.Second).Transport, clock: h.w.clock, names: names, process: 3000 + id}
+	c, err := client.New(client.Config{Addrs: addrs, HTTPClient: &http.Client{Transport: tap}})
+	return c, tap, err
+}
+
+// renewTap is a Go-client holder's transport: it lets every request
+// through and notes each renewal (a PUT .../renew) as a check.Op, from
+// the request's start to its answer; take hands them over.
+type renewTap struct {
+	base    http.RoundTripper
+	clock   func() int64
+	names   map[string]string // host:port -> agent
+	process int
+
+	mu  sync.Mutex // guards ops
+	ops []check.Op
+}
+
+func (t *renewTap) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/renew") {
+		return t.base.RoundTrip(req)
+	}
+	op := check.Op{Process: t.process, Node: t.names[req.URL.Host], F: check.FRenew, Type: check.LeaseType, Start: t.clock()}
+	if parts := strings.Split(strings.TrimPrefix(req.URL.Path, "/v1/plugins/"), "/"); len(parts) == 4 {
+		op.Name, op.Alloc = parts[1], parts[2]
+	}
+	resp, err := t.base.RoundTrip(req)
+	op.End = t.clock()
+	switch {
+	case err != nil:
+		op.Outcome, op.Error = check.Unknown, err.Error()
+	case resp.StatusCode == http.StatusOK:
+		op.Outcome = check.OK
+	default:
+		op.Outcome, op.Error = check.Fail, resp.Status
+	}
+	t.mu.Lock()
+	t.ops = append(t.ops, op)
+	t.mu.Unlock()
+	return resp, err
+}
+
+// take returns the renewals noted since the last take.
+func (t *renewTap) take() []check.Op {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ops := t.ops
+	t.ops = nil
+	return ops
 }
 
 // sleepCtx sleeps for d or until ctx ends.
