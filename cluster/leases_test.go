@@ -424,3 +424,41 @@ func TestExpiryIsNeverForwarded(t *testing.T) {
 		t.Fatal("the leader's expiry left the instance")
 	}
 }
+
+// A leader cut off from the others acknowledges no renewal, even before
+// it notices it lost its quorum: the new leader, elected on the other
+// side, never sees such a renewal and counts the lease from its own
+// start, so the holder would be told of a deadline nobody keeps (the
+// fault suite's pause-leader found it). Renewals are tried on the cut-off
+// leader for as long as it still says it leads.
+func TestCutOffLeaderAcknowledgesNoRenewal(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	cl := clientOf(t, urlsOf(c.Nodes)...)
+	if _, err := cl.Register(ctx, leased("ebs", "a1", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader()
+	li := -1
+	for i, n := range c.Nodes {
+		if n == leader {
+			li = i
+		}
+	}
+	if _, err := leader.Renew(ctx, api.RenewRequest{Type: "csi", Name: "ebs", AllocID: "a1"}); err != nil {
+		t.Fatalf("a renewal on the leader before the cut: %v", err)
+	}
+	c.Partition(li)
+	tries := 0
+	for leader.IsLeader() {
+		tries++
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := leader.Renew(rctx, api.RenewRequest{Type: "csi", Name: "ebs", AllocID: "a1"})
+		cancel()
+		if err == nil {
+			t.Fatalf("renewal %d: the cut-off leader acknowledged it", tries)
+		}
+	}
+	t.Logf("%d renewals refused by the cut-off leader before it stepped down", tries)
+	c.Heal()
+}
