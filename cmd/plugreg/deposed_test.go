@@ -342,12 +342,16 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Poll(t, old.Name+" at the write after", func() (bool, string) {
-		if v := raftSelf(ctx, t, old); v.applied < w.Index {
-			return false, fmt.Sprintf("applied %d (%v), want %d", v.applied, v.err, w.Index)
-		}
-		return true, ""
-	})
+	appliedBy := func(what string, index uint64) {
+		t.Helper()
+		c.Poll(t, old.Name+" at "+what, func() (bool, string) {
+			if v := raftSelf(ctx, t, old); v.applied < index {
+				return false, fmt.Sprintf("applied %d (%v), want %d", v.applied, v.err, index)
+			}
+			return true, ""
+		})
+	}
+	appliedBy("the write after", w.Index)
 	// The snapshot it installed may hold that write: applied, and yet
 	// the restart not begun. One more entry, which it can apply only
 	// through its log (so only after the restart, in the case under
@@ -356,12 +360,7 @@ func deposedLeaderRestartsItself(t *testing.T) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Poll(t, old.Name+" at the second write after", func() (bool, string) {
-		if v := raftSelf(ctx, t, old); v.applied < w2.Index {
-			return false, fmt.Sprintf("applied %d (%v), want %d", v.applied, v.err, w2.Index)
-		}
-		return true, ""
-	})
+	appliedBy("the second write after", w2.Index)
 	restarted := strings.Contains(old.Log()[mark:], "restarting the agent")
 	t.Logf("%s caught up; restarted itself: %v", old.Name, restarted)
 	if !restarted {
