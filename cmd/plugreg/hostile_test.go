@@ -210,16 +210,7 @@ func TestHostileSuite(t *testing.T) {
 			return nil
 		}
 	}
-	isErr := func(err, want error) error {
-		if !errors.Is(err, want) {
-			return fmt.Errorf("%v, want %v", err, want)
-		}
-		return nil
-	}
-	attacks := []struct {
-		who, what string
-		try       func() error
-	}{
+	attacks := []attack{
 		// A client certificate on the server port (TestServerOnlyRPCRefusesClientCertificates).
 		{"client certificate", "propose an operator token through Apply", func() error {
 			return refusedRPC("Apply", struct{ Cmd []byte }{mint}, api.CodePermissionDenied)
@@ -283,6 +274,10 @@ func TestHostileSuite(t *testing.T) {
 			return wantStatus(http.StatusForbidden)(httpStatus("PUT", addrs[1]+"/v1/acl/bootstrap", "", "https://evil.example", "", ""))
 		}},
 	}
+	h := &hostile{t: t, ctx: ctx, c: c, addrs: addrs, raftAddrs: raftAddrs, h1: h1, h2: h2, tok1: tok1.SecretID, tok2: tok2.SecretID,
+		op: op, cliTLS: cliTLS, rpc: rpc, as: as, plugin: plugin}
+	attacks = append(attacks, h.round3()...)
+	attacks = append(attacks, defaultAgentAttacks(ctx, t, c.Bin)...)
 	for _, a := range attacks {
 		if err := a.try(); err != nil {
 			t.Errorf("%s may %s: %v", a.who, a.what, err)
