@@ -57,6 +57,8 @@ type Filter struct {
 	tree   grammar.Expression
 	weight map[*grammar.MatchExpression]int64
 	budget budget
+	// evaluations counts the instances evaluated (the tests read it).
+	evaluations int
 }
 
 var pluginType = reflect.TypeFor[api.PluginInfo]()
@@ -241,6 +243,7 @@ func (f *Filter) match(p *api.PluginInfo, now time.Time) (ok bool, err error) {
 			ok, err = false, fmt.Errorf("%w: filter: cannot evaluate: %v", api.ErrInvalid, r)
 		}
 	}()
+	f.evaluations++
 	ok, err = f.eval.Evaluate(d)
 	if err != nil {
 		return false, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
