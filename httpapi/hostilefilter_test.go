@@ -112,7 +112,7 @@ func TestHostileStreamFilterEndsWithItsError(t *testing.T) {
 	})
 	for i, u := range []string{l, cn.HTTPURL} {
 		t.Run([]string{"server", "client agent"}[i], func(t *testing.T) {
-			hc := &http.Client{Timeout: 30 * time.Second}
+			hc := &http.Client{Timeout: 20 * time.Second}
 			resp, err := hc.Get(u + "/v1/events?type=csi&" + q(eightHeavy))
 			if err != nil {
 				t.Fatal(err)
