@@ -20,11 +20,13 @@ import (
 // read by MaxCost, and the evaluations by the budget below.
 const (
 	// MaxWork bounds the steps of one request's filter, and the steps a
-	// stream may spend at once. A step is a few nanoseconds (3.7 to 11
-	// measured for the worst programs), so this is about a second of CPU
-	// at worst; a list of 100,000 instances filtered by `Name matches
-	// "^ebs-"` takes a few million.
-	MaxWork = 1 << 27
+	// stream may spend at once. A step of a `matches` test costs from a
+	// few nanoseconds to about 70 (measured on a busy machine: 68 for a
+	// 305-instruction pattern of Unicode classes, whose NFA keeps
+	// hundreds of threads alive), so this is about a second of CPU at
+	// worst; a list of 100,000 instances filtered by `Name matches
+	// "^ebs-"` (7 instructions over a 20-byte name) takes 15 million.
+	MaxWork = 1 << 24
 	// StreamWorkPerSecond is what a stream's budget regains each second:
 	// a hostile stream burns at most a few percent of a core, and a
 	// legitimate one (hundreds of steps an event) never runs short.

@@ -28,19 +28,19 @@ func alternation(n int) string {
 // byte on the values registered here: cheap to run, priced in full.
 const heavy = `^zzz[a-z]{990}[0-9]{990}`
 
-// eightHeavy is 8 heavy tests of Options.x: 8 x 1,990 x 6 KB is 96
-// million steps an instance of these tests, most of filter.MaxWork.
+// eightHeavy is 8 heavy tests of Options.x: 8 x 1,990 x 2 KB is 32
+// million steps an instance of these tests, twice filter.MaxWork.
 var eightHeavy = strings.TrimSuffix(strings.Repeat(fmt.Sprintf("Options.x matches %q or ", heavy), 8), " or ")
 
-// fourHeavy matches every instance here at its first (cheap) test, and is
-// priced for all five.
-var fourHeavy = `Name matches "^h" or ` + strings.Repeat(fmt.Sprintf("Options.x matches %q or ", heavy), 3) + fmt.Sprintf("Options.x matches %q", heavy)
+// oneHeavy matches every instance here at its first (cheap) test, and is
+// priced for both: 1,990 x 2 KB, 4 million steps an instance.
+var oneHeavy = fmt.Sprintf(`Name matches "^h" or Options.x matches %q`, heavy)
 
-// regLong registers n csi instances h0..h(n-1) whose option x is 6 KB.
+// regLong registers n csi instances h0..h(n-1) whose option x is 2 KB.
 func regLong(t *testing.T, u string, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
-		reg(t, u, fmt.Sprintf("h%d", i), "a", "n1", `"x":"`+strings.Repeat("v", 6000)+`"`)
+		reg(t, u, fmt.Sprintf("h%d", i), "a", "n1", `"x":"`+strings.Repeat("v", 2000)+`"`)
 	}
 }
 
@@ -67,9 +67,9 @@ func TestHostileListFilterIsRefusedOrBounded(t *testing.T) {
 			{"more matches tests than allowed", q(nine), 400, "at most 8"},
 			{"eight big patterns over 20 long values", q(eightHeavy), 400, "work budget exceeded"},
 			// Paged: the page's instance and the next are evaluated, not
-			// the list (4 x 1,990 x 6 KB each: the list is 10 budgets).
-			{"four big patterns over the list", q(fourHeavy), 400, "work budget exceeded"},
-			{"four big patterns, one page", q(fourHeavy) + "&per_page=1", 200, `"Name":"h0"`},
+			// the list (20 instances of 4 million steps: 5 budgets).
+			{"a big pattern over the list", q(oneHeavy), 400, "work budget exceeded"},
+			{"a big pattern, one page", q(oneHeavy) + "&per_page=1", 200, `"Name":"h0"`},
 			{"a small pattern over the long values", q(`Options.x matches "^v+$" and Name matches "^h1"`), 200, `"Name":"h19"`},
 		} {
 			t.Run(node+"/"+tc.name, func(t *testing.T) {
@@ -101,8 +101,8 @@ func allocated(fn func()) uint64 {
 
 // A stream whose filter runs over its budget ends, and says why in its
 // X-Plugreg-Stream-Error trailer, on a server and on a client agent: its
-// first event over long values costs most of the budget, its second
-// more than is left.
+// first event over long values costs more than a stream may spend at
+// once.
 func TestHostileStreamFilterEndsWithItsError(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.Options{Heartbeat: 100 * time.Millisecond})
 	l := c.Leader().HTTPURL
