@@ -11,7 +11,7 @@ import (
 // a repetition multiplies the program: `(?:ab|cd|...){1000}` is a 2 KB
 // pattern of 1.9 million instructions, which took 937 MB to compile and
 // 104 s to run once over a 5 KB value. The patterns a filter needs
-// (`^csi-(ebs|nfs)-[0-9]+$` is 30 instructions) are far below it.
+// (`^csi-(ebs|nfs)-[0-9]+$` is 20 instructions) are far below it.
 const MaxProgram = 2000
 
 // MaxPatterns bounds the `matches` and `not matches` tests of one
