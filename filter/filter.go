@@ -12,10 +12,11 @@
 package filter
 
 import (
+	"context"
 	"fmt"
 	"reflect"
-	"regexp"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-bexpr"
 	"github.com/hashicorp/go-bexpr/grammar"
@@ -42,12 +43,22 @@ const (
 	maxParseSteps = 200_000
 )
 
-// Filter is a compiled expression. A nil *Filter matches everything.
+// Filter is a compiled expression, with the budget of the request or
+// stream it serves (budget.go). A nil *Filter matches everything.
 // Not safe for concurrent use: bexpr compiles a `matches` regular
-// expression on its first evaluation into the expression's tree, so each
-// request compiles its own.
+// expression on its first evaluation into the expression's tree (once
+// for the Filter, never again), and the budget is the request's, so
+// each request compiles its own.
 type Filter struct {
 	eval *bexpr.Evaluator
+	// tree is this package's parse of the expression, and weight the
+	// weight of each of its tests: they price an evaluation before it
+	// runs (bexpr keeps its own tree).
+	tree   grammar.Expression
+	weight map[*grammar.MatchExpression]int64
+	budget budget
+	// evaluations counts the instances evaluated (the tests read it).
+	evaluations int
 }
 
 var pluginType = reflect.TypeFor[api.PluginInfo]()
@@ -69,7 +80,8 @@ func Compile(expr string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
 	}
-	cost, err := check(tree, nil)
+	c := checker{weight: map[*grammar.MatchExpression]int64{}}
+	cost, err := c.check(tree, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
 	}
@@ -80,7 +92,16 @@ func Compile(expr string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
 	}
-	return &Filter{eval: eval}, nil
+	return &Filter{eval: eval, tree: tree, weight: c.weight, budget: budget{left: MaxWork}}, nil
+}
+
+// ForStream makes f's budget a stream's (starting at now): MaxWork at
+// once, regained at StreamWorkPerSecond, so one event may cost what one
+// request may, and a stream cannot keep a core busy.
+func (f *Filter) ForStream(now time.Time) {
+	if f != nil {
+		f.budget = budget{left: MaxWork, stream: true, last: now}
+	}
 }
 
 // parse parses expr, turning a panic of the parser into an error (the
@@ -102,28 +123,41 @@ func parse(expr string) (tree grammar.Expression, err error) {
 	return tree, nil
 }
 
+// checker checks a tree and records the weight of each of its tests.
+type checker struct {
+	weight   map[*grammar.MatchExpression]int64
+	patterns int
+}
+
 // check walks the tree: every selector names a field of PluginInfo (or a
 // name a collection expression bound), every `matches` value is a valid
-// regular expression; it returns the expression's cost (MaxCost).
-func check(e grammar.Expression, bound map[string]bool) (int, error) {
+// regular expression of at most MaxProgram instructions, and there are at
+// most MaxPatterns of them; it returns the expression's cost (MaxCost).
+func (c *checker) check(e grammar.Expression, bound map[string]bool) (int, error) {
 	switch e := e.(type) {
 	case *grammar.UnaryExpression:
-		return check(e.Operand, bound)
+		return c.check(e.Operand, bound)
 	case *grammar.BinaryExpression:
-		l, err := check(e.Left, bound)
+		l, err := c.check(e.Left, bound)
 		if err != nil {
 			return 0, err
 		}
-		r, err := check(e.Right, bound)
+		r, err := c.check(e.Right, bound)
 		return l + r, err
 	case *grammar.MatchExpression:
 		if err := checkSelector(e.Selector, bound); err != nil {
 			return 0, err
 		}
+		c.weight[e] = 1
 		if (e.Operator == grammar.MatchMatches || e.Operator == grammar.MatchNotMatches) && e.Value != nil {
-			if _, err := regexp.Compile(e.Value.Raw); err != nil {
+			if c.patterns++; c.patterns > MaxPatterns {
+				return 0, fmt.Errorf("more than %d matches tests, at most %d", MaxPatterns, MaxPatterns)
+			}
+			n, err := programSize(e.Value.Raw)
+			if err != nil {
 				return 0, fmt.Errorf("%s matches: %v", e.Selector, err)
 			}
+			c.weight[e] = int64(max(n, 1))
 		}
 		return 1, nil
 	case *grammar.CollectionExpression:
@@ -139,8 +173,8 @@ func check(e grammar.Expression, bound map[string]bool) (int, error) {
 				inner[n] = true
 			}
 		}
-		c, err := check(e.Inner, inner)
-		return min(c*api.MaxOptions, MaxCost+1), err // capped: no overflow however deep
+		n, err := c.check(e.Inner, inner)
+		return min(n*api.MaxOptions, MaxCost+1), err // capped: no overflow however deep
 	}
 	return 0, fmt.Errorf("unknown expression %T", e)
 }
@@ -183,15 +217,24 @@ func fieldNames(t reflect.Type) string {
 	return strings.Join(names, ", ")
 }
 
-// Match reports whether p matches. An error is the expression's: a value
-// that does not convert to the field's type (CreateIndex == "x"), found
-// only when evaluated.
+// Match reports whether p matches, spending the evaluation's price
+// (budget.go) first. An error is the expression's: a value that does not
+// convert to the field's type (CreateIndex == "x"), found only when
+// evaluated, or ErrBudget, the budget spent.
 func (f *Filter) Match(p *api.PluginInfo) (ok bool, err error) {
+	return f.match(p, time.Time{}) // a request's budget does not refill
+}
+
+func (f *Filter) match(p *api.PluginInfo, now time.Time) (ok bool, err error) {
 	if f == nil {
 		return true, nil
 	}
 	if p == nil {
 		return false, nil
+	}
+	d := datum(p)
+	if err := f.budget.spend(price(f.tree, f.weight, reflect.ValueOf(d), nil), now); err != nil {
+		return false, err
 	}
 	defer func() {
 		// bexpr has panicked on hostile expressions before (0.1.16 and
@@ -200,7 +243,8 @@ func (f *Filter) Match(p *api.PluginInfo) (ok bool, err error) {
 			ok, err = false, fmt.Errorf("%w: filter: cannot evaluate: %v", api.ErrInvalid, r)
 		}
 	}()
-	ok, err = f.eval.Evaluate(datum(p))
+	f.evaluations++
+	ok, err = f.eval.Evaluate(d)
 	if err != nil {
 		return false, fmt.Errorf("%w: filter: %v", api.ErrInvalid, err)
 	}
@@ -225,14 +269,22 @@ func datum(p *api.PluginInfo) *api.PluginInfo {
 	return &c
 }
 
-// Plugins returns the instances of in that match, in order (in itself
-// when f is nil).
-func (f *Filter) Plugins(in []*api.PluginInfo) ([]*api.PluginInfo, error) {
+// Plugins returns the first limit instances of in that match (all of
+// them when limit is 0), in order (in itself when f is nil). It stops
+// when ctx ends (the client left: the rest of a long list is not worth
+// evaluating) or the request's budget is spent.
+func (f *Filter) Plugins(ctx context.Context, in []*api.PluginInfo, limit int) ([]*api.PluginInfo, error) {
 	if f == nil {
 		return in, nil
 	}
 	var out []*api.PluginInfo
 	for _, p := range in {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("filter: stopped after %d of %d instances: %w", len(out), len(in), err)
+		}
 		ok, err := f.Match(p)
 		if err != nil {
 			return nil, fmt.Errorf("%w (evaluating %s/%s/%s)", err, p.Type, p.Name, p.AllocID)
@@ -249,23 +301,33 @@ func (f *Filter) Plugins(in []*api.PluginInfo) ([]*api.PluginInfo, error) {
 // matching Plugins for a reset, and false for a change that does not
 // match. A change the expression cannot be evaluated against is not
 // delivered: the stream has started, there is no answer left to refuse.
-func (f *Filter) Event(ev *api.Event) (*api.Event, bool) {
+// An error is ErrBudget: the stream's budget (ForStream) is spent, and
+// the stream must end, since what it delivers next would not be what the
+// filter selects.
+func (f *Filter) Event(ev *api.Event, now time.Time) (*api.Event, bool, error) {
 	if f == nil {
-		return ev, true
+		return ev, true, nil
 	}
 	switch ev.EventType {
 	case api.EventHeartbeat:
-		return ev, true
+		return ev, true, nil
 	case api.EventReset:
 		out := *ev
 		out.Plugins = nil
 		for _, p := range ev.Plugins {
-			if ok, _ := f.Match(p); ok {
+			ok, err := f.match(p, now)
+			if IsBudget(err) {
+				return nil, false, err
+			}
+			if ok {
 				out.Plugins = append(out.Plugins, p)
 			}
 		}
-		return &out, true
+		return &out, true, nil
 	}
-	ok, _ := f.Match(ev.Info)
-	return ev, ok
+	ok, err := f.match(ev.Info, now)
+	if IsBudget(err) {
+		return nil, false, err
+	}
+	return ev, ok, nil
 }

@@ -1,9 +1,11 @@
 package filter
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/plugreg/plugreg/api"
 )
@@ -60,7 +62,7 @@ func TestFilterSelectsByEveryFieldKind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
-		got, err := f.Plugins(plugins())
+		got, err := f.Plugins(context.Background(), plugins(), 0)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
@@ -97,17 +99,18 @@ func TestFilterEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := plugins()
-	if _, ok := f.Event(&api.Event{Index: 3, EventType: api.EventRegistered, Info: ps[1]}); ok {
+	now := time.Now()
+	if _, ok, _ := f.Event(&api.Event{Index: 3, EventType: api.EventRegistered, Info: ps[1]}, now); ok {
 		t.Error("a change of another zone was delivered")
 	}
-	if ev, ok := f.Event(&api.Event{Index: 3, EventType: api.EventDeregistered, Info: ps[0]}); !ok || ev.Info != ps[0] {
+	if ev, ok, _ := f.Event(&api.Event{Index: 3, EventType: api.EventDeregistered, Info: ps[0]}, now); !ok || ev.Info != ps[0] {
 		t.Error("a matching change was not delivered as is")
 	}
-	if _, ok := f.Event(&api.Event{Index: 3, EventType: api.EventHeartbeat}); !ok {
+	if _, ok, _ := f.Event(&api.Event{Index: 3, EventType: api.EventHeartbeat}, now); !ok {
 		t.Error("a heartbeat was held back")
 	}
 	reset := &api.Event{Index: 4, EventType: api.EventReset, Plugins: ps}
-	ev, ok := f.Event(reset)
+	ev, ok, _ := f.Event(reset, now)
 	if !ok || names(ev.Plugins) != "ebs" || len(reset.Plugins) != 3 {
 		t.Errorf("reset delivered %q (ok %v), shared reset left with %d", names(ev.Plugins), ok, len(reset.Plugins))
 	}
@@ -137,6 +140,6 @@ func FuzzFilter(f *testing.F) {
 		for _, p := range ps {
 			flt.Match(p)
 		}
-		flt.Event(&api.Event{EventType: api.EventReset, Plugins: ps})
+		flt.Event(&api.Event{EventType: api.EventReset, Plugins: ps}, time.Now())
 	})
 }

@@ -115,7 +115,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	var sf *streamFilter
 	if flt != nil {
-		sf = &streamFilter{f: flt, every: s.cfg.Heartbeat, lastWrite: time.Now()}
+		sf = newStreamFilter(flt, s.cfg.Heartbeat, time.Now())
 	}
 	dt := s.deliveryTracer(r)
 	// A deadline per burst (and every 64 events of a long one), set
@@ -135,7 +135,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			dt.delivered(ev)
 		} else {
-			for _, e := range sf.pass(ev, time.Now()) {
+			out, err := sf.pass(ev, time.Now())
+			if err != nil {
+				endStream(w, err)
+				return
+			}
+			for _, e := range out {
 				if err := writeEvent(w, e, enc); err != nil {
 					countDropped(err)
 					return
@@ -214,21 +219,34 @@ type streamFilter struct {
 	pos       uint64
 }
 
+// newStreamFilter is f applied to one stream from now: its budget is the
+// stream's (filter.Filter.ForStream).
+func newStreamFilter(f *filter.Filter, every time.Duration, now time.Time) *streamFilter {
+	f.ForStream(now)
+	return &streamFilter{f: f, every: every, lastWrite: now}
+}
+
 // pass returns what to write for ev. The hub sends a heartbeat only
 // after a quiet period, and a change this filter drops is not quiet to
 // it: under a steady flow of changes that do not match, the stream would
 // carry nothing, and a client would take it for stalled (and resume from
 // an old position). So when a period has passed without a write, a
 // change at index X first brings a heartbeat at X-1: every event below X
-// has been through the filter.
-func (sf *streamFilter) pass(ev delivery.Event, now time.Time) []delivery.Event {
+// has been through the filter. An error is the filter's budget spent:
+// the stream must end (endStream), as delivering what the filter could
+// not evaluate, or skipping it, would both mislead the client.
+func (sf *streamFilter) pass(ev delivery.Event, now time.Time) ([]delivery.Event, error) {
 	var out []delivery.Event
 	change := ev.EventType != api.EventHeartbeat && ev.EventType != api.EventReset
 	if change && sf.every > 0 && now.Sub(sf.lastWrite) >= sf.every && ev.Index-1 > sf.pos {
 		out = append(out, delivery.Of(&api.Event{Index: ev.Index - 1, EventType: api.EventHeartbeat}))
 		sf.pos = ev.Index - 1
 	}
-	if e, ok := sf.f.Event(ev.Event); ok {
+	e, ok, err := sf.f.Event(ev.Event, now)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
 		if e == ev.Event {
 			out = append(out, ev) // as every other subscriber gets it: encoded once
 		} else {
@@ -239,7 +257,22 @@ func (sf *streamFilter) pass(ev delivery.Event, now time.Time) []delivery.Event 
 	if len(out) > 0 {
 		sf.lastWrite = now
 	}
-	return out
+	return out, nil
+}
+
+// headerStreamError is the trailer a stream that the server ends carries:
+// the JSON error body (ErrorBody) of why. A trailer, not an event, so
+// that it reads the same in both encodings, and a client that knows
+// nothing of it sees only a stream that ended (and resumes, to be ended
+// again, as it would be refused again).
+const headerStreamError = "X-Plugreg-Stream-Error"
+
+// endStream ends a stream the server will not continue, err saying why
+// in the headerStreamError trailer.
+func endStream(w http.ResponseWriter, err error) {
+	_, body := classify(err)
+	b, _ := json.Marshal(body)
+	w.Header().Set(http.TrailerPrefix+headerStreamError, string(b))
 }
 
 // countDropped counts a stream ended because its client stopped reading

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -100,19 +101,28 @@ func token(key []string) string {
 	return strings.Join(parts, "/")
 }
 
-// page filters in, then cuts the page lp asks for; next is the token of
-// the page after it ("" when this is the last).
-func (lp listParams) page(in []*api.PluginInfo, order listOrder) (out []*api.PluginInfo, next string, err error) {
-	out, err = lp.filter.Plugins(in)
-	if err != nil {
-		return nil, "", err
-	}
+// page cuts the page lp asks for from in, filtered; next is the token of
+// the page after it ("" when this is the last). The filtered list is a
+// subsequence of in, in its order, so the page starts at the token's
+// place in in, and the filter runs over what the page needs (one more
+// than per_page, to find the next token), not over the whole list: a
+// client walking a long list pays for each page once. The filter stops
+// when the client leaves (ctx).
+func (lp listParams) page(ctx context.Context, in []*api.PluginInfo, order listOrder) (out []*api.PluginInfo, next string, err error) {
 	if lp.next != nil {
 		if len(lp.next) != len(order.key(&api.PluginInfo{})) {
 			return nil, "", fmt.Errorf("%w: next_token %q is not a token of this list", errBadRequest, token(lp.next))
 		}
-		from, _ := slices.BinarySearchFunc(out, lp.next, func(p *api.PluginInfo, key []string) int { return order.compare(order.key(p), key) })
-		out = out[from:]
+		from, _ := slices.BinarySearchFunc(in, lp.next, func(p *api.PluginInfo, key []string) int { return order.compare(order.key(p), key) })
+		in = in[from:]
+	}
+	limit := 0
+	if lp.perPage > 0 {
+		limit = lp.perPage + 1
+	}
+	out, err = lp.filter.Plugins(ctx, in, limit)
+	if err != nil {
+		return nil, "", err
 	}
 	if lp.perPage > 0 && len(out) > lp.perPage {
 		next = token(order.key(out[lp.perPage]))
@@ -144,7 +154,7 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, q api.Query, 
 	}
 	// A filtered or paged answer is never cached: the cache holds whole
 	// lists only, so neither is served for the other.
-	out, next, err := lp.page(res.Plugins, order)
+	out, next, err := lp.page(r.Context(), res.Plugins, order)
 	if err != nil {
 		writeError(w, err)
 		return

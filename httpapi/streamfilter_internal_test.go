@@ -19,7 +19,7 @@ func TestFilteredStreamHeartbeatsThroughDroppedChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(1000, 0)
-	sf := &streamFilter{f: f, every: time.Second, lastWrite: t0}
+	sf := newStreamFilter(f, time.Second, t0)
 	change := func(i uint64, name string) delivery.Event {
 		return delivery.Event{Event: &api.Event{Index: i, EventType: api.EventRegistered, Info: &api.PluginInfo{Name: name}}, Shared: &delivery.Encodings{}}
 	}
@@ -30,7 +30,11 @@ func TestFilteredStreamHeartbeatsThroughDroppedChanges(t *testing.T) {
 			name = "keep"
 		}
 		ev := change(i, name)
-		for _, e := range sf.pass(ev, t0.Add(time.Duration(i)*200*time.Millisecond)) {
+		out, err := sf.pass(ev, t0.Add(time.Duration(i)*200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range out {
 			got = append(got, fmt.Sprintf("%s@%d", e.EventType, e.Index))
 			if e.EventType == api.EventRegistered && e.Shared != ev.Shared {
 				t.Error("a matching change lost its shared encodings")
