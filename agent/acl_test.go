@@ -270,9 +270,9 @@ func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
 
 	type edge struct {
 		name       string
-		register   func(p *api.PluginInfo) error
-		renew      func(alloc string) error // nil: the edge renews nothing
-		deregister func(alloc string) error
+		register   func(t *testing.T, p *api.PluginInfo) error
+		renew      func(t *testing.T, alloc string) error // nil: the edge renews nothing
+		deregister func(t *testing.T, alloc string) error
 		// quietConflict: the edge answers a refused deregistration with
 		// success (the Host: another node's instance is not its to
 		// remove).
@@ -282,12 +282,16 @@ func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
 		inst := func(alloc string) string { return url + "/v1/plugins/csi/ebs/" + alloc }
 		return edge{
 			name: name,
-			register: func(p *api.PluginInfo) error {
+			register: func(t *testing.T, p *api.PluginInfo) error {
 				b, _ := json.Marshal(p)
 				return statusErr(httpJSON(t, "POST", url+"/v1/plugins", host1.SecretID, string(b), nil))
 			},
-			renew:      func(alloc string) error { return statusErr(httpJSON(t, "PUT", inst(alloc)+"/renew", host1.SecretID, "", nil)) },
-			deregister: func(alloc string) error { return statusErr(httpJSON(t, "DELETE", inst(alloc), host1.SecretID, "", nil)) },
+			renew: func(t *testing.T, alloc string) error {
+				return statusErr(httpJSON(t, "PUT", inst(alloc)+"/renew", host1.SecretID, "", nil))
+			},
+			deregister: func(t *testing.T, alloc string) error {
+				return statusErr(httpJSON(t, "DELETE", inst(alloc), host1.SecretID, "", nil))
+			},
 		}
 	}
 	edges := []edge{
@@ -295,26 +299,28 @@ func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
 		overHTTP("HTTP at the client agent", cn.HTTPURL),
 		{
 			name: "agent RPC (the agent token)",
-			register: func(p *api.PluginInfo) error {
+			register: func(_ *testing.T, p *api.PluginInfo) error {
 				_, err := cn.Client.Register(ctx, p)
 				return err
 			},
-			renew: func(alloc string) error {
+			renew: func(_ *testing.T, alloc string) error {
 				_, err := cn.Client.Renew(ctx, api.RenewRequest{Type: "csi", Name: "ebs", AllocID: alloc})
 				return err
 			},
-			deregister: func(alloc string) error {
+			deregister: func(_ *testing.T, alloc string) error {
 				_, err := cn.Client.Deregister(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: alloc})
 				return err
 			},
 		},
 		{
 			name: "plugin socket (the agent's Host)",
-			register: func(p *api.PluginInfo) error {
+			register: func(_ *testing.T, p *api.PluginInfo) error {
 				_, err := host.Put(ctx, p)
 				return err
 			},
-			deregister:    func(alloc string) error { return host.Deregister(ctx, plugin("host1", "ebs", alloc)) },
+			deregister: func(_ *testing.T, alloc string) error {
+				return host.Deregister(ctx, plugin("host1", "ebs", alloc))
+			},
 			quietConflict: true,
 		},
 	}
@@ -366,14 +372,14 @@ func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
 					var err error
 					switch s {
 					case register:
-						err = e.register(attack)
+						err = e.register(t, attack)
 					case renew:
 						if e.renew == nil {
 							continue
 						}
-						err = e.renew(alloc)
+						err = e.renew(t, alloc)
 					case deregister:
-						err = e.deregister(alloc)
+						err = e.deregister(t, alloc)
 						if e.quietConflict && err == nil {
 							continue
 						}
@@ -396,11 +402,11 @@ func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
 	// every edge.
 	for i, e := range edges {
 		own := plugin("host1", "ebs", fmt.Sprintf("own%d", i))
-		if err := e.register(own); err != nil {
+		if err := e.register(t, own); err != nil {
 			t.Fatalf("%s: a first registration of its own: %v", e.name, err)
 		}
 		own.Version = "2"
-		if err := e.register(own); err != nil {
+		if err := e.register(t, own); err != nil {
 			t.Fatalf("%s: an update of its own: %v", e.name, err)
 		}
 	}
