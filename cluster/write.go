@@ -75,7 +75,7 @@ func (s *Server) registerRequest(p *api.PluginInfo, requestID, ifNode string) (f
 		return fsm.NewRegisterRequest(p, requestID, ifNode), nil
 	}
 	if err := s.fsm.State().CheckOwner(p, ifNode); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
 	}
 	return fsm.NewRegisterRequest(p, requestID, ""), nil
 }

@@ -73,5 +73,6 @@ func (s *State) CheckOwner(p *api.PluginInfo, ifNodeID string) error {
 	if cur == nil || cur.NodeID == ifNodeID {
 		return nil
 	}
-	return fmt.Errorf("register %s/%s/%s: %w: it belongs to node %q, not %q", p.Type, p.Name, p.AllocID, api.ErrConflict, cur.NodeID, ifNodeID)
+	// Not naming the instance: every caller's error does already.
+	return fmt.Errorf("%w: the instance belongs to node %q, not %q", api.ErrConflict, cur.NodeID, ifNodeID)
 }
