@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -219,5 +220,194 @@ func TestNodeBoundAgentToken(t *testing.T) {
 	list, _, err := root.List(ctx, "csi", nil)
 	if err != nil || len(list) != 1 || list[0].AllocID != "b1" || list[0].NodeID != "host2" {
 		t.Fatalf("after the refusals, want host2's b1 alone: %v %v", list, err)
+	}
+}
+
+// statusErr is the refusal an HTTP status stands for (nil for 200).
+func statusErr(st int) error {
+	switch st {
+	case http.StatusOK:
+		return nil
+	case http.StatusConflict:
+		return api.ErrConflict
+	case http.StatusForbidden:
+		return api.ErrPermissionDenied
+	}
+	return fmt.Errorf("HTTP %d", st)
+}
+
+// A node-bound agent token takes nothing over from another node: a
+// registration of an instance another node registered (same type, name
+// and alloc, the token's node, the attacker's endpoint) is refused with
+// 409 where the entry is applied, and so is everything it would have
+// carried along (a lease, a health mark), and the deregistration that
+// followed a take-over; through every edge a node-bound token writes by.
+// Without the condition, the registration answered "updated" and the
+// instance pointed at the attacker's endpoint.
+func TestNodeBoundTokenTakesNothingOver(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{ACL: httpapi.ACLConfig{Enabled: true, DefaultDeny: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := c.Nodes[0].HTTPURL
+	var boot, host1 api.ACLTokenSecret
+	if st := httpJSON(t, "PUT", srv+"/v1/acl/bootstrap", "", "", &boot); st != 200 {
+		t.Fatalf("bootstrap: %d", st)
+	}
+	if st := httpJSON(t, "PUT", srv+"/v1/acl/token", boot.SecretID, `{"Description":"agent host1","Policies":[{"Kind":"write"}],"Node":"host1"}`, &host1); st != 200 {
+		t.Fatalf("create the agent token of host1: %d", st)
+	}
+	root, err := client.New(client.Config{Addrs: []string{c.Nodes[1].HTTPURL}, Token: boot.SecretID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := c.AddClient(func(cfg *agent.Config) { cfg.NodeID, cfg.ACLToken = "host1", host1.SecretID })
+	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
+	// The plugin socket's sessions (and the plugins dir's watcher)
+	// register through the agent's Host, over the agent's RPC with the
+	// agent token.
+	host, stopHost := startHost(t, cn.Client, time.Hour)
+	defer stopHost()
+
+	type edge struct {
+		name       string
+		register   func(t *testing.T, p *api.PluginInfo) error
+		renew      func(t *testing.T, alloc string) error // nil: the edge renews nothing
+		deregister func(t *testing.T, alloc string) error
+		// quietConflict: the edge answers a refused deregistration with
+		// success (the Host: another node's instance is not its to
+		// remove).
+		quietConflict bool
+	}
+	overHTTP := func(name, url string) edge {
+		inst := func(alloc string) string { return url + "/v1/plugins/csi/ebs/" + alloc }
+		return edge{
+			name: name,
+			register: func(t *testing.T, p *api.PluginInfo) error {
+				b, _ := json.Marshal(p)
+				return statusErr(httpJSON(t, "POST", url+"/v1/plugins", host1.SecretID, string(b), nil))
+			},
+			renew: func(t *testing.T, alloc string) error {
+				return statusErr(httpJSON(t, "PUT", inst(alloc)+"/renew", host1.SecretID, "", nil))
+			},
+			deregister: func(t *testing.T, alloc string) error {
+				return statusErr(httpJSON(t, "DELETE", inst(alloc), host1.SecretID, "", nil))
+			},
+		}
+	}
+	edges := []edge{
+		overHTTP("HTTP at a server", srv),
+		overHTTP("HTTP at the client agent", cn.HTTPURL),
+		{
+			name: "agent RPC (the agent token)",
+			register: func(_ *testing.T, p *api.PluginInfo) error {
+				_, err := cn.Client.Register(ctx, p)
+				return err
+			},
+			renew: func(_ *testing.T, alloc string) error {
+				_, err := cn.Client.Renew(ctx, api.RenewRequest{Type: "csi", Name: "ebs", AllocID: alloc})
+				return err
+			},
+			deregister: func(_ *testing.T, alloc string) error {
+				_, err := cn.Client.Deregister(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: alloc})
+				return err
+			},
+		},
+		{
+			name: "plugin socket (the agent's Host)",
+			register: func(_ *testing.T, p *api.PluginInfo) error {
+				_, err := host.Put(ctx, p)
+				return err
+			},
+			deregister: func(_ *testing.T, alloc string) error {
+				return host.Deregister(ctx, plugin("host1", "ebs", alloc))
+			},
+			quietConflict: true,
+		},
+	}
+	type step string
+	const (
+		register   step = "register host2's instance as host1's"
+		renew      step = "renew its lease"
+		deregister step = "deregister it"
+	)
+	kinds := []struct {
+		name   string
+		victim func(p *api.PluginInfo) // host2's registration
+		attack func(p *api.PluginInfo) // host1's copy of it
+		steps  []step
+	}{
+		{"the endpoint", nil, nil, []step{register}},
+		{"the lease, then renew it",
+			func(p *api.PluginInfo) { p.TTL = api.Duration(time.Hour) },
+			func(p *api.PluginInfo) { p.TTL = api.Duration(time.Hour) },
+			[]step{register, renew}},
+		{"a health mark", nil,
+			func(p *api.PluginInfo) {
+				p.Health = &api.InstanceHealth{Status: api.HealthSuspect, Check: "probe", Reason: "forged", LastSeen: time.Now().UTC()}
+			},
+			[]step{register}},
+		{"the instance, then deregister it", nil, nil, []step{register, deregister}},
+	}
+	for i, e := range edges {
+		for j, k := range kinds {
+			t.Run(e.name+"/"+k.name, func(t *testing.T) {
+				alloc := fmt.Sprintf("v%d-%d", i, j)
+				victim := plugin("host2", "ebs", alloc)
+				if k.victim != nil {
+					k.victim(victim)
+				}
+				if _, err := root.Register(ctx, victim); err != nil {
+					t.Fatal(err)
+				}
+				before, _, err := root.Get(ctx, "csi", "ebs", alloc, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				attack := plugin("host1", "ebs", alloc)
+				attack.ConnectionInfo = &api.ConnectionInfo{Address: "attacker.example:9000"}
+				if k.attack != nil {
+					k.attack(attack)
+				}
+				for _, s := range k.steps {
+					var err error
+					switch s {
+					case register:
+						err = e.register(t, attack)
+					case renew:
+						if e.renew == nil {
+							continue
+						}
+						err = e.renew(t, alloc)
+					case deregister:
+						err = e.deregister(t, alloc)
+						if e.quietConflict && err == nil {
+							continue
+						}
+					}
+					if !errors.Is(err, api.ErrConflict) {
+						t.Errorf("%s: %v, want a conflict", s, err)
+					}
+				}
+				after, _, err := root.Get(ctx, "csi", "ebs", alloc, nil)
+				if err != nil {
+					t.Fatalf("host2's instance after the attack: %v", err)
+				}
+				if after.NodeID != "host2" || after.ModifyIndex != before.ModifyIndex || after.ConnectionInfo.Address != "" || after.Health != nil {
+					t.Fatalf("host2's instance was changed: %+v, was %+v", after, before)
+				}
+			})
+		}
+	}
+	// Its own instances a node-bound token still registers over, at
+	// every edge.
+	for i, e := range edges {
+		own := plugin("host1", "ebs", fmt.Sprintf("own%d", i))
+		if err := e.register(t, own); err != nil {
+			t.Fatalf("%s: a first registration of its own: %v", e.name, err)
+		}
+		own.Version = "2"
+		if err := e.register(t, own); err != nil {
+			t.Fatalf("%s: an update of its own: %v", e.name, err)
+		}
 	}
 }

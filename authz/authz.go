@@ -21,6 +21,7 @@ import (
 
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/delivery"
 )
 
@@ -142,16 +143,24 @@ func Read(ctx context.Context, typ string) error {
 }
 
 // Register checks a registration of p: write on its type and, for a
-// node-bound caller, p on its node.
-func Register(ctx context.Context, p *api.PluginInfo) error {
+// node-bound caller, p on its node. It returns the context to register
+// in: for a node-bound caller, one that makes the registration
+// conditional on the instance it replaces belonging to the caller's node
+// (backend.WithIfNodeID), checked where the entry is applied, as
+// Deregister's condition is; otherwise the caller could move another
+// node's instance (its endpoint, lease and health) to its own.
+func Register(ctx context.Context, p *api.PluginInfo) (context.Context, error) {
 	id := From(ctx)
 	if !id.Grants.CanWrite(p.Type) {
-		return deny("register plugins of type " + p.Type)
+		return ctx, deny("register plugins of type " + p.Type)
 	}
-	if id.Node != "" && p.NodeID != id.Node {
-		return deny(fmt.Sprintf("register plugins of node %q (it is bound to node %q)", p.NodeID, id.Node))
+	if id.Node == "" {
+		return ctx, nil
 	}
-	return nil
+	if p.NodeID != id.Node {
+		return ctx, deny(fmt.Sprintf("register plugins of node %q (it is bound to node %q)", p.NodeID, id.Node))
+	}
+	return backend.WithIfNodeID(ctx, id.Node), nil
 }
 
 // Deregister checks a deregistration and returns the request to run: for a

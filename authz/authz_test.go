@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/telemetry"
 )
 
@@ -51,7 +52,7 @@ func TestResolver(t *testing.T) {
 				return
 			}
 			ctx := With(context.Background(), id)
-			if got := Register(ctx, &api.PluginInfo{Type: "csi", NodeID: "host9"}) == nil; got != tc.write {
+			if got := registerErr(ctx, &api.PluginInfo{Type: "csi", NodeID: "host9"}) == nil; got != tc.write {
 				t.Errorf("may register: %v, want %v", got, tc.write)
 			}
 			if got := Operator(ctx) == nil; got != tc.operator {
@@ -65,6 +66,11 @@ func TestResolver(t *testing.T) {
 			}
 		})
 	}
+}
+
+func registerErr(ctx context.Context, p *api.PluginInfo) error {
+	_, err := Register(ctx, p)
+	return err
 }
 
 func TestNoIdentityMayDoNothing(t *testing.T) {
@@ -84,8 +90,8 @@ func TestNodeBinding(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"register own", Register(bound, &api.PluginInfo{Type: "csi", NodeID: "h1"})},
-		{"register any (unbound)", Register(free, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
+		{"register own", registerErr(bound, &api.PluginInfo{Type: "csi", NodeID: "h1"})},
+		{"register any (unbound)", registerErr(free, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
 		{"deregister own node", DeregisterNode(bound, "h1")},
 	} {
 		if tc.err != nil {
@@ -96,13 +102,26 @@ func TestNodeBinding(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"register other", Register(bound, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
-		{"register other type", Register(bound1Type, &api.PluginInfo{Type: "gpu", NodeID: "h1"})},
+		{"register other", registerErr(bound, &api.PluginInfo{Type: "csi", NodeID: "h2"})},
+		{"register other type", registerErr(bound1Type, &api.PluginInfo{Type: "gpu", NodeID: "h1"})},
 		{"deregister other node", DeregisterNode(bound, "h2")},
 		{"deregister own node without write on every type", DeregisterNode(bound1Type, "h1")},
 	} {
 		if !errors.Is(tc.err, api.ErrPermissionDenied) {
 			t.Errorf("%s: %v, want permission denied", tc.name, tc.err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"a bound register is made conditional on its node", bound, "h1"},
+		{"an unbound register stays plain", free, ""},
+	} {
+		rctx, err := Register(tc.ctx, &api.PluginInfo{Type: "csi", NodeID: "h1"})
+		if got := backend.IfNodeID(rctx); err != nil || got != tc.want {
+			t.Errorf("%s: condition %q, want %q (%v)", tc.name, got, tc.want, err)
 		}
 	}
 	req, err := Deregister(bound, api.DeregisterRequest{Type: "csi", Name: "n", AllocID: "a"})

@@ -27,7 +27,8 @@ func (g guard) Leader() string     { return g.b.Leader() }
 func (g guard) Health() api.Health { return g.b.Health() }
 
 func (g guard) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
-	if err := Register(ctx, p); err != nil {
+	ctx, err := Register(ctx, p)
+	if err != nil {
 		return api.WriteResult{}, err
 	}
 	return g.b.Register(ctx, p)

@@ -23,6 +23,9 @@ type Backend interface {
 	Role() string
 
 	// Writes carry their request ID, if any, in ctx (api.WithRequestID).
+	// A registration carries in ctx the node the instance it replaces
+	// must belong to, if any (WithIfNodeID: a node-bound caller's,
+	// set by authz.Guard); a server makes it a condition of the entry.
 	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
 	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
 	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
@@ -61,4 +64,23 @@ type Backend interface {
 	ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequest) (api.ACLTokenSecret, error)
 	ACLTokens(ctx context.Context) ([]api.ACLToken, error)
 	ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error)
+}
+
+type ifNodeIDKey struct{}
+
+// WithIfNodeID returns a context that makes the registration it is passed
+// to conditional: applied only if no instance has its key or the existing
+// one belongs to node. It is in the context, as the request ID is, rather
+// than in Register's arguments: authz.Guard derives it from the caller's
+// identity on the server that applies the write; no caller sends it (a
+// client agent forwards the token, from which the server derives it
+// again).
+func WithIfNodeID(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, ifNodeIDKey{}, node)
+}
+
+// IfNodeID returns the node set by WithIfNodeID, or "".
+func IfNodeID(ctx context.Context) string {
+	n, _ := ctx.Value(ifNodeIDKey{}).(string)
+	return n
 }

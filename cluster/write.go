@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -42,7 +43,11 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 				notApplied(api.CodeUnknownCommand, fmt.Errorf("server %s does not know %s yet; upgrade it first", old, f.what)))
 		}
 	}
-	res, err := s.write(ctx, &fsm.RegisterRequest{Plugin: p, RequestID: api.RequestID(ctx)})
+	req, err := s.registerRequest(p, api.RequestID(ctx), backend.IfNodeID(ctx))
+	if err != nil {
+		return api.WriteResult{}, err
+	}
+	res, err := s.write(ctx, req)
 	if err != nil {
 		return res, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
 	}
@@ -50,6 +55,29 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 		s.renewAfterRegister(ctx, p)
 	}
 	return res, nil
+}
+
+// registerRequest is the command registering p for a caller bound to
+// ifNode (when set; see backend.WithIfNodeID): conditional on the instance
+// it replaces belonging to ifNode, checked where the entry is applied. A
+// caller bound to no node registers plainly, as every release does.
+//
+// While a server of the configuration does not know the conditional
+// command (a rolling upgrade), the condition is checked here, against this
+// server's replica, and a plain registration is proposed: a registration
+// from another node ordered between the check and the entry (or not yet
+// applied here) can still be replaced, but the plain take-over is refused,
+// and the agents' registrations go on through the upgrade (refusing them
+// until it ends, as a registration with a lease is refused, would leave
+// every plugin of a secure cluster unregistrable meanwhile).
+func (s *Server) registerRequest(p *api.PluginInfo, requestID, ifNode string) (fsm.Request, error) {
+	if ifNode == "" || s.serverBelow(rpcVersionConditionalRegister) == "" {
+		return fsm.NewRegisterRequest(p, requestID, ifNode), nil
+	}
+	if err := s.fsm.State().CheckOwner(p, ifNode); err != nil {
+		return nil, fmt.Errorf("register %s/%s/%s: %w", p.Type, p.Name, p.AllocID, err)
+	}
+	return fsm.NewRegisterRequest(p, requestID, ""), nil
 }
 
 // deregister removes one instance, conditionally when req carries a
@@ -110,8 +138,14 @@ func (s *Server) aclTokenDelete(ctx context.Context, accessorID string) (api.Wri
 // writes them in msgpack, which every release applies.
 const rpcVersionProtoCommands = 4
 
+// rpcVersionConditionalRegister is the RPCVersion (gossip.Meta) of servers
+// that apply fsm.ConditionalRegisterCommand, which a node-bound caller's
+// registrations are once every server of the configuration says so (see
+// registerRequest for before).
+const rpcVersionConditionalRegister = 5
+
 // rpcVersion is what this release's servers say they speak.
-const rpcVersion = rpcVersionProtoCommands
+const rpcVersion = rpcVersionConditionalRegister
 
 // write encodes req, proposes it, and waits until this server has applied
 // its index.

@@ -60,6 +60,8 @@ func (t CommandType) String() string {
 		return "register(protobuf)"
 	case DeregisterProtoCommand:
 		return "deregister(protobuf)"
+	case ConditionalRegisterCommand:
+		return "conditional-register"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -179,8 +181,12 @@ var msgpackHandle = func() *codec.MsgpackHandle {
 }()
 
 // EncodeCommand validates req and encodes it as a log entry: the type byte,
-// then the msgpack body.
+// then the msgpack body (the protobuf body for a command that has only
+// that form, ConditionalRegisterCommand).
 func EncodeCommand(req Request) ([]byte, error) {
+	if encodingOf(req.CommandType()) == Protobuf {
+		return EncodeCommandIn(req, Protobuf)
+	}
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
 	}

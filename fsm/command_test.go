@@ -21,6 +21,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", RequestID: "r2"},
 		&DeregisterNodeRequest{NodeID: "n1"},
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n2", IfModifyIndex: 7, RequestID: "r3"},
+		&ConditionalRegisterRequest{Plugin: leased(plugin("csi", "ebs", "a3"), time.Minute), IfNodeID: "n1", RequestID: "r4"},
 		&RegisterRequest{Plugin: leased(plugin("csi", "ebs", "a2"), time.Minute)},
 		expiry(lease("csi", "ebs", "a1", 3), lease("csi", "efs", "a2", 9)),
 	} {

@@ -166,6 +166,12 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 	switch r := req.(type) {
 	case *RegisterRequest:
 		res, evs = s.register(index, r.Plugin)
+	case *ConditionalRegisterRequest:
+		if err := s.CheckOwner(r.Plugin, r.IfNodeID); err != nil {
+			// Deterministic, as a conditional deregister's refusal.
+			return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
+		}
+		res, evs = s.register(index, r.Plugin)
 	case *DeregisterRequest:
 		res, evs = s.deregister(index, r.Type, r.Name, r.AllocID)
 	case *ConditionalDeregisterRequest:

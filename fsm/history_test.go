@@ -92,7 +92,10 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		if h.rng.Intn(3) == 0 {
 			p.TTL = api.Duration([]time.Duration{time.Second, 30 * time.Second}[h.rng.Intn(2)])
 		}
-		req = &RegisterRequest{Plugin: p, RequestID: h.requestID()}
+		req = NewRegisterRequest(p, h.requestID(), "")
+		if h.rng.Intn(3) == 0 { // a node-bound caller's: often refused
+			req = NewRegisterRequest(p, h.requestID(), h.pick("n1", "n2"))
+		}
 	case k < 51:
 		// A lessor's batch: instances of the state at their index (or at
 		// a stale one: a re-registration won), and one that is gone.

@@ -37,6 +37,9 @@ import (
 //	  uint64 if_modify_index = 6;
 //	}
 //
+// ConditionalRegisterCommand's body is a RegisterEntry with one more
+// field (condregister.go).
+//
 // As in the msgpack form, fields this binary does not know are skipped (a
 // newer binary may add some), and what is decoded is validated.
 const (
@@ -51,14 +54,15 @@ const (
 	// Msgpack is every command's first encoding, and the only one of
 	// most.
 	Msgpack Encoding = iota
-	// Protobuf is the encoding of RegisterProtoCommand and
-	// DeregisterProtoCommand.
+	// Protobuf is the encoding of RegisterProtoCommand,
+	// DeregisterProtoCommand and ConditionalRegisterCommand (which has
+	// no other).
 	Protobuf
 )
 
 // encodingOf is the encoding of an entry of type t.
 func encodingOf(t CommandType) Encoding {
-	if t == RegisterProtoCommand || t == DeregisterProtoCommand {
+	if t == RegisterProtoCommand || t == DeregisterProtoCommand || t == ConditionalRegisterCommand {
 		return Protobuf
 	}
 	return Msgpack
@@ -78,6 +82,10 @@ func EncodeCommandIn(req Request, enc Encoding) ([]byte, error) {
 		}
 	case *ConditionalDeregisterRequest:
 		encode = func() []byte { return encodeDeregisterProto(r) }
+	case *ConditionalRegisterRequest:
+		encode = func() []byte {
+			return appendRegisterProto(ConditionalRegisterCommand, r.Plugin, r.RequestID, r.IfNodeID)
+		}
 	}
 	if enc != Protobuf || encode == nil {
 		return EncodeCommand(req)
@@ -89,7 +97,13 @@ func EncodeCommandIn(req Request, enc Encoding) ([]byte, error) {
 }
 
 func encodeRegisterProto(r *RegisterRequest) []byte {
-	p := pluginpb.FromPlugin(r.Plugin)
+	return appendRegisterProto(RegisterProtoCommand, r.Plugin, r.RequestID, "")
+}
+
+// appendRegisterProto encodes a registration entry of type t
+// (RegisterProtoCommand, or ConditionalRegisterCommand with ifNodeID).
+func appendRegisterProto(t CommandType, plugin *api.PluginInfo, requestID, ifNodeID string) []byte {
+	p := pluginpb.FromPlugin(plugin)
 	// The options go last, in key order (vtprotobuf writes a map in Go's
 	// random order): equal requests encode to equal bytes, as msgpack's
 	// canonical form does. A field's place in a message is free in
@@ -108,8 +122,9 @@ func encodeRegisterProto(r *RegisterRequest) []byte {
 	}
 	head := p.SizeVT()
 	size := head + len(tail)
-	b := make([]byte, 0, 1+protowire.SizeTag(1)+protowire.SizeVarint(uint64(size))+size+protowire.SizeTag(2)+protowire.SizeBytes(len(r.RequestID)))
-	b = append(b, byte(RegisterProtoCommand))
+	b := make([]byte, 0, 1+protowire.SizeTag(1)+protowire.SizeVarint(uint64(size))+size+
+		protowire.SizeTag(2)+protowire.SizeBytes(len(requestID))+protowire.SizeTag(3)+protowire.SizeBytes(len(ifNodeID)))
+	b = append(b, byte(t))
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	b = append(b, make([]byte, head)...)
@@ -119,9 +134,13 @@ func encodeRegisterProto(r *RegisterRequest) []byte {
 		panic(fmt.Sprintf("fsm: marshal a sized PluginInfo: %v", err))
 	}
 	b = append(b, tail...)
-	if r.RequestID != "" {
+	if requestID != "" {
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, r.RequestID)
+		b = protowire.AppendString(b, requestID)
+	}
+	if ifNodeID != "" {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendString(b, ifNodeID)
 	}
 	return b
 }
@@ -152,8 +171,11 @@ func encodeDeregisterProto(r *ConditionalDeregisterRequest) []byte {
 // The fields of the two envelopes by number, with their wire types
 // (allocated once: every server decodes every entry).
 var (
-	registerFields   = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.BytesType}
-	deregisterFields = map[protowire.Number]protowire.Type{
+	registerFields = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.BytesType}
+	// A RegisterEntry's field 3 stays unknown (skipped, whatever its wire
+	// type), as it was before ConditionalRegisterEntry gave it a meaning.
+	conditionalRegisterFields = map[protowire.Number]protowire.Type{1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType}
+	deregisterFields          = map[protowire.Number]protowire.Type{
 		1: protowire.BytesType, 2: protowire.BytesType, 3: protowire.BytesType,
 		4: protowire.BytesType, 5: protowire.BytesType, 6: protowire.VarintType,
 	}
@@ -164,28 +186,17 @@ var (
 func decodeProto(t CommandType, body []byte) (Request, error) {
 	switch t {
 	case RegisterProtoCommand:
-		r := new(RegisterRequest)
-		var plugin []byte
-		err := eachField(body, func(num protowire.Number, v []byte, _ uint64) {
-			switch num {
-			case 1:
-				plugin = v
-			case 2:
-				r.RequestID = string(v)
-			}
-		}, registerFields)
+		p, requestID, _, err := decodeRegisterProto(body, registerFields)
 		if err != nil {
 			return nil, err
 		}
-		if plugin == nil {
-			return nil, fmt.Errorf("no plugin")
+		return &RegisterRequest{Plugin: p, RequestID: requestID}, nil
+	case ConditionalRegisterCommand:
+		p, requestID, ifNodeID, err := decodeRegisterProto(body, conditionalRegisterFields)
+		if err != nil {
+			return nil, err
 		}
-		var p pluginpb.PluginInfo
-		if err := p.UnmarshalVT(plugin); err != nil {
-			return nil, fmt.Errorf("plugin: %w", err)
-		}
-		r.Plugin = p.API()
-		return r, nil
+		return &ConditionalRegisterRequest{Plugin: p, IfNodeID: ifNodeID, RequestID: requestID}, nil
 	case DeregisterProtoCommand:
 		var r ConditionalDeregisterRequest
 		err := eachField(body, func(num protowire.Number, v []byte, n uint64) {
@@ -213,6 +224,33 @@ func decodeProto(t CommandType, body []byte) (Request, error) {
 		return &r, nil
 	}
 	return nil, fmt.Errorf("%w: %d", api.ErrUnknownCommand, uint8(t))
+}
+
+// decodeRegisterProto decodes a RegisterEntry or a
+// ConditionalRegisterEntry, whose fields are known.
+func decodeRegisterProto(body []byte, known map[protowire.Number]protowire.Type) (p *api.PluginInfo, requestID, ifNodeID string, err error) {
+	var plugin []byte
+	err = eachField(body, func(num protowire.Number, v []byte, _ uint64) {
+		switch num {
+		case 1:
+			plugin = v
+		case 2:
+			requestID = string(v)
+		case 3:
+			ifNodeID = string(v)
+		}
+	}, known)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if plugin == nil {
+		return nil, "", "", fmt.Errorf("no plugin")
+	}
+	var pb pluginpb.PluginInfo
+	if err := pb.UnmarshalVT(plugin); err != nil {
+		return nil, "", "", fmt.Errorf("plugin: %w", err)
+	}
+	return pb.API(), requestID, ifNodeID, nil
 }
 
 // eachField calls fn with every field of a protobuf message body whose

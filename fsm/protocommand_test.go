@@ -33,6 +33,8 @@ func protoRequests() []Request {
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n2", IfModifyIndex: 7, RequestID: "r3"},
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n2"},
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfModifyIndex: 1 << 40},
+		&ConditionalRegisterRequest{Plugin: full, IfNodeID: "n2", RequestID: "r4"},
+		&ConditionalRegisterRequest{Plugin: suspect(plugin("csi", "ebs", "a3"), "probe"), IfNodeID: "n1"},
 	}
 }
 
@@ -96,6 +98,9 @@ func TestEitherEncodingAppliesToTheSameState(t *testing.T) {
 			req = dereg(ptype, name, alloc)
 		default:
 			req = &ConditionalDeregisterRequest{Type: ptype, Name: name, AllocID: alloc, IfNodeID: fmt.Sprintf("node%d", rng.Intn(3))}
+		}
+		if r, ok := req.(*RegisterRequest); ok && rng.Intn(3) == 0 {
+			req = &ConditionalRegisterRequest{Plugin: r.Plugin, IfNodeID: fmt.Sprintf("node%d", rng.Intn(3))}
 		}
 		if rng.Intn(3) == 0 {
 			setRequestID(req, fmt.Sprintf("req-%d", rng.Intn(100)))

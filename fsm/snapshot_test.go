@@ -206,6 +206,10 @@ func setRequestID(req Request, id string) {
 		r.RequestID = id
 	case *DeregisterNodeRequest:
 		r.RequestID = id
+	case *ConditionalDeregisterRequest:
+		r.RequestID = id
+	case *ConditionalRegisterRequest:
+		r.RequestID = id
 	}
 }
 

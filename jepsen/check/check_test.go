@@ -29,6 +29,10 @@ func journal(t *testing.T, cmds ...string) []ApplyRecord {
 		case "dereg":
 			rec.Command = "deregister"
 			req = map[string]string{"Type": f[1], "Name": f[2], "AllocID": f[3]}
+		case "creg": // a node-bound token's: "creg t n a v NODE", on NODE's condition
+			rec.Command = "conditional-register"
+			req = map[string]interface{}{"Plugin": map[string]interface{}{"Type": f[1], "Name": f[2], "AllocID": f[3], "Version": f[4], "NodeID": f[5],
+				"ConnectionInfo": map[string]string{"SocketPath": "/s"}}, "IfNodeID": f[5]}
 		case "cdereg":
 			rec.Command = "conditional-deregister"
 			req = map[string]string{"Type": f[1], "Name": f[2], "AllocID": f[3], "IfNodeID": f[4]}
@@ -159,6 +163,18 @@ func TestModelConditionalDeregister(t *testing.T) {
 	}
 	if n := len(tr.Events); n != 2 {
 		t.Errorf("got %d events, want 2 (registered, deregistered): %v", n, tr.Events)
+	}
+}
+
+func TestModelConditionalRegister(t *testing.T) {
+	tr := truth(t, "reg t x a1 v1", "creg t x a1 v2 h2", "creg t x a1 v3 h1", "creg t x a2 v4 h2")
+	for i, want := range []string{"registered", "conflict", "updated", "registered"} {
+		if got := tr.Entry(uint64(i + 1)).Result; got != want {
+			t.Errorf("entry %d: model says %q, want %q", i+1, got, want)
+		}
+	}
+	if n := len(tr.Events); n != 3 {
+		t.Errorf("got %d events, want 3 (registered, updated, registered): %v", n, tr.Events)
 	}
 }
 

@@ -84,7 +84,7 @@ func Leases(leases []Lease, sessions []Session, t *Truth, final uint64) ([]Viola
 		}
 	}
 	for _, e := range t.Entries {
-		if e.Kind == "command" && e.Command == "register" && e.RequestID != "" && !e.Duplicate && e.Error == "" {
+		if e.Kind == "command" && (e.Command == "register" || e.Command == "conditional-register") && e.RequestID != "" && !e.Duplicate && e.Error == "" {
 			if _, ok := regAt[e.RequestID]; !ok {
 				regAt[e.RequestID] = e.Index
 			}

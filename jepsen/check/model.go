@@ -50,7 +50,7 @@ type request struct {
 		TTL                                  string
 	}
 	Type, Name, AllocID string // deregister, conditional-deregister
-	IfNodeID            string // conditional-deregister
+	IfNodeID            string // conditional-deregister, conditional-register
 	IfModifyIndex       uint64 // conditional-deregister
 	NodeID              string // deregister-node, node-health
 	Suspect             bool   // node-health
@@ -65,11 +65,15 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 	var req request
 	json.Unmarshal(raw, &req)
 	switch command {
-	case "register":
+	case "register", "conditional-register":
 		if req.Plugin == nil {
 			return "", nil
 		}
 		p := req.Plugin
+		if command == "conditional-register" && r.ownedElsewhere(p.Type, p.Name, p.AllocID, req.IfNodeID) {
+			// What a node-bound agent token writes.
+			return "conflict", nil
+		}
 		sock := ""
 		if p.ConnectionInfo != nil {
 			sock = p.ConnectionInfo.SocketPath + "|" + p.ConnectionInfo.Address
@@ -194,6 +198,17 @@ func (r *Registry) DeregisterIf(index uint64, t, n, alloc, node string, modify u
 		}
 	}
 	return r.Deregister(index, t, n, alloc)
+}
+
+// ownedElsewhere reports whether the instance exists and belongs to
+// another node than node: a conditional registration's refusal.
+func (r *Registry) ownedElsewhere(t, n, alloc, node string) bool {
+	for _, x := range r.lists[[2]string{t, n}] {
+		if x.Alloc == alloc {
+			return x.NodeID != node
+		}
+	}
+	return false
 }
 
 // DeregisterNode removes every instance of a node, by (type, name) order.
