@@ -154,17 +154,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			burst = 0
 		}
 	}
-	endRefused(ctx, w, rc, enc)
+	s.endRefused(ctx, w, rc, enc)
 }
 
 // endRefused writes, to a stream whose subscription ended because its
 // token was refused (boundToToken), the refusal as its last event: the
 // client reads why, and knows not to resume with that token.
-func endRefused(ctx context.Context, w io.Writer, rc *http.ResponseController, enc delivery.Encoding) {
+func (s *Server) endRefused(ctx context.Context, w io.Writer, rc *http.ResponseController, enc delivery.Encoding) {
 	err := tokenRefusal(ctx)
 	if err == nil {
 		return
 	}
+	// Its own deadline: the stream's last one was set for an earlier burst.
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
 	if writeEvent(w, delivery.Of(streamError(err)), enc) == nil {
 		rc.Flush()
 	}
