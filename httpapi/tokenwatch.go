@@ -46,6 +46,8 @@ func (s *Server) boundToToken(ctx context.Context, r *http.Request, allowed func
 	go func() {
 		defer close(done)
 		if err := s.watchToken(ctx, secret, allowed); err != nil {
+			_, body := classify(err)
+			s.logger.Info("ending a request whose token was refused", "path", r.URL.Path, "code", body.Code)
 			end(err)
 		}
 	}()
