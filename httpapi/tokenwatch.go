@@ -11,8 +11,9 @@ import (
 )
 
 // A request's identity is resolved once, when it arrives (withIdentity);
-// an event stream or a blocking query then runs for minutes. Without a
-// re-check, a deleted token kept every stream it had opened. So a
+// an event stream or a blocking query then runs for minutes, and a token
+// checked only then would keep every stream it opened after its deletion
+// (new requests refused, open ones delivering). So a
 // long-running request with a token is bound to it: it is re-checked
 // whenever the node's ACLs change and ends, with the refusal the same
 // request would now get, once the token is gone or no longer allows it.
