@@ -26,7 +26,21 @@ const (
 	// EventHeartbeat carries the node's applied index and no change; the
 	// HTTP stream sends it periodically.
 	EventHeartbeat EventType = "heartbeat"
+	// EventError is the last event of a stream the node ended because its
+	// caller may no longer read it (its token was deleted, or no longer
+	// reads the stream's types): Error says why, with the code of the
+	// HTTP error the same request would now get (acl_not_found,
+	// permission_denied). Its Index is 0, no position: a consumer that
+	// does not know the type drops it as an event already seen. Resuming
+	// with the same token elsewhere gets that error.
+	EventError EventType = "error"
 )
+
+// StreamError is why a node ended an event stream (EventError).
+type StreamError struct {
+	Code    string
+	Message string
+}
 
 // Event is one change delivered to a subscriber. All events of one Raft
 // entry carry that entry's Index; indexes never decrease within a stream.
@@ -42,6 +56,8 @@ type Event struct {
 	// Plugins is the full state for the filter, for EventReset only: every
 	// instance, by Type then Name, each recency list newest first.
 	Plugins []*PluginInfo `json:",omitempty"`
+	// Error is why the stream ended, for EventError only.
+	Error *StreamError `json:",omitempty"`
 }
 
 // EventStreamProtobuf is the media type of the binary event stream: a client

@@ -144,6 +144,10 @@ var (
 	// ErrPermissionDenied: the token (or its absence) does not allow the
 	// request, or the token is not known (HTTP 403).
 	ErrPermissionDenied = errors.New("client: permission denied")
+	// ErrACLNotFound: the token is not known (it never existed, or was
+	// deleted): a 403 with code acl_not_found. Such an error matches
+	// ErrPermissionDenied too.
+	ErrACLNotFound = errors.New("client: ACL token not found")
 )
 
 func (e *APIError) Is(target error) bool {
@@ -158,6 +162,8 @@ func (e *APIError) Is(target error) bool {
 		return e.StatusCode == http.StatusConflict
 	case ErrPermissionDenied:
 		return e.StatusCode == http.StatusForbidden
+	case ErrACLNotFound:
+		return e.StatusCode == http.StatusForbidden && e.Code == api.CodeACLNotFound
 	}
 	return false
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,16 +43,36 @@ type WatchOptions struct {
 // stalls, it reconnects to the next node and resumes from the last index it
 // delivered, so the channel carries one sequence with no gap and no
 // duplicate (or a reset, when the cluster no longer holds the events after
-// that index). The channel is closed when ctx is done.
+// that index). The channel is closed when ctx is done, or when the token
+// is refused (see Stream, which says why).
 func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *Event {
-	out := make(chan *Event, 64)
-	w := &watcher{c: c, opts: opts, out: out, cur: api.Cursor{Complete: fromIndex}}
+	return c.Stream(ctx, fromIndex, opts).Events()
+}
+
+// EventStream is a running watch (Stream): its events, and why it ended.
+type EventStream struct{ w *watcher }
+
+// Stream is Watch, with the reason it ends: read Events until it is
+// closed, then Err.
+func (c *Client) Stream(ctx context.Context, fromIndex uint64, opts WatchOptions) *EventStream {
+	w := &watcher{c: c, opts: opts, out: make(chan *Event, 64), cur: api.Cursor{Complete: fromIndex}}
 	if w.opts.StallTimeout == 0 {
 		w.opts.StallTimeout = 15 * time.Second
 	}
 	go w.run(ctx)
-	return out
+	return &EventStream{w: w}
 }
+
+// Events is the stream's events; it is closed when the stream ends.
+func (s *EventStream) Events() <-chan *Event { return s.w.out }
+
+// Err is why the stream ended, once Events is closed: nil when its
+// context ended; else the refusal of its token, an error matching
+// ErrPermissionDenied (and ErrACLNotFound when the token was deleted):
+// the node ended the stream (an api.EventError) or refused to open it,
+// and no other node would serve that token, so the stream does not
+// resume elsewhere.
+func (s *EventStream) Err() error { return s.w.err }
 
 // watcher tracks the resume point.
 type watcher struct {
@@ -63,6 +84,9 @@ type watcher struct {
 	// read): a delivery aborted by a stall or a reconnect is then read
 	// again on resume, never skipped.
 	cur api.Cursor
+	// err is why run ended (EventStream.Err): written before out is
+	// closed, read after.
+	err error
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -73,7 +97,11 @@ func (w *watcher) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err
+		if errors.Is(err, ErrPermissionDenied) {
+			// The token, not the node: every node refuses it alike.
+			w.err = err
+			return
+		}
 		w.c.next(n)
 		if progressed {
 			attempt = 0
@@ -146,6 +174,9 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 			}
 			return progressed, fmt.Errorf("watch %s: %w", addr, err)
 		}
+		if ev.EventType == api.EventError {
+			return progressed, fmt.Errorf("watch %s: the node ended the stream: %w", addr, streamEndError(ev.Error))
+		}
 		next, deliver, err := w.cur.Next(ev, &skip)
 		if err != nil {
 			return progressed, fmt.Errorf("watch %s: %w", addr, err)
@@ -163,6 +194,21 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 		}
 		w.cur = next
 	}
+}
+
+// streamEndError is the error an api.EventError carries, as the HTTP
+// error the same request would now get: a refusal of the token matches
+// ErrPermissionDenied (and ErrACLNotFound); any other reason is a failure
+// of that node, and the stream resumes elsewhere.
+func streamEndError(se *api.StreamError) error {
+	if se == nil {
+		return errors.New("no reason given")
+	}
+	e := &APIError{StatusCode: http.StatusServiceUnavailable, Code: se.Code, Message: se.Message}
+	if se.Code == api.CodeACLNotFound || se.Code == api.CodePermissionDenied {
+		e.StatusCode = http.StatusForbidden
+	}
+	return e
 }
 
 // maxEventBytes bounds one event on the wire; a reset carries a whole

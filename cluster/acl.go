@@ -28,6 +28,11 @@ func (b *Backend) resolveHash(hash string) (*api.ACLToken, error) {
 	return &out, nil
 }
 
+// ACLChanged returns a channel closed once this server applies an ACL
+// change (registry.Journal.ACLChanged): the HTTP API re-checks its open
+// streams' and blocking queries' tokens then.
+func (b *Backend) ACLChanged() <-chan struct{} { return b.s.journal.ACLChanged() }
+
 // ACLBootstrap creates the operator token, once per cluster.
 func (b *Backend) ACLBootstrap(ctx context.Context) (api.ACLTokenSecret, error) {
 	if idx := b.s.fsm.State().ACLBootstrapped(); idx != 0 {

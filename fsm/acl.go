@@ -133,6 +133,11 @@ func (s *State) ACLBootstrapped() uint64 {
 	return s.acl.bootstrapIndex
 }
 
+// SameACL reports whether s and o hold the same tokens: every ACL command
+// applied and every restore gives a state a new token set, so a reader of
+// successive states learns of an ACL change without comparing tokens.
+func (s *State) SameACL(o *State) bool { return s.acl == o.acl }
+
 // ACLTokenBySecretHash returns the token whose secret hashes to h.
 func (s *State) ACLTokenBySecretHash(h string) (*ACLToken, bool) {
 	if s.acl == nil {

@@ -30,6 +30,7 @@ type EventJSON struct {
 	Info      *api.PluginInfo   `json:",omitempty"`
 	Current   *api.PluginInfo   `json:",omitempty"`
 	Plugins   []*api.PluginInfo `json:",omitempty"`
+	Error     *api.StreamError  `json:",omitempty"`
 }
 
 // MarshalJSON writes Plugins as [] on a reset with no plugins: an empty
@@ -94,6 +95,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
+	ctx, release := s.boundToToken(ctx, r, mayReadTypes(types))
+	defer release()
 
 	ch, start, err := s.be.Subscribe(ctx, types, from, s.cfg.Heartbeat)
 	if err != nil {
@@ -156,6 +159,22 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			burst = 0
 		}
 	}
+	s.endRefused(ctx, w, rc, enc)
+}
+
+// endRefused writes, to a stream whose subscription ended because its
+// token was refused (boundToToken), the refusal as its last event: the
+// client reads why, and knows not to resume with that token.
+func (s *Server) endRefused(ctx context.Context, w io.Writer, rc *http.ResponseController, enc delivery.Encoding) {
+	err := tokenRefusal(ctx)
+	if err == nil {
+		return
+	}
+	// Its own deadline: the stream's last one was set for an earlier burst.
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+	if writeEvent(w, delivery.Of(streamError(err)), enc) == nil {
+		rc.Flush()
+	}
 }
 
 // acceptsProtobuf reports whether an Accept header names the protobuf
@@ -191,7 +210,7 @@ func writeEvent(w io.Writer, ev delivery.Event, enc delivery.Encoding) error {
 }
 
 func encodeJSONLine(ev *api.Event) ([]byte, error) {
-	b, err := json.Marshal(EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins})
+	b, err := json.Marshal(EventJSON{Index: ev.Index, EventType: ev.EventType, Info: ev.Info, Current: ev.Current, Plugins: ev.Plugins, Error: ev.Error})
 	return append(b, '\n'), err
 }
 

@@ -547,7 +547,16 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, q api.Query) (*ap
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
+	if q.MinIndex > 0 && q.Wait > 0 {
+		var release func()
+		ctx, release = s.boundToToken(ctx, r, mayRunQuery(q))
+		defer release()
+	}
 	res, err := s.be.Query(ctx, q)
+	if refused := tokenRefusal(ctx); refused != nil {
+		writeError(w, refused) // what it waited for is no longer the caller's to read
+		return nil, false
+	}
 	if res != nil {
 		setMeta(w, res)
 		w.Header().Set(headerIndex, strconv.FormatUint(res.Index, 10))

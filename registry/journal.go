@@ -32,6 +32,9 @@ type Journal struct {
 	floor  uint64
 	state  *fsm.State
 	notify chan struct{} // closed and replaced when anything is added
+	// aclNotify is closed and replaced when a state with other ACL tokens
+	// is published (ACLChanged).
+	aclNotify chan struct{}
 	// waiters are the writes waiting for this node to apply their index
 	// (WaitForIndex), lowest index first: an applied batch wakes only
 	// those it reached, not every waiter (etcd's wait registry). Under
@@ -80,12 +83,13 @@ func NewJournal(size int) *Journal {
 		size = DefaultJournalSize
 	}
 	return &Journal{
-		ring:    make([]slot, size),
-		state:   fsm.NewState(),
-		notify:  make(chan struct{}),
-		done:    make(chan struct{}),
-		changes: map[Change]uint64{},
-		types:   map[string]bool{},
+		ring:      make([]slot, size),
+		state:     fsm.NewState(),
+		notify:    make(chan struct{}),
+		aclNotify: make(chan struct{}),
+		done:      make(chan struct{}),
+		changes:   map[Change]uint64{},
+		types:     map[string]bool{},
 	}
 }
 
@@ -108,8 +112,7 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 		j.n++
 		j.countLocked(e)
 	}
-	j.state = s
-	j.wakeLocked()
+	j.publishLocked(s)
 }
 
 // Change is what Stats counts an applied event under.
@@ -150,8 +153,28 @@ func (j *Journal) Restored(s *fsm.State) {
 	clear(j.ring)
 	j.start, j.n = 0, 0
 	j.floor = s.Index()
+	j.publishLocked(s)
+}
+
+// publishLocked makes s the journal's state and wakes whoever waits on it.
+func (j *Journal) publishLocked(s *fsm.State) {
+	if !s.SameACL(j.state) {
+		close(j.aclNotify)
+		j.aclNotify = make(chan struct{})
+	}
 	j.state = s
 	j.wakeLocked()
+}
+
+// ACLChanged returns a channel closed once a state with other ACL tokens
+// than the current one is published (a token created or deleted, a
+// snapshot restored): the HTTP API re-checks the tokens of its open
+// streams and blocking queries then, not per event. Take the channel
+// before reading the tokens, so a change in between is not missed.
+func (j *Journal) ACLChanged() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.aclNotify
 }
 
 func (j *Journal) wakeLocked() {

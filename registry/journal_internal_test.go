@@ -2,10 +2,12 @@ package registry
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -85,5 +87,47 @@ func TestEndedWaitersLeaveTheQueue(t *testing.T) {
 	fsm.New(j).ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogNoop}})
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ACLChanged is closed by a batch that changes the tokens (a create, a
+// delete, a restore with other tokens), and only by such a batch: a
+// plugin write or a refused ACL command leaves the streams' tokens
+// unchecked.
+func TestACLChangedOnlyOnTokenChanges(t *testing.T) {
+	j := NewJournal(0)
+	f := fsm.New(j)
+	tok := fsm.ACLToken{AccessorID: "acc-1", SecretHash: strings.Repeat("ab", 32), Policies: []api.ACLPolicy{{Kind: api.ACLRead}}}
+	plugin := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/e.sock"}}
+	cases := []struct {
+		name    string
+		req     fsm.Request
+		changed bool
+	}{
+		{"a plugin write", &fsm.RegisterRequest{Plugin: plugin}, false},
+		{"a token created", &fsm.ACLTokenSetRequest{Token: tok}, true},
+		{"the same token again (refused)", &fsm.ACLTokenSetRequest{Token: tok}, false},
+		{"an absent token deleted", &fsm.ACLTokenDeleteRequest{AccessorID: "acc-2"}, false},
+		{"the token deleted", &fsm.ACLTokenDeleteRequest{AccessorID: "acc-1"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := j.ACLChanged()
+			cmd, err := fsm.EncodeCommand(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.ApplyBatch([]*raft.Log{{Index: f.State().Index() + 1, Term: 1, Type: raft.LogCommand, Data: cmd}})
+			select {
+			case <-ch:
+				if !tc.changed {
+					t.Fatal("closed without a token change")
+				}
+			default:
+				if tc.changed {
+					t.Fatal("not closed by a token change")
+				}
+			}
+		})
 	}
 }

@@ -70,6 +70,7 @@ var kinds = map[api.EventType]EventKind{
 	api.EventHeartbeat:    EventKind_EVENT_KIND_HEARTBEAT,
 	api.EventExpired:      EventKind_EVENT_KIND_EXPIRED,
 	api.EventHealth:       EventKind_EVENT_KIND_HEALTH,
+	api.EventError:        EventKind_EVENT_KIND_ERROR,
 }
 
 // KindOf is the EventKind of an api.EventType (UNSPECIFIED for an unknown one).
@@ -92,6 +93,8 @@ func (k EventKind) APIType() api.EventType {
 		return api.EventExpired
 	case EventKind_EVENT_KIND_HEALTH:
 		return api.EventHealth
+	case EventKind_EVENT_KIND_ERROR:
+		return api.EventError
 	}
 	return ""
 }
@@ -99,6 +102,9 @@ func (k EventKind) APIType() api.EventType {
 // FromEvent converts an api.Event.
 func FromEvent(ev *api.Event) *Event {
 	out := &Event{Index: ev.Index, Kind: KindOf(ev.EventType), Info: FromPlugin(ev.Info), Current: FromPlugin(ev.Current)}
+	if ev.Error != nil {
+		out.Error = &StreamError{Code: ev.Error.Code, Message: ev.Error.Message}
+	}
 	if len(ev.Plugins) > 0 {
 		out.Plugins = make([]*PluginInfo, len(ev.Plugins))
 		for i, p := range ev.Plugins {
@@ -111,6 +117,9 @@ func FromEvent(ev *api.Event) *Event {
 // API converts to an api.Event.
 func (e *Event) API() *api.Event {
 	out := &api.Event{Index: e.GetIndex(), EventType: e.GetKind().APIType(), Info: e.GetInfo().API(), Current: e.GetCurrent().API()}
+	if se := e.GetError(); se != nil {
+		out.Error = &api.StreamError{Code: se.GetCode(), Message: se.GetMessage()}
+	}
 	if len(e.GetPlugins()) > 0 {
 		out.Plugins = make([]*api.PluginInfo, len(e.GetPlugins()))
 		for i, p := range e.GetPlugins() {

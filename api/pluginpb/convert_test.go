@@ -11,7 +11,7 @@ import (
 // Every event type has a kind and comes back from it; an unknown one maps
 // to UNSPECIFIED and back to "".
 func TestEventKindsRoundTrip(t *testing.T) {
-	for _, typ := range []api.EventType{api.EventRegistered, api.EventUpdated, api.EventDeregistered, api.EventReset, api.EventHeartbeat, api.EventExpired, api.EventHealth} {
+	for _, typ := range []api.EventType{api.EventRegistered, api.EventUpdated, api.EventDeregistered, api.EventReset, api.EventHeartbeat, api.EventExpired, api.EventHealth, api.EventError} {
 		k := KindOf(typ)
 		if k == EventKind_EVENT_KIND_UNSPECIFIED {
 			t.Errorf("%s has no kind", typ)
@@ -22,6 +22,24 @@ func TestEventKindsRoundTrip(t *testing.T) {
 	}
 	if k := KindOf("renamed"); k != EventKind_EVENT_KIND_UNSPECIFIED || k.APIType() != "" {
 		t.Errorf("unknown type -> %v -> %q", k, k.APIType())
+	}
+}
+
+// The error that ends a stream keeps its code and message through the
+// generated (vtprotobuf) encoding the Go client decodes.
+func TestStreamErrorRoundTrip(t *testing.T) {
+	ev := &api.Event{EventType: api.EventError, Error: &api.StreamError{Code: api.CodeACLNotFound, Message: "plugreg: ACL token not found"}}
+	b, err := FromEvent(ev).MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Event
+	if err := back.UnmarshalVT(b); err != nil {
+		t.Fatal(err)
+	}
+	got := back.API()
+	if got.EventType != api.EventError || got.Index != 0 || got.Error == nil || *got.Error != *ev.Error {
+		t.Fatalf("%+v (error %+v), want %+v", got, got.Error, ev.Error)
 	}
 }
 

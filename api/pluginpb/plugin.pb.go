@@ -48,19 +48,26 @@ const (
 	// mask with this bit gets it as HEALTH; a mask with only UPDATED gets it
 	// as UPDATED, which is what it is to a plugin built before health.
 	EventKind_EVENT_KIND_HEALTH EventKind = 64
+	// The node ended the stream (api.EventError): error says why, as the
+	// HTTP error the same request would now get (its token was deleted, or
+	// no longer reads the stream's types). It is the stream's last message
+	// and is never masked; its index is 0 (no position), so a consumer that
+	// does not know the kind drops it as already seen.
+	EventKind_EVENT_KIND_ERROR EventKind = 128
 )
 
 // Enum value maps for EventKind.
 var (
 	EventKind_name = map[int32]string{
-		0:  "EVENT_KIND_UNSPECIFIED",
-		1:  "EVENT_KIND_REGISTERED",
-		2:  "EVENT_KIND_UPDATED",
-		4:  "EVENT_KIND_DEREGISTERED",
-		8:  "EVENT_KIND_RESET",
-		16: "EVENT_KIND_HEARTBEAT",
-		32: "EVENT_KIND_EXPIRED",
-		64: "EVENT_KIND_HEALTH",
+		0:   "EVENT_KIND_UNSPECIFIED",
+		1:   "EVENT_KIND_REGISTERED",
+		2:   "EVENT_KIND_UPDATED",
+		4:   "EVENT_KIND_DEREGISTERED",
+		8:   "EVENT_KIND_RESET",
+		16:  "EVENT_KIND_HEARTBEAT",
+		32:  "EVENT_KIND_EXPIRED",
+		64:  "EVENT_KIND_HEALTH",
+		128: "EVENT_KIND_ERROR",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":  0,
@@ -71,6 +78,7 @@ var (
 		"EVENT_KIND_HEARTBEAT":    16,
 		"EVENT_KIND_EXPIRED":      32,
 		"EVENT_KIND_HEALTH":       64,
+		"EVENT_KIND_ERROR":        128,
 	}
 )
 
@@ -752,7 +760,9 @@ type Event struct {
 	Info    *PluginInfo            `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
 	Current *PluginInfo            `protobuf:"bytes,4,opt,name=current,proto3" json:"current,omitempty"`
 	// plugins is the complete state of the subscription's types, for a reset.
-	Plugins       []*PluginInfo `protobuf:"bytes,5,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Plugins []*PluginInfo `protobuf:"bytes,5,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	// error is why the stream ended, for EVENT_KIND_ERROR only.
+	Error         *StreamError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,6 +832,67 @@ func (x *Event) GetPlugins() []*PluginInfo {
 	return nil
 }
 
+func (x *Event) GetError() *StreamError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// StreamError is why a node ended an event stream (api.StreamError): the
+// code and message of the HTTP error the request would now get.
+type StreamError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamError) Reset() {
+	*x = StreamError{}
+	mi := &file_plugin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamError) ProtoMessage() {}
+
+func (x *StreamError) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
+func (*StreamError) Descriptor() ([]byte, []int) {
+	return file_plugin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StreamError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *StreamError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // PluginInfo is one registered instance (api.PluginInfo).
 type PluginInfo struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -845,7 +916,7 @@ type PluginInfo struct {
 
 func (x *PluginInfo) Reset() {
 	*x = PluginInfo{}
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +928,7 @@ func (x *PluginInfo) String() string {
 func (*PluginInfo) ProtoMessage() {}
 
 func (x *PluginInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[9]
+	mi := &file_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +941,7 @@ func (x *PluginInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginInfo.ProtoReflect.Descriptor instead.
 func (*PluginInfo) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{9}
+	return file_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PluginInfo) GetType() string {
@@ -963,7 +1034,7 @@ type InstanceHealth struct {
 
 func (x *InstanceHealth) Reset() {
 	*x = InstanceHealth{}
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1046,7 @@ func (x *InstanceHealth) String() string {
 func (*InstanceHealth) ProtoMessage() {}
 
 func (x *InstanceHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[10]
+	mi := &file_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1059,7 @@ func (x *InstanceHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceHealth.ProtoReflect.Descriptor instead.
 func (*InstanceHealth) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{10}
+	return file_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InstanceHealth) GetStatus() string {
@@ -1030,7 +1101,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1113,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_proto_msgTypes[11]
+	mi := &file_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1126,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_plugin_proto_rawDescGZIP(), []int{11}
+	return file_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -1115,13 +1186,17 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
 	"\apending\x18\x02 \x01(\tR\apending\x12\x1f\n" +
 	"\vstart_index\x18\x03 \x01(\x04R\n" +
-	"startIndex\"\xf4\x01\n" +
+	"startIndex\"\xaa\x02\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.plugreg.plugin.v1.EventKindR\x04kind\x121\n" +
 	"\x04info\x18\x03 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\x04info\x127\n" +
 	"\acurrent\x18\x04 \x01(\v2\x1d.plugreg.plugin.v1.PluginInfoR\acurrent\x127\n" +
-	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\"\xeb\x03\n" +
+	"\aplugins\x18\x05 \x03(\v2\x1d.plugreg.plugin.v1.PluginInfoR\aplugins\x124\n" +
+	"\x05error\x18\x06 \x01(\v2\x1e.plugreg.plugin.v1.StreamErrorR\x05error\";\n" +
+	"\vStreamError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xeb\x03\n" +
 	"\n" +
 	"PluginInfo\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
@@ -1145,7 +1220,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
 	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason*\xd6\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason*\xed\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_KIND_REGISTERED\x10\x01\x12\x16\n" +
@@ -1154,7 +1229,8 @@ const file_plugin_proto_rawDesc = "" +
 	"\x10EVENT_KIND_RESET\x10\b\x12\x18\n" +
 	"\x14EVENT_KIND_HEARTBEAT\x10\x10\x12\x16\n" +
 	"\x12EVENT_KIND_EXPIRED\x10 \x12\x15\n" +
-	"\x11EVENT_KIND_HEALTH\x10@2[\n" +
+	"\x11EVENT_KIND_HEALTH\x10@\x12\x15\n" +
+	"\x10EVENT_KIND_ERROR\x10\x80\x012[\n" +
 	"\aPlugins\x12P\n" +
 	"\aSession\x12 .plugreg.plugin.v1.PluginMessage\x1a\x1f.plugreg.plugin.v1.AgentMessage(\x010\x01B)Z'github.com/plugreg/plugreg/api/pluginpbb\x06proto3"
 
@@ -1171,7 +1247,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_plugin_proto_goTypes = []any{
 	(EventKind)(0),                // 0: plugreg.plugin.v1.EventKind
 	(*PluginMessage)(nil),         // 1: plugreg.plugin.v1.PluginMessage
@@ -1183,13 +1259,14 @@ var file_plugin_proto_goTypes = []any{
 	(*Stop)(nil),                  // 7: plugreg.plugin.v1.Stop
 	(*Ready)(nil),                 // 8: plugreg.plugin.v1.Ready
 	(*Event)(nil),                 // 9: plugreg.plugin.v1.Event
-	(*PluginInfo)(nil),            // 10: plugreg.plugin.v1.PluginInfo
-	(*InstanceHealth)(nil),        // 11: plugreg.plugin.v1.InstanceHealth
-	(*Shutdown)(nil),              // 12: plugreg.plugin.v1.Shutdown
-	nil,                           // 13: plugreg.plugin.v1.Register.OptionsEntry
-	nil,                           // 14: plugreg.plugin.v1.PluginInfo.OptionsEntry
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*StreamError)(nil),           // 10: plugreg.plugin.v1.StreamError
+	(*PluginInfo)(nil),            // 11: plugreg.plugin.v1.PluginInfo
+	(*InstanceHealth)(nil),        // 12: plugreg.plugin.v1.InstanceHealth
+	(*Shutdown)(nil),              // 13: plugreg.plugin.v1.Shutdown
+	nil,                           // 14: plugreg.plugin.v1.Register.OptionsEntry
+	nil,                           // 15: plugreg.plugin.v1.PluginInfo.OptionsEntry
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_plugin_proto_depIdxs = []int32{
 	3,  // 0: plugreg.plugin.v1.PluginMessage.register:type_name -> plugreg.plugin.v1.Register
@@ -1198,25 +1275,26 @@ var file_plugin_proto_depIdxs = []int32{
 	5,  // 3: plugreg.plugin.v1.AgentMessage.configure:type_name -> plugreg.plugin.v1.Configure
 	8,  // 4: plugreg.plugin.v1.AgentMessage.ready:type_name -> plugreg.plugin.v1.Ready
 	9,  // 5: plugreg.plugin.v1.AgentMessage.event:type_name -> plugreg.plugin.v1.Event
-	12, // 6: plugreg.plugin.v1.AgentMessage.shutdown:type_name -> plugreg.plugin.v1.Shutdown
+	13, // 6: plugreg.plugin.v1.AgentMessage.shutdown:type_name -> plugreg.plugin.v1.Shutdown
 	4,  // 7: plugreg.plugin.v1.Register.endpoint:type_name -> plugreg.plugin.v1.Endpoint
-	13, // 8: plugreg.plugin.v1.Register.options:type_name -> plugreg.plugin.v1.Register.OptionsEntry
+	14, // 8: plugreg.plugin.v1.Register.options:type_name -> plugreg.plugin.v1.Register.OptionsEntry
 	0,  // 9: plugreg.plugin.v1.Event.kind:type_name -> plugreg.plugin.v1.EventKind
-	10, // 10: plugreg.plugin.v1.Event.info:type_name -> plugreg.plugin.v1.PluginInfo
-	10, // 11: plugreg.plugin.v1.Event.current:type_name -> plugreg.plugin.v1.PluginInfo
-	10, // 12: plugreg.plugin.v1.Event.plugins:type_name -> plugreg.plugin.v1.PluginInfo
-	4,  // 13: plugreg.plugin.v1.PluginInfo.endpoint:type_name -> plugreg.plugin.v1.Endpoint
-	14, // 14: plugreg.plugin.v1.PluginInfo.options:type_name -> plugreg.plugin.v1.PluginInfo.OptionsEntry
-	15, // 15: plugreg.plugin.v1.PluginInfo.ttl:type_name -> google.protobuf.Duration
-	11, // 16: plugreg.plugin.v1.PluginInfo.health:type_name -> plugreg.plugin.v1.InstanceHealth
-	16, // 17: plugreg.plugin.v1.InstanceHealth.last_seen:type_name -> google.protobuf.Timestamp
-	1,  // 18: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
-	2,  // 19: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	11, // 10: plugreg.plugin.v1.Event.info:type_name -> plugreg.plugin.v1.PluginInfo
+	11, // 11: plugreg.plugin.v1.Event.current:type_name -> plugreg.plugin.v1.PluginInfo
+	11, // 12: plugreg.plugin.v1.Event.plugins:type_name -> plugreg.plugin.v1.PluginInfo
+	10, // 13: plugreg.plugin.v1.Event.error:type_name -> plugreg.plugin.v1.StreamError
+	4,  // 14: plugreg.plugin.v1.PluginInfo.endpoint:type_name -> plugreg.plugin.v1.Endpoint
+	15, // 15: plugreg.plugin.v1.PluginInfo.options:type_name -> plugreg.plugin.v1.PluginInfo.OptionsEntry
+	16, // 16: plugreg.plugin.v1.PluginInfo.ttl:type_name -> google.protobuf.Duration
+	12, // 17: plugreg.plugin.v1.PluginInfo.health:type_name -> plugreg.plugin.v1.InstanceHealth
+	17, // 18: plugreg.plugin.v1.InstanceHealth.last_seen:type_name -> google.protobuf.Timestamp
+	1,  // 19: plugreg.plugin.v1.Plugins.Session:input_type -> plugreg.plugin.v1.PluginMessage
+	2,  // 20: plugreg.plugin.v1.Plugins.Session:output_type -> plugreg.plugin.v1.AgentMessage
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -1242,7 +1320,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -429,8 +429,8 @@ func runWatch(args []string) error {
 		from = meta.Index
 	}
 	if *flt != "" {
-		// Watch retries a refused stream for good; a list read with the
-		// filter answers its error (and position) once. Any type will do:
+		// Watch retries a stream refused for its filter; a list read with
+		// the filter answers its error (and position) once. Any type will do:
 		// the filter is checked before the list is read.
 		typ := "any"
 		if len(cf.args) > 0 {
@@ -444,7 +444,8 @@ func runWatch(args []string) error {
 	if !*cf.json {
 		fmt.Printf("%-8s %-13s %-12s %-16s %-10s %s\n", "INDEX", "EVENT", "TYPE", "NAME", "ALLOC", "NEWEST")
 	}
-	for ev := range c.Watch(ctx, from, client.WatchOptions{Types: cf.args, Filter: *flt}) {
+	stream := c.Stream(ctx, from, client.WatchOptions{Types: cf.args, Filter: *flt})
+	for ev := range stream.Events() {
 		if *cf.json {
 			if err := enc.Encode(ev); err != nil {
 				return err
@@ -452,6 +453,10 @@ func runWatch(args []string) error {
 			continue
 		}
 		printEvent(ev)
+	}
+	if err := stream.Err(); err != nil {
+		// The token was deleted, or no longer reads these types.
+		return fmt.Errorf("watch ended: %w", err)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(ctx.Err(), context.Canceled) {
 		return nil
