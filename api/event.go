@@ -26,13 +26,14 @@ const (
 	// EventHeartbeat carries the node's applied index and no change; the
 	// HTTP stream sends it periodically.
 	EventHeartbeat EventType = "heartbeat"
-	// EventError is the last event of a stream the node ended because its
-	// caller may no longer read it (its token was deleted, or no longer
-	// reads the stream's types): Error says why, with the code of the
-	// HTTP error the same request would now get (acl_not_found,
-	// permission_denied). Its Index is 0, no position: a consumer that
-	// does not know the type drops it as an event already seen. Resuming
-	// with the same token elsewhere gets that error.
+	// EventError is the last event of a stream the node ended: its caller
+	// may no longer read it (its token was deleted, or no longer reads the
+	// stream's types), or its filter ran over the stream's work budget.
+	// Error says why, with the code of the HTTP error the same request
+	// would now get (acl_not_found, permission_denied; invalid for the
+	// budget). Its Index is 0, no position: a consumer that does not know
+	// the type drops it as an event already seen. Resuming the same
+	// request elsewhere ends the same way.
 	EventError EventType = "error"
 )
 

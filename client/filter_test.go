@@ -54,3 +54,18 @@ func TestClientFilterPagingAndWatch(t *testing.T) {
 		t.Fatalf("watch delivered %+v (open %v), want the change of c only", ev, ok)
 	}
 }
+
+// A stream with a filter every node refuses ends at once with the refusal,
+// rather than moving from node to node with it for good.
+func TestStreamWithABadFilterEnds(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{Heartbeat: 100 * time.Millisecond})
+	cl := newClient(t, c, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := cl.Stream(ctx, 0, client.WatchOptions{Types: []string{"csi"}, Filter: `Name = "a"`})
+	for range s.Events() {
+	}
+	if ctx.Err() != nil || !errors.Is(s.Err(), client.ErrInvalid) {
+		t.Fatalf("the stream ended with %v (context: %v), want the filter's refusal", s.Err(), ctx.Err())
+	}
+}

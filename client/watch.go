@@ -24,8 +24,9 @@ type WatchOptions struct {
 	Types []string
 	// Filter, when set, delivers only the changes whose instance matches
 	// it (and resets with the matching instances): docs/api.md, "Filters".
-	// A bad expression is refused by every node, so Watch keeps
-	// retrying: check it with a list read first (the CLI does).
+	// A bad expression is refused by every node, so the stream ends at
+	// once with an error matching ErrInvalid (EventStream.Err), as it
+	// does when the filter runs over the stream's work budget.
 	Filter string
 	// StallTimeout: a connection silent this long (no event, no heartbeat)
 	// is abandoned for the next node. Zero: 15s (three of the server's
@@ -68,10 +69,11 @@ func (s *EventStream) Events() <-chan *Event { return s.w.out }
 
 // Err is why the stream ended, once Events is closed: nil when its
 // context ended; else the refusal of its token, an error matching
-// ErrPermissionDenied (and ErrACLNotFound when the token was deleted):
-// the node ended the stream (an api.EventError) or refused to open it,
-// and no other node would serve that token, so the stream does not
-// resume elsewhere.
+// ErrPermissionDenied (and ErrACLNotFound when the token was deleted),
+// or of its request, matching ErrInvalid (a bad filter, or one over the
+// stream's work budget): the node ended the stream (an api.EventError)
+// or refused to open it, and every other node would do the same, so the
+// stream does not resume elsewhere.
 func (s *EventStream) Err() error { return s.w.err }
 
 // watcher tracks the resume point.
@@ -97,8 +99,9 @@ func (w *watcher) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, ErrPermissionDenied) {
-			// The token, not the node: every node refuses it alike.
+		if errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrInvalid) {
+			// The token or the request, not the node: every node refuses
+			// it alike (a bad filter, or one over the stream's budget).
 			w.err = err
 			return
 		}
@@ -198,15 +201,19 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 
 // streamEndError is the error an api.EventError carries, as the HTTP
 // error the same request would now get: a refusal of the token matches
-// ErrPermissionDenied (and ErrACLNotFound); any other reason is a failure
-// of that node, and the stream resumes elsewhere.
+// ErrPermissionDenied (and ErrACLNotFound), a filter over its budget
+// ErrInvalid; any other reason is a failure of that node, and the stream
+// resumes elsewhere.
 func streamEndError(se *api.StreamError) error {
 	if se == nil {
 		return errors.New("no reason given")
 	}
 	e := &APIError{StatusCode: http.StatusServiceUnavailable, Code: se.Code, Message: se.Message}
-	if se.Code == api.CodeACLNotFound || se.Code == api.CodePermissionDenied {
+	switch se.Code {
+	case api.CodeACLNotFound, api.CodePermissionDenied:
 		e.StatusCode = http.StatusForbidden
+	case api.CodeInvalid:
+		e.StatusCode = http.StatusBadRequest
 	}
 	return e
 }

@@ -140,7 +140,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		} else {
 			out, err := sf.pass(ev, time.Now())
 			if err != nil {
-				endStream(w, err)
+				s.endWithError(w, rc, enc, err)
 				return
 			}
 			for _, e := range out {
@@ -159,17 +159,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			burst = 0
 		}
 	}
-	s.endRefused(ctx, w, rc, enc)
+	if err := tokenRefusal(ctx); err != nil {
+		s.endWithError(w, rc, enc, err)
+	}
 }
 
-// endRefused writes, to a stream whose subscription ended because its
-// token was refused (boundToToken), the refusal as its last event: the
-// client reads why, and knows not to resume with that token.
-func (s *Server) endRefused(ctx context.Context, w io.Writer, rc *http.ResponseController, enc delivery.Encoding) {
-	err := tokenRefusal(ctx)
-	if err == nil {
-		return
-	}
+// endWithError ends a stream the server will not continue (its token was
+// refused, boundToToken; its filter ran over its budget) with err as its
+// last event, an api.EventError in the stream's own encoding: the client
+// reads why, and knows that resuming elsewhere would end the same way.
+func (s *Server) endWithError(w io.Writer, rc *http.ResponseController, enc delivery.Encoding, err error) {
 	// Its own deadline: the stream's last one was set for an earlier burst.
 	rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
 	if writeEvent(w, delivery.Of(streamError(err)), enc) == nil {
@@ -252,7 +251,7 @@ func newStreamFilter(f *filter.Filter, every time.Duration, now time.Time) *stre
 // an old position). So when a period has passed without a write, a
 // change at index X first brings a heartbeat at X-1: every event below X
 // has been through the filter. An error is the filter's budget spent:
-// the stream must end (endStream), as delivering what the filter could
+// the stream must end (endWithError), as delivering what the filter could
 // not evaluate, or skipping it, would both mislead the client.
 func (sf *streamFilter) pass(ev delivery.Event, now time.Time) ([]delivery.Event, error) {
 	var out []delivery.Event
@@ -277,21 +276,6 @@ func (sf *streamFilter) pass(ev delivery.Event, now time.Time) ([]delivery.Event
 		sf.lastWrite = now
 	}
 	return out, nil
-}
-
-// headerStreamError is the trailer a stream that the server ends carries:
-// the JSON error body (ErrorBody) of why. A trailer, not an event, so
-// that it reads the same in both encodings, and a client that knows
-// nothing of it sees only a stream that ended (and resumes, to be ended
-// again, as it would be refused again).
-const headerStreamError = "X-Plugreg-Stream-Error"
-
-// endStream ends a stream the server will not continue, err saying why
-// in the headerStreamError trailer.
-func endStream(w http.ResponseWriter, err error) {
-	_, body := classify(err)
-	b, _ := json.Marshal(body)
-	w.Header().Set(http.TrailerPrefix+headerStreamError, string(b))
 }
 
 // countDropped counts a stream ended because its client stopped reading

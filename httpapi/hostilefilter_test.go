@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
@@ -101,7 +101,7 @@ func allocated(fn func()) uint64 {
 }
 
 // A stream whose filter runs over its budget ends, and says why in its
-// X-Plugreg-Stream-Error trailer, on a server and on a client agent: its
+// last event (an api.EventError), on a server and on a client agent: its
 // first event over long values costs more than a stream may spend at
 // once.
 func TestHostileStreamFilterEndsWithItsError(t *testing.T) {
@@ -123,13 +123,15 @@ func TestHostileStreamFilterEndsWithItsError(t *testing.T) {
 				t.Fatalf("%d", resp.StatusCode)
 			}
 			regLong(t, l, 100*i, 2)
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
 				t.Fatalf("the stream did not end cleanly: %v", err)
 			}
-			var eb httpapi.ErrorBody
-			trailer := resp.Trailer.Get("X-Plugreg-Stream-Error")
-			if err := json.Unmarshal([]byte(trailer), &eb); err != nil || eb.Code != "invalid" || !strings.Contains(eb.Error, "work budget exceeded") {
-				t.Fatalf("trailer %q (%v), want an invalid error naming the budget", trailer, err)
+			lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+			var last api.Event
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.EventType != api.EventError ||
+				last.Error == nil || last.Error.Code != "invalid" || !strings.Contains(last.Error.Message, "work budget exceeded") {
+				t.Fatalf("last event %q (%v), want an invalid error naming the budget", lines[len(lines)-1], err)
 			}
 		})
 	}
