@@ -199,6 +199,14 @@ func (h *hostile) round3() []attack {
 			}
 			return nil
 		}},
+		{"a read token", "make the servers compile a 2 KB pattern of 1.9 million instructions", func() error {
+			return h.costlyFilter(fmt.Sprintf("Options.x matches %q", alternation(633)+"{1000}"), "at most")
+		}},
+		{"a read token", "make the servers run eight near-limit patterns over 5 KB values", func() error {
+			heavy := strings.TrimSuffix(strings.Repeat(`Options.x matches "^zzz[a-z]{990}[0-9]{990}" or `, 8), " or ")
+			return h.costlyFilter(heavy, "work budget exceeded")
+		}},
+		{"a deleted read token", "keep its open event streams (at a server and a client agent)", h.streamsOutliveToken},
 		{"a write token", "register names that paths cannot reach (. and ..)", func() error {
 			for _, name := range []string{".", ".."} {
 				p := h.plugin("host-9", "d1")
@@ -211,6 +219,100 @@ func (h *hostile) round3() []attack {
 			return nil
 		}},
 	}
+}
+
+// alternation is (?:aa|ba|...) of n two-letter words: a pattern whose
+// repetition compiles to about three instructions a word.
+func alternation(n int) string {
+	words := make([]string, n)
+	for i := range words {
+		words[i] = fmt.Sprintf("%c%c", 'a'+i%26, 'a'+(i/26)%26)
+	}
+	return "(?:" + strings.Join(words, "|") + ")"
+}
+
+// costlyFilter lists csi plugins, among them instances with a 5 KB
+// option, with expr through a read token at every server: the answer must
+// be a 400 saying want, at a bounded cost.
+func (h *hostile) costlyFilter(expr, want string) error {
+	for i := range 4 {
+		p := h.plugin("host-9", fmt.Sprintf("long%d", i))
+		p.Options = map[string]string{"x": strings.Repeat("ab", 2500)}
+		if _, err := h.op.Register(h.ctx, p); err != nil {
+			return err
+		}
+		defer h.op.Deregister(h.ctx, "csi", "ebs", p.AllocID)
+	}
+	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []client.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
+	if err != nil {
+		return err
+	}
+	defer h.op.ACLTokenDelete(h.ctx, r.AccessorID)
+	mem, cpu, err := costOf(h.c.Servers, func() error {
+		for _, addr := range h.addrs {
+			_, _, err := h.as([]string{addr}, r.SecretID).List(h.ctx, "csi", &client.QueryOptions{Filter: expr, Stale: true})
+			if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), want) {
+				return fmt.Errorf("%s answered %v, want a 400 saying %q", addr, err, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return bounded("three refusals", mem, cpu, 64<<20, 5*time.Second)
+}
+
+// streamsOutliveToken opens event streams with a read token at a follower
+// and at host-1's agent, deletes the token, and wants each stream ended
+// with the refusal as its last event (a client agent learns of the
+// deletion through its token cache: about 12 s).
+func (h *hostile) streamsOutliveToken() error {
+	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []client.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
+	if err != nil {
+		return err
+	}
+	deleted := false
+	defer func() {
+		if !deleted {
+			h.op.ACLTokenDelete(h.ctx, r.AccessorID)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
+	defer cancel()
+	ends := make(chan error, 2)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: h.cliTLS.Clone()}}
+	opened := make(chan error, 2)
+	for _, addr := range []string{h.addrs[1], h.h1.HTTP} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/v1/events?type=csi", nil)
+		req.Header.Set("X-Plugreg-Token", r.SecretID)
+		resp, err := hc.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("open a stream at %s: %v %v", addr, err, resp)
+		}
+		go func() {
+			defer resp.Body.Close()
+			opened <- nil
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			last := ""
+			for sc.Scan() {
+				last = sc.Text()
+			}
+			if !strings.Contains(last, `"EventType":"error"`) || !strings.Contains(last, api.CodeACLNotFound) {
+				ends <- fmt.Errorf("the stream at %s went on or ended without the refusal (last line %.200q, %v)", addr, last, sc.Err())
+				return
+			}
+			ends <- nil
+		}()
+	}
+	<-opened
+	<-opened
+	if _, err := h.op.ACLTokenDelete(h.ctx, r.AccessorID); err != nil {
+		return err
+	}
+	deleted = true
+	return errors.Join(<-ends, <-ends)
 }
 
 // defaultAgentAttacks run against an agent started with no security flag
