@@ -66,18 +66,6 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 	return r.WithContext(ctx), true
 }
 
-// gate wraps a route that only checks its caller (the call it makes is
-// not a Backend's): rule is one of authz's.
-func gate(rule func(context.Context) error, h http.Handler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := rule(r.Context()); err != nil {
-			writeError(w, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}
-}
-
 // aclBackend refuses ACL routes on an agent without ACLs.
 func (s *Server) aclBackend(w http.ResponseWriter) (backend.Backend, bool) {
 	if !s.cfg.ACL.Enabled {
