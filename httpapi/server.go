@@ -287,11 +287,19 @@ func (s *Server) Handler() http.Handler {
 // is read, and bounds what the route may read of it; on refusal it has
 // answered and reports false.
 func authorize(a access, w http.ResponseWriter, r *http.Request) bool {
+	var err error
 	if a.rule != nil {
-		if err := a.rule(r.Context()); err != nil {
-			writeError(w, err)
-			return false
-		}
+		err = a.rule(r.Context())
+	}
+	if r.ContentLength != 0 && (err != nil || a.body == 0) {
+		// A body that will not be read is not drained either (Go's
+		// server reads up to 256 KiB of it to keep the connection):
+		// the connection closes after the answer.
+		w.Header().Set("Connection", "close")
+	}
+	if err != nil {
+		writeError(w, err)
+		return false
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, a.body)
