@@ -43,12 +43,13 @@ func (deniedError) Error() string { return "no token" }
 func (deniedError) Code() string  { return "permission_denied" }
 
 // A request its handler refuses before decoding its arguments (the caller
-// proved nothing: the token in the header, the peer's certificate) is
-// answered, and its connection closed, without the arguments being read:
-// a few KiB of a 64 MiB request, where they were once decoded whole to
-// keep the connection in step. The caller reads the refusal though its
-// send failed, and does not pool the connection; the next call, on a new
-// one, is served, with the token it carries in its header.
+// proved nothing: the token in the header, the peer's certificate) has at
+// most a few KiB of them read: small ones are dropped and the connection
+// stays in step; of a 64 MiB request the server reads 128 KiB and closes
+// the connection, where it once decoded it whole to keep the connection in
+// step. The caller reads the refusal though its send failed, and does not
+// pool the connection; the next call is served, with the token it carries
+// in its header.
 func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	h := func(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
@@ -77,11 +78,12 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 		size        int
 		code        string
 		maxRead     int64
+		pooled      int // idle connections after the call
 	}{
-		{"no token, 64 MiB", "", 64 << 20, "permission_denied", refusedLingerBytes + 64<<10},
-		{"wrong token, small", "other", 10, "permission_denied", 64 << 10},
-		{"the token, small", "secret", 10, "", 64 << 10},
-		{"the token, 8 MiB", "secret", 8 << 20, "", 9 << 20},
+		{"no token, 64 MiB", "", 64 << 20, "permission_denied", 2*refusedArgsBytes + 64<<10, 0},
+		{"wrong token, small", "other", 10, "permission_denied", 64 << 10, 1},
+		{"the token, small", "secret", 10, "", 64 << 10, 1},
+		{"the token, 8 MiB", "secret", 8 << 20, "", 9 << 20, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := counted.read.Load()
@@ -97,6 +99,12 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // the server's linger ends when the caller's send does
 			if read := counted.read.Load() - before; read > tc.maxRead {
 				t.Fatalf("the server read %d bytes; want at most %d", read, tc.maxRead)
+			}
+			p.mu.Lock()
+			pooled := len(p.idle[ln.Addr().String()])
+			p.mu.Unlock()
+			if pooled != tc.pooled {
+				t.Fatalf("%d idle connections; want %d", pooled, tc.pooled)
 			}
 		})
 	}

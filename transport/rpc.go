@@ -113,10 +113,12 @@ const (
 	lingerBytes   = 256 << 20
 	codeTooLarge  = "too_large"
 	// A request refused before its arguments were decoded has at most
-	// this much of them read and dropped: its caller proved nothing, so
-	// it may not make the server read what it sends (the caller reads
-	// the answer after its send fails: Pool.Call).
-	refusedLingerBytes = 64 << 10
+	// this much of them read and dropped (twice: to keep the connection
+	// in step, then after the answer when they were larger, before the
+	// connection closes): its caller proved nothing, so it may not make
+	// the server read what it sends. The caller reads the answer after
+	// its send fails (Pool.Call).
+	refusedArgsBytes = 64 << 10
 )
 
 // errRequestTooLarge ends a connection whose request passed its bound.
@@ -204,26 +206,30 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 				return dec.Decode(v)
 			})
 			cancel()
-			if !decoded && err != nil {
+			refused := !decoded && err != nil
+			if refused {
 				// Refused before its arguments were read (an unproven
-				// caller, an unknown method): reading them now, even to
-				// drop them, would let anyone make the server take in
-				// whatever they send. Answer, and end the connection,
-				// which is out of step.
-				st := statusOf(err)
-				st.Closing = true
-				closeAfter(conn, w, enc, st, refusedLingerBytes)
-				return
+				// caller, a server-only method, a server still
+				// starting): their bound is the caller's proof, and it
+				// has none. At most refusedArgsBytes of them are read,
+				// and dropped, to keep the connection in step.
+				lr.n = min(lr.n, refusedArgsBytes)
 			}
 			if !decoded { // keep the stream in step whatever the handler did
 				var discard interface{}
-				if dec.Decode(&discard) != nil {
+				if dec.Decode(&discard) != nil && !lr.hit {
 					return
 				}
 			}
 			if lr.hit {
 				// The rest of it is still on the wire: answer why, and
 				// end the connection, which is out of step.
+				if refused {
+					st := statusOf(err)
+					st.Closing = true
+					closeAfter(conn, w, enc, st, refusedArgsBytes)
+					return
+				}
 				st := rpcStatus{Code: codeTooLarge, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}
 				closeAfter(conn, w, enc, st, lingerBytes)
 				return
