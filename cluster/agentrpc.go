@@ -63,7 +63,8 @@ type caller struct {
 
 // preauthorize checks m's rule against the header's token, before the
 // arguments are read: an error refuses the call undecoded (the transport
-// then closes the connection without reading them).
+// then reads at most a few KiB of them, and closes the connection rather
+// than read more).
 //
 // An older client agent sends its token in the arguments alone. Without a
 // header token the anonymous identity's rule decides; where it refuses
