@@ -52,7 +52,7 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 	id, err := s.resolver.Resolve(ctx, secret)
 	if err != nil {
 		if !openRoutes[pattern] {
-			writeError(w, err)
+			refuse(w, r, err)
 			return nil, false
 		}
 		id = s.resolver.Anonymous()

@@ -262,11 +262,12 @@ func (s *Server) Handler() http.Handler {
 		if pattern == "" {
 			// No route, or not with this method: the mux's own 404/405
 			// (with its Allow header), in our JSON error shape.
+			closeUnread(w, r)
 			h.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
 			return
 		}
 		if err := refuseCrossSite(r); err != nil {
-			writeError(w, err)
+			refuse(w, r, err)
 			return
 		}
 		bodyDeadline(w, r, s.cfg.Limits.BodyReadTimeout)
@@ -287,24 +288,35 @@ func (s *Server) Handler() http.Handler {
 // is read, and bounds what the route may read of it; on refusal it has
 // answered and reports false.
 func authorize(a access, w http.ResponseWriter, r *http.Request) bool {
-	var err error
 	if a.rule != nil {
-		err = a.rule(r.Context())
+		if err := a.rule(r.Context()); err != nil {
+			refuse(w, r, err)
+			return false
+		}
 	}
-	if r.ContentLength != 0 && (err != nil || a.body == 0) {
-		// A body that will not be read is not drained either (Go's
-		// server reads up to 256 KiB of it to keep the connection):
-		// the connection closes after the answer.
-		w.Header().Set("Connection", "close")
-	}
-	if err != nil {
-		writeError(w, err)
-		return false
+	if a.body == 0 {
+		closeUnread(w, r)
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, a.body)
 	}
 	return true
+}
+
+// refuse answers a request refused before its body was read, which is
+// then never read.
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	closeUnread(w, r)
+	writeError(w, err)
+}
+
+// closeUnread ends the connection after the answer when the request came
+// with a body that will not be read: Go's server would otherwise read up
+// to 256 KiB of it to keep the connection.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // startSpan begins the server span of a request routed to pattern, under
