@@ -395,7 +395,7 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 	if err := c.send(&hdr, args); err != nil {
 		// The server may have refused the request before reading all of
 		// it and closed the connection: its answer, if it came, says why.
-		refusal := c.refusal()
+		refusal := c.refusal(ctx, deadline)
 		c.Close()
 		if refusal != nil {
 			return refusal
@@ -456,9 +456,15 @@ func (c *rpcConn) send(hdr *rpcHeader, args interface{}) error {
 
 // refusal reads, after a failed send, the refusal a server answers
 // before it closes the connection (rpcStatus.Closing); nil when none came
-// within a moment.
-func (c *rpcConn) refusal() error {
-	c.SetReadDeadline(time.Now().Add(lingerTimeout))
+// within a moment (and before the call's deadline).
+func (c *rpcConn) refusal(ctx context.Context, deadline time.Time) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if d := time.Now().Add(lingerTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	c.SetReadDeadline(deadline)
 	var st rpcStatus
 	if c.dec.Decode(&st) != nil || st.Code == "" {
 		return nil
