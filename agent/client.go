@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent/fanout"
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/nodeid"
@@ -196,6 +197,11 @@ func (c *Client) callTraced(ctx context.Context, root bool, method string, args,
 		ctx, span = c.cfg.Tracer.Start(ctx, "rpc "+method, trace.SpanKindClient)
 	} else {
 		ctx, span = c.cfg.Tracer.StartChild(ctx, "rpc "+method, trace.SpanKindClient)
+	}
+	if t, ok := args.(agentrpc.Tokened); ok {
+		// In the header too, where the server checks it before it
+		// decodes the args (a restore's archive is hundreds of MiB).
+		ctx = transport.WithCallerToken(ctx, t.CallerToken())
 	}
 	err := c.tryServers(ctx, func(addr string) error { return c.pool.Call(ctx, addr, method, args, reply) })
 	tracing.End(span, err)

@@ -119,3 +119,19 @@ type StatusReply struct {
 	Peers    []string
 	Voters   []string // node IDs of the voters
 }
+
+// Tokened is an args type that carries its caller's token. A client agent
+// also sends the token in the request's header
+// (transport.WithCallerToken), where the server checks the caller before
+// it decodes the args; older servers read it from the args alone.
+type Tokened interface{ CallerToken() string }
+
+func (a SnapshotSaveArgs) CallerToken() string    { return a.Token }
+func (a SnapshotRestoreArgs) CallerToken() string { return a.Token }
+func (a ACLCallerArgs) CallerToken() string       { return a.Token }
+func (a ACLTokenCreateArgs) CallerToken() string  { return a.Token }
+func (a ACLTokenDeleteArgs) CallerToken() string  { return a.Token }
+func (a RegisterArgs) CallerToken() string        { return a.Token }
+func (a DeregisterArgs) CallerToken() string      { return a.Token }
+func (a DeregisterNodeArgs) CallerToken() string  { return a.Token }
+func (a RenewArgs) CallerToken() string           { return a.Token }

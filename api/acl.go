@@ -228,6 +228,20 @@ func (a Authorizer) CanWriteAll() bool {
 	return a.grants([]ACLPolicyKind{ACLWrite}, "", true)
 }
 
+// CanWriteAny reports whether plugins of some type may be written: what
+// a write needs before its body says which type.
+func (a Authorizer) CanWriteAny() bool {
+	if a.all {
+		return true
+	}
+	for _, p := range a.policies {
+		if p.Kind == ACLWrite || p.Kind == ACLOperator {
+			return true
+		}
+	}
+	return false
+}
+
 // CanReadAny reports whether the request holds any policy (or is allowed
 // everything): enough to see the cluster's members and status.
 func (a Authorizer) CanReadAny() bool { return a.all || len(a.policies) > 0 }

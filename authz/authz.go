@@ -137,6 +137,13 @@ func ReadCluster(ctx context.Context) error {
 	return check(From(ctx).Grants.CanReadAny(), "read cluster status (any policy)")
 }
 
+// WriteSome checks what every write needs before its arguments say which
+// type it writes: write on some type. An edge checks it before it reads
+// a write's body (the type's own check follows: Register, Deregister).
+func WriteSome(ctx context.Context) error {
+	return check(From(ctx).Grants.CanWriteAny(), "write plugins of any type (write policy)")
+}
+
 // Read checks a read of typ's plugins or events.
 func Read(ctx context.Context, typ string) error {
 	return check(From(ctx).Grants.CanRead(typ), "read plugins of type "+typ)

@@ -12,14 +12,100 @@ import (
 	"github.com/plugreg/plugreg/transport"
 )
 
+// agentMethod is how the server port authorizes one client-agent method
+// before it decodes a byte of its arguments: a caller that proved nothing
+// cannot make a server read a large request (a restore's archive) only to
+// be refused.
+type agentMethod struct {
+	// rule is the coarsest permission the method could ever need,
+	// checked against the token in the request's header
+	// (transport.CallerToken) before the arguments are decoded; the
+	// method's own check follows (authz.Guard). Nil: the transport's
+	// proof of the peer is enough (the agent's own reads and status,
+	// token lookups, bootstrap).
+	rule func(context.Context) error
+	// large: the arguments may be large (an archive), so they are never
+	// decoded for a caller the header did not prove (see preauthorize).
+	large bool
+}
+
+// agentMethods are the client-agent methods, each with its rule: a method
+// not here is not served to client agents.
+var agentMethods = map[string]agentMethod{
+	agentrpc.Register:        {rule: authz.WriteSome},
+	agentrpc.Deregister:      {rule: authz.WriteSome},
+	agentrpc.DeregisterNode:  {rule: authz.WriteSome},
+	agentrpc.Renew:           {rule: authz.WriteSome},
+	agentrpc.Query:           {},
+	agentrpc.Subscribe:       {},
+	agentrpc.Status:          {},
+	agentrpc.ACLResolve:      {},
+	agentrpc.ACLBootstrap:    {},
+	agentrpc.ACLTokenCreate:  {rule: authz.Operator},
+	agentrpc.ACLTokens:       {rule: authz.Operator},
+	agentrpc.ACLTokenDelete:  {rule: authz.Operator},
+	agentrpc.SnapshotSave:    {rule: authz.Operator},
+	agentrpc.SnapshotRestore: {rule: authz.Operator, large: true},
+	agentrpc.AutopilotHealth: {rule: authz.ReadCluster},
+}
+
+// maxAgentArgs bounds the arguments of every client-agent method but a
+// restore: a registration is at most api.MaxPluginBytes of strings, a
+// token request 16 policies of 64 types.
+const maxAgentArgs = 1 << 20
+
+// caller is who a client agent's call is made for, as its request's
+// header says.
+type caller struct {
+	token string         // the header's token; "" for none
+	id    authz.Identity // its identity, when the method has a rule
+}
+
+// preauthorize checks m's rule against the header's token, before the
+// arguments are read: an error refuses the call undecoded (the transport
+// then reads at most a few KiB of them, and closes the connection rather
+// than read more).
+//
+// An older client agent sends its token in the arguments alone. Without a
+// header token the anonymous identity's rule decides; where it refuses
+// (ACLs with default deny) the small arguments of every method but a
+// restore are still decoded, within maxAgentArgs, and the token they
+// carry is checked as before, so that older agents keep registering and
+// renewing through an upgrade. An older agent's restore is refused there
+// until it is upgraded (a server's HTTP API restores meanwhile).
+func (s *Server) preauthorize(ctx context.Context, m agentMethod) (caller, error) {
+	c := caller{token: transport.CallerToken(ctx)}
+	if m.rule == nil {
+		return c, nil
+	}
+	id, err := s.resolver().Resolve(ctx, c.token)
+	if err != nil {
+		return c, err
+	}
+	c.id = id
+	if err := m.rule(authz.With(ctx, id)); err != nil && (c.token != "" || m.large) {
+		return c, err
+	}
+	return c, nil
+}
+
 // handleAgentRPC serves the calls of client agents (api.RPC*) with the
 // server's Backend behind authz.Guard, so a request through a client agent
 // means what it means through a server's HTTP API and is checked by the
 // same rules: writes and operator calls as the token they carry (the HTTP
 // caller's, or the agent's own), reads as the agent (the transport vouches
-// for it; the agent cuts what it forwards to its own callers' tokens). It
-// reports false for other methods.
+// for it; the agent cuts what it forwards to its own callers' tokens).
+// Each call is authorized before its arguments are decoded
+// (preauthorize). It reports false for other methods.
 func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(interface{}) error) (reply interface{}, handled bool, err error) {
+	m, ok := agentMethods[method]
+	if !ok {
+		return nil, false, nil
+	}
+	c, err := s.preauthorize(ctx, m)
+	if err != nil {
+		return nil, true, api.ToWire(err)
+	}
 	b := s.Backend()
 	g := authz.Guard(b)
 	decode := func(v interface{}) error {
@@ -28,11 +114,18 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		}
 		return nil
 	}
-	// as decodes args and returns ctx carrying the identity of the token
-	// they hold.
+	// as decodes args and returns ctx carrying the caller's identity: the
+	// header's token's, which the args' token (older agents send it
+	// there alone) may not contradict; without one, the args' token's.
 	as := func(args interface{}, token *string) (context.Context, error) {
 		if err := decode(args); err != nil {
 			return nil, err
+		}
+		if c.token != "" {
+			if *token != "" && *token != c.token {
+				return nil, fmt.Errorf("%w: %s: the arguments' token is not the header's", api.ErrInvalid, method)
+			}
+			return authz.With(ctx, c.id), nil
 		}
 		id, err := s.resolver().Resolve(ctx, *token)
 		if err != nil {

@@ -11,3 +11,15 @@ import (
 func (s *Server) ProposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) error {
 	return s.proposeExpiry(ctx, batch)
 }
+
+// PortMethods are the methods the server port serves by name: the client
+// agents' and the servers' own, for tests that walk them all.
+func PortMethods() (agent, serverOnlyMethods []string) {
+	for m := range agentMethods {
+		agent = append(agent, m)
+	}
+	for m := range serverOnly {
+		serverOnlyMethods = append(serverOnlyMethods, m)
+	}
+	return agent, serverOnlyMethods
+}

@@ -68,7 +68,8 @@ var serverOnly = map[string]bool{
 
 // rpcRequestBound is how much of a request a peer may make a server read,
 // by method: an archive to restore (the HTTP API takes up to 512 MiB), a
-// batch of forwarded commands (one may be a restore's, up to 60 MiB), and
+// batch of forwarded commands (one may be a restore's, up to 60 MiB), the
+// small arguments of the other client-agent methods (maxAgentArgs), and
 // transport's 64 MiB for everything else.
 func rpcRequestBound(method string) int64 {
 	switch method {
@@ -76,6 +77,9 @@ func rpcRequestBound(method string) int64 {
 		return 520 << 20
 	case rpcApplyBatch:
 		return 128 << 20
+	}
+	if _, ok := agentMethods[method]; ok {
+		return maxAgentArgs
 	}
 	return transport.DefaultMaxRequestBytes
 }

@@ -52,7 +52,7 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 	id, err := s.resolver.Resolve(ctx, secret)
 	if err != nil {
 		if !openRoutes[pattern] {
-			writeError(w, err)
+			refuse(w, r, err)
 			return nil, false
 		}
 		id = s.resolver.Anonymous()
@@ -64,18 +64,6 @@ func (s *Server) withIdentity(pattern string, w http.ResponseWriter, r *http.Req
 		ctx = api.WithToken(ctx, secret)
 	}
 	return r.WithContext(ctx), true
-}
-
-// gate wraps a route that only checks its caller (the call it makes is
-// not a Backend's): rule is one of authz's.
-func gate(rule func(context.Context) error, h http.Handler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := rule(r.Context()); err != nil {
-			writeError(w, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}
 }
 
 // aclBackend refuses ACL routes on an agent without ACLs.

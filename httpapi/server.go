@@ -159,61 +159,115 @@ func (s *Server) Close() error {
 	return s.http.Close()
 }
 
-// Handler returns the API's routes.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/plugins", s.register)
-	mux.HandleFunc("DELETE /v1/plugins/{type}/{name}/{alloc}", s.deregister)
-	mux.HandleFunc("PUT /v1/plugins/{type}/{name}/{alloc}/renew", s.renew)
-	mux.HandleFunc("DELETE /v1/nodes/{node}/plugins", s.deregisterNode)
-	mux.HandleFunc("GET /v1/nodes/{node}/plugins", s.nodePlugins)
-	mux.HandleFunc("GET /v1/types", s.types)
-	mux.HandleFunc("GET /v1/plugins/{type}", s.list)
-	mux.HandleFunc("GET /v1/plugins/{type}/{name}", s.instances)
-	mux.HandleFunc("GET /v1/plugins/{type}/{name}/{alloc}", s.get)
-	mux.HandleFunc("GET /v1/coverage/{type}", s.coverage)
-	mux.HandleFunc("GET /v1/events", s.events)
-	mux.HandleFunc("GET /v1/status/leader", s.leader)
-	mux.HandleFunc("GET /v1/status/peers", s.peers)
-	mux.HandleFunc("GET /v1/members", s.members)
-	mux.HandleFunc("GET /v1/health", s.health)
-	mux.HandleFunc("PUT /v1/agent/leave", gate(authz.Operator, http.HandlerFunc(s.leave)))
-	mux.HandleFunc("POST /v1/operator/leadership-transfer", s.transfer)
-	mux.HandleFunc("DELETE /v1/operator/peers/{id}", s.removePeer)
-	mux.HandleFunc("POST /v1/operator/reap/resume", s.resumeReaping)
+// access is what a route checks before it reads anything of its request
+// but the headers: a caller that may not use the route is refused before a
+// byte of its body is read, whatever it sends (a restore's archive is up
+// to 512 MiB).
+type access struct {
+	// rule is the coarsest permission the route could ever need, checked
+	// as soon as the caller is known (withIdentity); the route's own
+	// checks follow (authz.Guard). Nil: the route is open to anyone.
+	rule func(context.Context) error
+	// body is the most of a body the route reads; zero: none. What is
+	// beyond it is never read (Go's server closes the connection rather
+	// than drain a large unread body).
+	body int64
+}
+
+// The accesses of routes, by what they need.
+var (
+	open     = access{}
+	reader   = access{rule: authz.ReadCluster} // any policy; each read checks its types
+	writer   = access{rule: authz.WriteSome}   // write on some type; each write checks its type
+	operator = access{rule: authz.Operator}
+)
+
+// withBody is a's access with a body of up to n bytes.
+func (a access) withBody(n int64) access { a.body = n; return a }
+
+// route is one of the API's routes: its pattern (http.ServeMux's), what it
+// checks before it reads its request, and its handler.
+type route struct {
+	pattern string
+	access  access
+	handler http.Handler
+}
+
+// routes are the API's routes, each with its access: a route cannot be
+// added without saying who may call it.
+func (s *Server) routes() []route {
+	h := func(pattern string, a access, f http.HandlerFunc) route { return route{pattern, a, f} }
+	rs := []route{
+		h("POST /v1/plugins", writer.withBody(maxBodyBytes), s.register),
+		h("DELETE /v1/plugins/{type}/{name}/{alloc}", writer, s.deregister),
+		h("PUT /v1/plugins/{type}/{name}/{alloc}/renew", writer, s.renew),
+		h("DELETE /v1/nodes/{node}/plugins", writer, s.deregisterNode),
+		h("GET /v1/nodes/{node}/plugins", reader, s.nodePlugins),
+		h("GET /v1/types", reader, s.types),
+		h("GET /v1/plugins/{type}", reader, s.list),
+		h("GET /v1/plugins/{type}/{name}", reader, s.instances),
+		h("GET /v1/plugins/{type}/{name}/{alloc}", reader, s.get),
+		h("GET /v1/coverage/{type}", reader, s.coverage),
+		h("GET /v1/events", reader, s.events),
+		h("GET /v1/status/leader", open, s.leader),
+		h("GET /v1/status/peers", reader, s.peers),
+		h("GET /v1/members", reader, s.members),
+		h("GET /v1/health", open, s.health),
+		h("PUT /v1/agent/leave", operator, s.leave),
+		h("POST /v1/operator/leadership-transfer", operator, s.transfer),
+		h("DELETE /v1/operator/peers/{id}", operator, s.removePeer),
+		h("POST /v1/operator/reap/resume", operator, s.resumeReaping),
+		h("GET /v1/operator/autopilot/health", reader, s.autopilotHealth),
+		h("GET /v1/agent/self", reader, s.agentSelf),
+		h("GET /v1/operator/snapshot", operator, s.snapshotSave),
+		h("PUT /v1/operator/snapshot", operator.withBody(maxSnapshotBody), s.snapshotRestore),
+		h("GET /v1/agent/keyring", operator, s.keyring),
+		h("POST /v1/agent/keyring", operator.withBody(maxKeyringBody), s.keyring),
+		h("PUT /v1/agent/keyring", operator.withBody(maxKeyringBody), s.keyring),
+		h("DELETE /v1/agent/keyring", operator.withBody(maxKeyringBody), s.keyring),
+		// Bootstrap works once per cluster, for whoever comes first.
+		h("PUT /v1/acl/bootstrap", open, s.aclBootstrap),
+		h("POST /v1/acl/bootstrap", open, s.aclBootstrap),
+		h("PUT /v1/acl/token", operator.withBody(maxBodyBytes), s.aclTokenCreate),
+		h("GET /v1/acl/tokens", operator, s.aclTokens),
+		// Any token may read itself, a token without policies too (the
+		// route refuses a request without one).
+		h("GET /v1/acl/token/self", open, s.aclTokenSelf),
+		h("DELETE /v1/acl/token/{accessor}", operator, s.aclTokenDelete),
+	}
 	if s.cfg.UI != nil {
 		// The UI's files hold no data (its requests carry the token), so
 		// they need none.
-		mux.Handle("GET /ui/", s.cfg.UI)
-		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+		rs = append(rs,
+			route{"GET /ui/", open, s.cfg.UI},
+			route{"GET /ui", open, http.RedirectHandler("/ui/", http.StatusMovedPermanently)},
+			route{"GET /{$}", open, http.RedirectHandler("/ui/", http.StatusFound)})
 	}
-	mux.HandleFunc("GET /v1/operator/autopilot/health", s.autopilotHealth)
-	mux.HandleFunc("GET /v1/agent/self", gate(authz.ReadCluster, http.HandlerFunc(s.agentSelf)))
-	mux.HandleFunc("GET /v1/operator/snapshot", s.snapshotSave)
-	mux.HandleFunc("PUT /v1/operator/snapshot", s.snapshotRestore)
-	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
-		mux.HandleFunc(m+" /v1/agent/keyring", gate(authz.Operator, http.HandlerFunc(s.keyring)))
-	}
-	mux.HandleFunc("PUT /v1/acl/bootstrap", s.aclBootstrap)
-	mux.HandleFunc("POST /v1/acl/bootstrap", s.aclBootstrap)
-	mux.HandleFunc("PUT /v1/acl/token", s.aclTokenCreate)
-	mux.HandleFunc("GET /v1/acl/tokens", s.aclTokens)
-	mux.HandleFunc("GET /v1/acl/token/self", s.aclTokenSelf)
-	mux.HandleFunc("DELETE /v1/acl/token/{accessor}", s.aclTokenDelete)
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /v1/metrics", gate(authz.ReadCluster, s.cfg.Metrics))
+		rs = append(rs, route{"GET /v1/metrics", reader, s.cfg.Metrics})
+	}
+	return rs
+}
+
+// Handler returns the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	accesses := map[string]access{}
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, rt.handler)
+		accesses[rt.pattern] = rt.access
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern == "" {
 			// No route, or not with this method: the mux's own 404/405
 			// (with its Allow header), in our JSON error shape.
+			closeUnread(w, r)
 			h.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
 			return
 		}
 		if err := refuseCrossSite(r); err != nil {
-			writeError(w, err)
+			refuse(w, r, err)
 			return
 		}
 		bodyDeadline(w, r, s.cfg.Limits.BodyReadTimeout)
@@ -223,11 +277,46 @@ func (s *Server) Handler() http.Handler {
 			defer span.End()
 		}
 		r, ok := s.withIdentity(pattern, w, r)
-		if !ok {
+		if !ok || !authorize(accesses[pattern], w, r) {
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// authorize checks a's rule against r's caller before anything of r's body
+// is read, and bounds what the route may read of it; on refusal it has
+// answered and reports false.
+func authorize(a access, w http.ResponseWriter, r *http.Request) bool {
+	if a.rule != nil {
+		if err := a.rule(r.Context()); err != nil {
+			refuse(w, r, err)
+			return false
+		}
+	}
+	if a.body == 0 {
+		closeUnread(w, r)
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, a.body)
+	}
+	return true
+}
+
+// refuse answers a request refused before its body was read, which is
+// then never read.
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	closeUnread(w, r)
+	writeError(w, err)
+}
+
+// closeUnread ends the connection after the answer when the request came
+// with a body that will not be read: Go's server would otherwise read up
+// to 256 KiB of it to keep the connection.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // startSpan begins the server span of a request routed to pattern, under

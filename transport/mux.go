@@ -60,6 +60,11 @@ func Listen(addr string, rpc ConnHandler, logger hclog.Logger, tlsc *tlsutil.Con
 	if err != nil {
 		return nil, fmt.Errorf("listen on server port %s: %w", addr, err)
 	}
+	return serveMux(ln, rpc, logger, tlsc), nil
+}
+
+// serveMux serves the server port on ln.
+func serveMux(ln net.Listener, rpc ConnHandler, logger hclog.Logger, tlsc *tlsutil.Configurator) *Mux {
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
 	m := &Mux{
 		ln:     ln,
@@ -73,7 +78,7 @@ func Listen(addr string, rpc ConnHandler, logger hclog.Logger, tlsc *tlsutil.Con
 	}
 	m.wg.Add(1)
 	go m.acceptLoop()
-	return m, nil
+	return m
 }
 
 // Addr is the address the Mux listens on.

@@ -65,12 +65,21 @@ type rpcHeader struct {
 	// peers ignore them.
 	Traceparent string `codec:",omitempty"`
 	Tracestate  string `codec:",omitempty"`
+	// Token: the ACL secret the call is made with (WithCallerToken), so
+	// that the handler can authorize the call before it decodes a byte
+	// of the arguments (CallerToken). Omitted when none; older peers
+	// ignore it.
+	Token string `codec:",omitempty"`
 }
 
 type rpcStatus struct {
 	Code    string // "" on success
 	Outcome string `codec:",omitempty"` // omitted before 2026-11-25
 	Msg     string
+	// Closing: the server ends the connection after this answer (the
+	// request was refused before its arguments were read), so the
+	// caller must not pool it. Older servers never set it.
+	Closing bool `codec:",omitempty"`
 }
 
 // ServeOptions tune ServeRPCWith.
@@ -103,6 +112,13 @@ const (
 	lingerTimeout = 2 * time.Second
 	lingerBytes   = 256 << 20
 	codeTooLarge  = "too_large"
+	// A request refused before its arguments were decoded has at most
+	// this much of them read and dropped (twice: to keep the connection
+	// in step, then after the answer when they were larger, before the
+	// connection closes): its caller proved nothing, so it may not make
+	// the server read what it sends. The caller reads the answer after
+	// its send fails (Pool.Call).
+	refusedArgsBytes = 64 << 10
 )
 
 // errRequestTooLarge ends a connection whose request passed its bound.
@@ -183,29 +199,39 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 				ctx, cancel = context.WithTimeout(base, hdr.Timeout)
 			}
 			ctx = tracing.Context{Traceparent: hdr.Traceparent, Tracestate: hdr.Tracestate}.With(ctx)
+			ctx = WithCallerToken(ctx, hdr.Token)
 			decoded := false
 			reply, err := h(ctx, hdr.Method, func(v interface{}) error {
 				decoded = true
 				return dec.Decode(v)
 			})
 			cancel()
+			refused := !decoded && err != nil
+			if refused {
+				// Refused before its arguments were read (an unproven
+				// caller, a server-only method, a server still
+				// starting): their bound is the caller's proof, and it
+				// has none. At most refusedArgsBytes of them are read,
+				// and dropped, to keep the connection in step.
+				lr.n = min(lr.n, refusedArgsBytes)
+			}
 			if !decoded { // keep the stream in step whatever the handler did
 				var discard interface{}
-				if dec.Decode(&discard) != nil {
+				if dec.Decode(&discard) != nil && !lr.hit {
 					return
 				}
 			}
 			if lr.hit {
 				// The rest of it is still on the wire: answer why, and
-				// end the connection, which is out of step. What the
-				// peer still sends is read and dropped for a moment
-				// (memory stays bounded), so that it can read the answer
-				// rather than a reset.
-				st := rpcStatus{Code: codeTooLarge, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}
-				if enc.Encode(&st) == nil && enc.Encode(nil) == nil && w.Flush() == nil {
-					conn.SetReadDeadline(time.Now().Add(lingerTimeout))
-					io.Copy(io.Discard, io.LimitReader(conn, lingerBytes))
+				// end the connection, which is out of step.
+				if refused {
+					st := statusOf(err)
+					st.Closing = true
+					closeAfter(conn, w, enc, st, refusedArgsBytes)
+					return
 				}
+				st := rpcStatus{Code: codeTooLarge, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}
+				closeAfter(conn, w, enc, st, lingerBytes)
 				return
 			}
 			conn.SetReadDeadline(time.Time{}) // a stream reads for the peer's end
@@ -239,6 +265,36 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 			}
 		}
 	}
+}
+
+// closeAfter answers a request with st (and no reply) on a connection
+// about to close. What the peer still sends is read and dropped for a
+// moment, up to linger bytes (memory stays bounded), so that it can read
+// the answer rather than a reset.
+func closeAfter(conn net.Conn, w *bufio.Writer, enc *codec.Encoder, st rpcStatus, linger int64) {
+	if enc.Encode(&st) == nil && enc.Encode(nil) == nil && w.Flush() == nil {
+		conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.Copy(io.Discard, io.LimitReader(conn, linger))
+	}
+}
+
+type callerTokenKey struct{}
+
+// WithCallerToken returns ctx whose RPCs (Pool.Call, Pool.Stream) carry
+// secret in their header, where the server reads it before the
+// arguments ("" carries none).
+func WithCallerToken(ctx context.Context, secret string) context.Context {
+	if secret == "" && CallerToken(ctx) == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, callerTokenKey{}, secret)
+}
+
+// CallerToken is the token of ctx's RPC: in a handler, the one the
+// request's header carries ("" for none, as from older peers).
+func CallerToken(ctx context.Context) string {
+	s, _ := ctx.Value(callerTokenKey{}).(string)
+	return s
 }
 
 // Pool is an RPC client with a few idle connections per peer.
@@ -334,20 +390,16 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 	c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	hdr := rpcHeader{Method: method, Timeout: time.Until(deadline)}
-	if tc := tracing.ContextOf(ctx); tc.Traceparent != "" {
-		hdr.Traceparent, hdr.Tracestate = tc.Traceparent, tc.Tracestate
-	}
-	if err := c.enc.Encode(&hdr); err != nil {
+	hdr := requestHeader(ctx, method)
+	hdr.Timeout = time.Until(deadline)
+	if err := c.send(&hdr, args); err != nil {
+		// The server may have refused the request before reading all of
+		// it and closed the connection: its answer, if it came, says why.
+		refusal := c.refusal(ctx, deadline)
 		c.Close()
-		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
-	}
-	if err := c.enc.Encode(args); err != nil {
-		c.Close()
-		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
-	}
-	if err := c.w.Flush(); err != nil {
-		c.Close()
+		if refusal != nil {
+			return refusal
+		}
 		return fmt.Errorf("rpc %s to %s: send: %w", method, addr, err)
 	}
 	var st rpcStatus
@@ -367,17 +419,57 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 		return fmt.Errorf("rpc %s to %s: receive: %w", method, addr, derr)
 	}
 	c.SetDeadline(time.Time{})
-	if stop() && st.Code != codeTooLarge {
+	if stop() && st.Code != codeTooLarge && !st.Closing {
 		p.put(addr, c)
 	} else {
 		// The deadline was forced, or the server ends the connection
-		// (too_large): the conn is unusable.
+		// (too_large, or a refusal before the arguments): the conn is
+		// unusable.
 		c.Close()
 	}
 	if st.Code != "" {
 		return &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
 	}
 	return nil
+}
+
+// requestHeader is the header of ctx's request for method: its trace and
+// its caller's token.
+func requestHeader(ctx context.Context, method string) rpcHeader {
+	hdr := rpcHeader{Method: method, Token: CallerToken(ctx)}
+	if tc := tracing.ContextOf(ctx); tc.Traceparent != "" {
+		hdr.Traceparent, hdr.Tracestate = tc.Traceparent, tc.Tracestate
+	}
+	return hdr
+}
+
+// send writes a request: its header and arguments.
+func (c *rpcConn) send(hdr *rpcHeader, args interface{}) error {
+	if err := c.enc.Encode(hdr); err != nil {
+		return err
+	}
+	if err := c.enc.Encode(args); err != nil {
+		return err
+	}
+	return c.w.Flush()
+}
+
+// refusal reads, after a failed send, the refusal a server answers
+// before it closes the connection (rpcStatus.Closing); nil when none came
+// within a moment (and before the call's deadline).
+func (c *rpcConn) refusal(ctx context.Context, deadline time.Time) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if d := time.Now().Add(lingerTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	c.SetReadDeadline(deadline)
+	var st rpcStatus
+	if c.dec.Decode(&st) != nil || st.Code == "" {
+		return nil
+	}
+	return &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
 }
 
 // Close closes every idle connection and every open stream (their Recv

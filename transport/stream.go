@@ -167,7 +167,7 @@ func (p *Pool) Stream(ctx context.Context, addr, method string, args interface{}
 
 	// The handshake (request out, status in) is bounded; the stream
 	// itself is not: it lasts as long as ctx and the peer want.
-	hdr := rpcHeader{Method: method, Stream: true}
+	hdr := rpcHeader{Method: method, Stream: true, Token: CallerToken(ctx)}
 	deadline := time.Now().Add(30 * time.Second)
 	if d, ok := ctx.Deadline(); ok {
 		hdr.Timeout = time.Until(d)
