@@ -118,7 +118,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.dataDir, "data-dir", "", "directory for raft.db and snapshots (required)")
 	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
 	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
-	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming (0: off)")
+	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming; bounded by -http-max-conns-per-client per IP address and 10s read and idle timeouts (0: off)")
 	fs.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
 	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
 	fs.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")

@@ -43,7 +43,7 @@ type node struct {
 	stopping atomic.Value // string
 	tracer   *tracing.Tracer
 	// probe serves -probe-port (nil: none); probeDone closes when it ends.
-	probe     *http.Server
+	probe     *httpapi.Probe
 	probeDone chan struct{}
 }
 
@@ -159,13 +159,13 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 }
 
 // serveProbe serves the API's health alone in plain HTTP on addr
-// (httpapi.Server.ProbeHandler); stop closes it first.
+// (httpapi.Server.Probe); stop closes it first.
 func (n *node) serveProbe(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on probe port %s: %w", addr, err)
 	}
-	n.probe = &http.Server{Handler: n.api.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+	n.probe = n.api.Probe()
 	n.probeDone = make(chan struct{})
 	go func() {
 		defer close(n.probeDone)
