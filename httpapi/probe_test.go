@@ -37,7 +37,9 @@ func TestProbeHandlerServesHealthAlone(t *testing.T) {
 		{"GET", "/ui/", http.StatusNotFound},
 	} {
 		rec := httptest.NewRecorder()
-		probe.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		req := httptest.NewRequest(tc.method, tc.path, nil)
+		req.Host = "127.0.0.1" // httptest's example.com is not one of the agent's names
+		probe.ServeHTTP(rec, req)
 		if rec.Code != tc.want {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, rec.Code, tc.want)
 		}

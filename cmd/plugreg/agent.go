@@ -88,6 +88,7 @@ type agentSettings struct {
 	aclToken, aclAgentToken, aclPolicy string
 	aclEnabled                         bool
 	limits                             httpapi.Limits
+	allowedHosts                       string
 	// requiredTypes is repeatable, each a comma list: a -config list
 	// (["csi","dra"]) sets it once per item.
 	requiredTypes listFlag
@@ -144,6 +145,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.IntVar(&s.limits.MaxStreams, "http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
 	fs.IntVar(&s.limits.MaxBlockingQueries, "http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
 	fs.DurationVar(&s.limits.BodyReadTimeout, "http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
+	fs.StringVar(&s.allowedHosts, "http-allowed-hosts", "", "comma-separated DNS names (*.example.com for every name under example.com) a plain-HTTP request may give as its Host, besides IP addresses, localhost and this machine's host name; others are refused 421 host_not_allowed, against DNS rebinding (* allows any; HTTPS requests are not checked)")
 	fs.Var(&s.requiredTypes, "required-plugin-types", "comma-separated (or repeated) plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
 	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 	fs.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
@@ -335,6 +337,11 @@ func (s *agentSettings) apiConfig() (apiOptions, error) {
 	default:
 		return apiOptions{}, fmt.Errorf("-acl-default-policy %q: want allow or deny", s.aclPolicy)
 	}
+	hosts, err := httpapi.ParseAllowedHosts(s.allowedHosts)
+	if err != nil {
+		return apiOptions{}, fmt.Errorf("-http-allowed-hosts: %w", err)
+	}
+	ao.allowedHosts = hosts
 	ao.requiredTypes = httpapi.SplitTypes(s.requiredTypes)
 	for _, t := range ao.requiredTypes {
 		if err := api.ValidateIdentifier("type", t); err != nil {

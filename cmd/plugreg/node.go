@@ -98,6 +98,8 @@ type apiOptions struct {
 	acl   httpapi.ACLConfig
 	// limits of the HTTP API (zero: its defaults).
 	limits httpapi.Limits
+	// allowedHosts: -http-allowed-hosts (httpapi.Config.AllowedHosts).
+	allowedHosts []string
 	// keyring is the agent's gossip keyring, served to operators (nil:
 	// gossip in plaintext).
 	keyring *gossip.Keyring
@@ -147,7 +149,7 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 	n.be = be
 	n.tracer = ao.tracer
 	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler(), RequiredTypes: ao.requiredTypes,
-		Tracer: ao.tracer}
+		AllowedHosts: ao.allowedHosts, Tracer: ao.tracer}
 	if tlsc.ServesTLS() {
 		cfg.TLS = tlsc.IncomingConfig()
 	}
