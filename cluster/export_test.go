@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -10,4 +11,11 @@ import (
 // tests outside the package.
 func (s *Server) ProposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) error {
 	return s.proposeExpiry(ctx, batch)
+}
+
+// RecordedRequestID is the ID under which the FSM's window records a
+// write of kind with request ID id by a caller without a token (ACLs
+// off), for the tests that look a record up.
+func RecordedRequestID(kind, id string) string {
+	return api.ScopeRequestID("", kind, id)
 }
