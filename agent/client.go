@@ -88,7 +88,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.BindAddr == "" {
 		return nil, errors.New("agent: config needs NodeID, DataDir and BindAddr")
 	}
-	if err := api.ValidateIdentifier("node", cfg.NodeID); err != nil {
+	if err := api.ValidateNewIdentifier("node", cfg.NodeID); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

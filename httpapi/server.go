@@ -394,7 +394,7 @@ func decodePlugin(r *http.Request) (*api.PluginInfo, error) {
 	} else if err := decodeJSON(r.Body, info); err != nil {
 		return nil, err
 	}
-	if err := api.ValidatePlugin(info); err != nil {
+	if err := api.ValidateNewPlugin(info); err != nil {
 		return nil, err
 	}
 	return info, nil

@@ -344,7 +344,7 @@ func (s *agentSettings) apiConfig() (apiOptions, error) {
 	ao.allowedHosts = hosts
 	ao.requiredTypes = httpapi.SplitTypes(s.requiredTypes)
 	for _, t := range ao.requiredTypes {
-		if err := api.ValidateIdentifier("type", t); err != nil {
+		if err := api.ValidateNewIdentifier("type", t); err != nil {
 			return apiOptions{}, fmt.Errorf("-required-plugin-types: %w", err)
 		}
 	}
