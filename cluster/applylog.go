@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/internal/datadir"
 )
 
 // ApplyRecord is one line of an apply log.
@@ -47,7 +48,7 @@ type applyLogFSM struct {
 var _ raft.BatchingFSM = (*applyLogFSM)(nil)
 
 func openApplyLogFSM(inner *fsm.FSM, path string) (*applyLogFSM, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, datadir.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open apply log: %w", err)
 	}
