@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
@@ -57,6 +58,32 @@ func testDataDirFilesPrivate(t *testing.T, store string) {
 		metas, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
 		return len(metas) > 0
 	})
+	// A client agent's data dir (its node ID, gossip peers) likewise.
+	clientDir := filepath.Join(t.TempDir(), "client")
+	if err := os.Mkdir(clientDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(clientDir, 0o755)
+	var clientLogs syncBuffer
+	c.AddClient(func(cfg *agent.Config) {
+		cfg.DataDir = clientDir
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: &clientLogs, Level: hclog.Warn})
+	})
+	for _, d := range []struct {
+		dir  string
+		logs *syncBuffer
+	}{{dir, &logs}, {clientDir, &clientLogs}} {
+		checkPrivate(t, d.dir)
+		if !strings.Contains(d.logs.String(), "the data dir may be listed by its group or by other users") {
+			t.Errorf("%s: no warning about a data dir others may list; the log:\n%s", d.dir, d.logs.String())
+		}
+	}
+}
+
+// checkPrivate fails t for every file under dir not 0600 and every dir
+// not 0700 (dir itself, and sockets, aside).
+func checkPrivate(t *testing.T, dir string) {
+	t.Helper()
 	var loose []string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == dir {
@@ -79,10 +106,7 @@ func testDataDirFilesPrivate(t *testing.T, store string) {
 		return nil
 	})
 	if len(loose) > 0 {
-		t.Errorf("not the agent's alone (want files 0600, dirs 0700): %v", loose)
-	}
-	if !strings.Contains(logs.String(), "the data dir may be listed by its group or by other users") {
-		t.Errorf("no warning about a data dir others may list; the log:\n%s", logs.String())
+		t.Errorf("%s: not the agent's alone (want files 0600, dirs 0700): %v", dir, loose)
 	}
 }
 
