@@ -37,7 +37,7 @@ func (c *Client) write(ctx context.Context, method string, args interface{}, wha
 
 // Register registers or updates p through a server.
 func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
-	if err := api.ValidatePlugin(p); err != nil {
+	if err := api.ValidateNewPlugin(p); err != nil {
 		return api.WriteResult{}, err
 	}
 	return c.write(ctx, agentrpc.Register, &agentrpc.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},

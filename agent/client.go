@@ -3,9 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -16,6 +14,7 @@ import (
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
+	"github.com/plugreg/plugreg/internal/datadir"
 	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/tracing"
@@ -89,7 +88,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.BindAddr == "" {
 		return nil, errors.New("agent: config needs NodeID, DataDir and BindAddr")
 	}
-	if err := api.ValidateIdentifier("node", cfg.NodeID); err != nil {
+	if err := api.ValidateNewIdentifier("node", cfg.NodeID); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -101,12 +100,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RPCTimeout <= 0 {
 		cfg.RPCTimeout = 10 * time.Second
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+	if err := datadir.Create(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
+	if err := datadir.Tighten(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	datadir.WarnIfListable(cfg.DataDir, cfg.Logger)
 	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	hc := cfg.Events

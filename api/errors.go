@@ -60,6 +60,10 @@ const (
 	CodeMalformed      = "malformed"
 	CodeUnknownCommand = "unknown_command" // not applied
 	CodeUnsupported    = "unsupported"
+	// CodeHostNotAllowed: a plain-HTTP request named a Host that is not
+	// one of the agent's (HTTP 421; -http-allowed-hosts): what a web page
+	// whose DNS name was rebound to the agent sends.
+	CodeHostNotAllowed = "host_not_allowed" // not applied
 
 	// Availability: try again, here or elsewhere.
 	CodeNoLeader       = "no_leader"        // not applied

@@ -132,6 +132,46 @@ func ValidateInstanceID(ptype, name, allocID string) error {
 	return nil
 }
 
+// ValidateNewIdentifier checks an identifier a write is to create (a
+// registration's type, name, alloc and node, a node's or a token's node
+// ID): as ValidateIdentifier, and neither "." nor "..", which clients and
+// proxies resolve away as a URL's dot segments (RFC 3986), so that the
+// HTTP API could reach what they name only URL-encoded.
+//
+// It is for the edges and for proposing a command, not for decoding one:
+// what an older release let in (an instance named ".", an entry in its
+// log) still decodes, applies, reads and deregisters as before, through
+// ValidateIdentifier.
+func ValidateNewIdentifier(field, v string) error {
+	if err := ValidateIdentifier(field, v); err != nil {
+		return err
+	}
+	return refuseDotSegment(field, v)
+}
+
+func refuseDotSegment(field, v string) error {
+	if v == "." || v == ".." {
+		return fmt.Errorf("%w: %s %q: '.' and '..' are not names (URLs resolve them away as path segments)", ErrInvalid, field, v)
+	}
+	return nil
+}
+
+// ValidateNewPlugin checks a registration to propose: as ValidatePlugin,
+// and its identity (and node, if any) as ValidateNewIdentifier.
+func ValidateNewPlugin(p *PluginInfo) error {
+	if err := ValidatePlugin(p); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{
+		{"Type", p.Type}, {"Name", p.Name}, {"AllocID", p.AllocID}, {"NodeID", p.NodeID},
+	} {
+		if err := refuseDotSegment(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ValidateIdentifier checks one part of a plugin's identity (a type, name,
 // alloc or node ID): non-empty, at most MaxFieldBytes, valid UTF-8, no '/'
 // (it would be unaddressable in the HTTP API's paths) and no control

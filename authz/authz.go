@@ -33,6 +33,25 @@ type Identity struct {
 	// Node, when set, binds the caller to one node: its token was an
 	// agent token (api.ACLToken.Node).
 	Node string
+	// Accessor is the AccessorID of the caller's ACL token ("" without
+	// one: ACLs off, or an anonymous caller).
+	Accessor string
+}
+
+// Scope names the caller as far as its writes' request IDs go: a request
+// ID answers only writes of the same scope (cluster's scopedRequestID).
+// A node-bound caller is its node (its retries survive a rotation of the
+// agent token); another token its accessor; a caller without a token ""
+// (with ACLs off every caller may do everything, so sharing a scope gives
+// none of them more).
+func (id Identity) Scope() string {
+	switch {
+	case id.Node != "":
+		return "node:" + id.Node
+	case id.Accessor != "":
+		return "token:" + id.Accessor
+	}
+	return ""
 }
 
 type identityKey struct{}
@@ -107,7 +126,7 @@ func (r Resolver) Resolve(ctx context.Context, secret string) (Identity, error) 
 	if err != nil {
 		return Identity{}, err
 	}
-	return Identity{Grants: api.TokenAuthorizer(t), Node: t.Node}, nil
+	return Identity{Grants: api.TokenAuthorizer(t), Node: t.Node, Accessor: t.AccessorID}, nil
 }
 
 // deny is the one shape of a refusal: 403 permission_denied naming what was

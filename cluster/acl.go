@@ -49,6 +49,13 @@ func (b *Backend) ACLTokenCreate(ctx context.Context, req api.ACLTokenCreateRequ
 // newToken makes the secret here, at the edge: the log, the snapshots and
 // every replica only ever hold its hash.
 func (b *Backend) newToken(ctx context.Context, req api.ACLTokenCreateRequest, bootstrap bool) (api.ACLTokenSecret, error) {
+	// A new token's node is a new name (the log's decoder, for older
+	// entries, accepts what an older release did).
+	if req.Node != "" {
+		if err := api.ValidateNewIdentifier("Node", req.Node); err != nil {
+			return api.ACLTokenSecret{}, err
+		}
+	}
 	accessor, secret, err := api.NewACLSecret()
 	if err != nil {
 		return api.ACLTokenSecret{}, err

@@ -11,13 +11,16 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
+	"github.com/plugreg/plugreg/internal/datadir"
 )
 
 // ApplyRecord is one line of an apply log.
 type ApplyRecord struct {
-	Index     uint64
-	Term      uint64
-	Kind      string      // "command", "configuration", or "restore" (a snapshot replaced the state)
+	Index uint64
+	Term  uint64
+	Kind  string // "command", "configuration", or "restore" (a snapshot replaced the state)
+	// RequestID is the caller's ID (api.UnscopedRequestID of the one
+	// recorded, which is scoped to the caller and the kind of write).
 	RequestID string      `json:",omitempty"`
 	Command   string      `json:",omitempty"` // register, deregister, deregister-node
 	Request   fsm.Request `json:",omitempty"`
@@ -45,7 +48,7 @@ type applyLogFSM struct {
 var _ raft.BatchingFSM = (*applyLogFSM)(nil)
 
 func openApplyLogFSM(inner *fsm.FSM, path string) (*applyLogFSM, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, datadir.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open apply log: %w", err)
 	}
@@ -65,7 +68,7 @@ func (j *applyLogFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type == raft.LogCommand {
 			rec.Kind = "command"
 			if req, err := fsm.DecodeCommand(l.Data); err == nil {
-				rec.Request, rec.RequestID, rec.Command = req, req.ID(), req.CommandType().String()
+				rec.Request, rec.RequestID, rec.Command = req, api.UnscopedRequestID(req.ID()), req.CommandType().String()
 			}
 			if res, ok := out[i].(*fsm.ApplyResult); ok {
 				rec.Result, rec.Removed, rec.Duplicate = res.Result, res.Removed, res.Duplicate

@@ -155,7 +155,7 @@ func DefaultConfig() *Config {
 // Validate checks fields against each other.
 func (c *Config) Validate() error {
 	var errs []error
-	if err := api.ValidateIdentifier("NodeID", c.NodeID); err != nil {
+	if err := api.ValidateNewIdentifier("NodeID", c.NodeID); err != nil {
 		errs = append(errs, fmt.Errorf("node id: %w", err))
 	}
 	if c.DataDir == "" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/internal/atomicfile"
+	"github.com/plugreg/plugreg/internal/datadir"
 )
 
 // StoreError says a server cannot start from its data dir because a store
@@ -134,7 +135,17 @@ func (s syncedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.SyncDir(filepath.Join(s.dir, sink.ID()+".tmp")); err != nil {
+	tmp := filepath.Join(s.dir, sink.ID()+".tmp")
+	// raft makes the dir 0755 and its files 0644; they keep the modes
+	// set here through the rename and meta.json's rewrite.
+	err = datadir.Private(tmp)
+	if err == nil {
+		err = datadir.Tighten(tmp)
+	}
+	if err == nil {
+		err = atomicfile.SyncDir(tmp)
+	}
+	if err != nil {
 		sink.Cancel()
 		return nil, fmt.Errorf("create snapshot: %w", err)
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -22,4 +23,11 @@ func PortMethods() (agent, serverOnlyMethods []string) {
 		serverOnlyMethods = append(serverOnlyMethods, m)
 	}
 	return agent, serverOnlyMethods
+}
+
+// RecordedRequestID is the ID under which the FSM's window records a
+// write of kind with request ID id by a caller without a token (ACLs
+// off), for the tests that look a record up.
+func RecordedRequestID(kind, id string) string {
+	return api.ScopeRequestID("", kind, id)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/plugreg/plugreg/cluster/raftx"
+	"github.com/plugreg/plugreg/internal/datadir"
 )
 
 // Log store kinds for Config.LogStore.
@@ -67,7 +68,7 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		return b, b, b, nil
 	case LogStoreWAL:
 		dir := filepath.Join(cfg.DataDir, "wal")
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := os.MkdirAll(dir, datadir.DirMode); err != nil {
 			return nil, nil, nil, fmt.Errorf("create wal dir: %w", err)
 		}
 		// Segments are preallocated: raft-wal's 64 MiB default would

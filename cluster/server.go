@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/internal/atomicfile"
+	"github.com/plugreg/plugreg/internal/datadir"
 	"github.com/plugreg/plugreg/internal/nodeid"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tracing"
@@ -92,8 +92,8 @@ func New(cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if err := datadir.Create(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
@@ -209,6 +209,12 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
 	snaps := syncedSnapshotStore{fileSnaps, filepath.Join(cfg.DataDir, "snapshots")}
+	// What the stores just made, and what an older release or another
+	// user left looser, is made the agent's alone (internal/datadir).
+	if err := datadir.Tighten(cfg.DataDir); err != nil {
+		return err
+	}
+	datadir.WarnIfListable(cfg.DataDir, s.logger)
 	// The stores just created raft.db or wal/ and snapshots/ in the data
 	// dir (and node-id may be new): their names are durable once it is.
 	if err := atomicfile.SyncDir(cfg.DataDir); err != nil {

@@ -56,7 +56,7 @@ func (b *Backend) SnapshotRestore(ctx context.Context, archive []byte) (api.Writ
 	if err != nil {
 		return api.WriteResult{}, err
 	}
-	req, st, err := fsm.NewRestoreRequest(stream, api.RequestID(ctx))
+	req, st, err := fsm.NewRestoreRequest(stream, scopedRequestID(ctx, "snapshot-restore"))
 	if err != nil {
 		return api.WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/internal/testing/testbackup"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
@@ -177,7 +178,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 		if indexedContents(got) != indexedContents(st) || got.Len() != st.Len() || got.Instance("later", "z", "1") != nil {
 			t.Fatalf("%s after restoring the saved archive: not its contents", n.Config.NodeID)
 		}
-		if rec, ok := got.Request("restore-2"); !ok || rec.Index != res2.Index || rec.Result != api.ResultRestored {
+		if rec, ok := got.Request(cluster.RecordedRequestID("snapshot-restore", "restore-2")); !ok || rec.Index != res2.Index || rec.Result != api.ResultRestored {
 			t.Fatalf("%s: the restore's request record %+v, %v", n.Config.NodeID, rec, ok)
 		}
 	}

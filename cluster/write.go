@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/tracing"
@@ -43,7 +44,7 @@ func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResu
 				notApplied(api.CodeUnknownCommand, fmt.Errorf("server %s does not know %s yet; upgrade it first", old, f.what)))
 		}
 	}
-	req, err := s.registerRequest(p, api.RequestID(ctx), backend.IfNodeID(ctx))
+	req, err := s.registerRequest(p, scopedRequestID(ctx, "register"), backend.IfNodeID(ctx))
 	if err != nil {
 		return api.WriteResult{}, err
 	}
@@ -84,7 +85,7 @@ func (s *Server) registerRequest(p *api.PluginInfo, requestID, ifNode string) (f
 // condition (see api.DeregisterRequest): a refused condition is an error
 // wrapping api.ErrConflict, and nothing changed.
 func (s *Server) deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
-	res, err := s.write(ctx, fsm.NewDeregisterRequest(req, api.RequestID(ctx)))
+	res, err := s.write(ctx, fsm.NewDeregisterRequest(req, scopedRequestID(ctx, "deregister")))
 	if err != nil {
 		return res, fmt.Errorf("deregister %s/%s/%s: %w", req.Type, req.Name, req.AllocID, err)
 	}
@@ -92,7 +93,7 @@ func (s *Server) deregister(ctx context.Context, req api.DeregisterRequest) (api
 }
 
 func (s *Server) deregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
-	res, err := s.write(ctx, &fsm.DeregisterNodeRequest{NodeID: nodeID, RequestID: api.RequestID(ctx)})
+	res, err := s.write(ctx, &fsm.DeregisterNodeRequest{NodeID: nodeID, RequestID: scopedRequestID(ctx, "deregister-node")})
 	if err != nil {
 		return res, fmt.Errorf("deregister node %s: %w", nodeID, err)
 	}
@@ -124,11 +125,20 @@ func (s *Server) aclTokenSet(ctx context.Context, t fsm.ACLToken) (api.WriteResu
 }
 
 func (s *Server) aclTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
-	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: api.RequestID(ctx)})
+	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: scopedRequestID(ctx, "acl-token-delete")})
 	if err != nil {
 		return res, fmt.Errorf("acl token delete %s: %w", accessorID, err)
 	}
 	return res, nil
+}
+
+// scopedRequestID is the request ID a write of kind by ctx's caller is
+// recorded under (api.ScopeRequestID): one caller's ID never answers
+// another's write, or another kind of write. It is computed here, once, by
+// the server that builds the command: a client agent forwards the raw ID,
+// and a follower forwards the encoded command to the leader.
+func scopedRequestID(ctx context.Context, kind string) string {
+	return api.ScopeRequestID(authz.From(ctx).Scope(), kind, api.RequestID(ctx))
 }
 
 // rpcVersionProtoCommands is the RPCVersion (gossip.Meta) of servers that

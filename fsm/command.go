@@ -190,6 +190,9 @@ func EncodeCommand(req Request) ([]byte, error) {
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
 	}
+	if err := validateNew(req); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
+	}
 	var buf bytes.Buffer
 	buf.WriteByte(byte(req.CommandType()))
 	if err := codec.NewEncoder(&buf, msgpackHandle).Encode(req); err != nil {

@@ -93,6 +93,9 @@ func EncodeCommandIn(req Request, enc Encoding) ([]byte, error) {
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
 	}
+	if err := validateNew(req); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.CommandType(), err)
+	}
 	return encode(), nil
 }
 

@@ -197,7 +197,7 @@ func TestConnectionsPerClientLimit(t *testing.T) {
 			conns := []net.Conn{dial(), dial()}
 			// Both are served (and so counted) before the third is dialled.
 			for _, c := range conns {
-				fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+				fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 				if err != nil {
 					t.Fatal(err)
@@ -244,7 +244,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "POST /v1/plugins HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"Type\":")
+	fmt.Fprintf(c, "POST /v1/plugins HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"Type\":")
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, nil); err == nil {

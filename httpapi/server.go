@@ -68,6 +68,11 @@ type Config struct {
 	// Limits bound connections, streams, blocking queries and body reads
 	// (zero fields: the defaults).
 	Limits Limits
+	// AllowedHosts are the names a plain-HTTP request's Host may give
+	// besides IP literals, localhost and this machine's host name
+	// (-http-allowed-hosts; "*.example.com", or "*" for any): others are
+	// refused, against DNS rebinding (hosts.go).
+	AllowedHosts []string
 	// Metrics, if set, serves GET /v1/metrics.
 	Metrics http.Handler
 	// Token, when set with ACLs off, is required (header
@@ -108,6 +113,7 @@ type Server struct {
 	leaveOnce                  sync.Once
 	lists                      *listCache // encoded lists by type (listcache.go)
 	streamSlots, blockingSlots slots      // Limits (limits.go)
+	hosts                      allowedHosts
 }
 
 // New returns the API server; call Serve.
@@ -124,7 +130,7 @@ func New(cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = defaultIdleTimeout
 	}
-	s := &Server{cfg: cfg, be: authz.Guard(cfg.Backend), logger: cfg.Logger, lists: newListCache(),
+	s := &Server{cfg: cfg, be: authz.Guard(cfg.Backend), logger: cfg.Logger, lists: newListCache(), hosts: newAllowedHosts(cfg.AllowedHosts),
 		resolver: authz.Resolver{ACLs: cfg.ACL.Enabled, DefaultDeny: cfg.ACL.DefaultDeny, StaticToken: cfg.Token, Tokens: cfg.Backend.ResolveToken}}
 	cfg.Limits = cfg.Limits.withDefaults()
 	s.cfg.Limits = cfg.Limits
@@ -258,6 +264,9 @@ func (s *Server) Handler() http.Handler {
 		accesses[rt.pattern] = rt.access
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.hosts.refuseHost(w, r) {
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern == "" {
 			// No route, or not with this method: the mux's own 404/405
@@ -366,11 +375,16 @@ func (w *spanStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWrite
 // kubelet's HTTP probes present no client certificate, so against an API
 // that requires one (-verify-incoming) they could only test that the
 // port is open, not that the agent knows a leader. Health is open on
-// the API too (no token needed); nothing else is served here.
+// the API too (no token needed); nothing else is served here. Its Host is
+// checked as the API's is (kubelet names the pod's IP).
 func (s *Server) ProbeHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.health)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hosts.refuseHost(w, r) {
+			mux.ServeHTTP(w, r)
+		}
+	})
 }
 
 // jsonStatusWriter replaces the mux's plain-text error body with ErrorBody.
@@ -469,7 +483,7 @@ func decodePlugin(r *http.Request) (*api.PluginInfo, error) {
 	} else if err := decodeJSON(r.Body, info); err != nil {
 		return nil, err
 	}
-	if err := api.ValidatePlugin(info); err != nil {
+	if err := api.ValidateNewPlugin(info); err != nil {
 		return nil, err
 	}
 	return info, nil

@@ -3,13 +3,34 @@ package raftx
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
+	"github.com/plugreg/plugreg/internal/datadir"
 )
+
+// privateFiles is raft-wal's file system with each new segment file its
+// owner's alone (datadir.FileMode): raft-wal creates them 0644.
+type privateFiles struct{ types.VFS }
+
+func (p privateFiles) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := p.VFS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	if err := datadir.Private(filepath.Join(dir, name)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
 
 // WALStore is raft-wal as the log and stable store, reopened from disk
 // after any failed write, and saying when a deletion emptied the log (for
@@ -66,7 +87,8 @@ func OpenWAL(dir string, size int, logger hclog.Logger) (*WALStore, error) {
 // dir again; v0.4.1 closes it too, and BoltMetaDB.Close is idempotent.
 func (s *WALStore) open() error {
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(s.dir, wal.WithLogger(s.logger), wal.WithSegmentSize(s.size), wal.WithMetaStore(meta))
+	w, err := wal.Open(s.dir, wal.WithLogger(s.logger), wal.WithSegmentSize(s.size), wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(s.dir, privateFiles{walfs.New()})))
 	if err != nil {
 		meta.Close()
 		return err

@@ -88,6 +88,7 @@ type agentSettings struct {
 	aclToken, aclAgentToken, aclPolicy string
 	aclEnabled                         bool
 	limits                             httpapi.Limits
+	allowedHosts                       string
 	// requiredTypes is repeatable, each a comma list: a -config list
 	// (["csi","dra"]) sets it once per item.
 	requiredTypes listFlag
@@ -118,7 +119,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.dataDir, "data-dir", "", "directory for raft.db and snapshots (required)")
 	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
 	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
-	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming (0: off)")
+	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming; bounded by -http-max-conns-per-client per IP address and 10s read and idle timeouts (0: off)")
 	fs.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
 	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
 	fs.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
@@ -144,6 +145,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.IntVar(&s.limits.MaxStreams, "http-max-streams", httpapi.DefaultMaxStreams, "open event streams on this agent; past it 429 (negative: no bound)")
 	fs.IntVar(&s.limits.MaxBlockingQueries, "http-max-blocking-queries", httpapi.DefaultMaxBlockingQueries, "reads waiting for a change (?index=) on this agent; past it 429 (negative: no bound)")
 	fs.DurationVar(&s.limits.BodyReadTimeout, "http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
+	fs.StringVar(&s.allowedHosts, "http-allowed-hosts", "", "comma-separated DNS names (*.example.com for every name under example.com) a plain-HTTP request may give as its Host, besides IP addresses, localhost and this machine's host name; others are refused 421 host_not_allowed, against DNS rebinding (* allows any; HTTPS requests are not checked)")
 	fs.Var(&s.requiredTypes, "required-plugin-types", "comma-separated (or repeated) plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
 	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 	fs.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
@@ -335,9 +337,14 @@ func (s *agentSettings) apiConfig() (apiOptions, error) {
 	default:
 		return apiOptions{}, fmt.Errorf("-acl-default-policy %q: want allow or deny", s.aclPolicy)
 	}
+	hosts, err := httpapi.ParseAllowedHosts(s.allowedHosts)
+	if err != nil {
+		return apiOptions{}, fmt.Errorf("-http-allowed-hosts: %w", err)
+	}
+	ao.allowedHosts = hosts
 	ao.requiredTypes = httpapi.SplitTypes(s.requiredTypes)
 	for _, t := range ao.requiredTypes {
-		if err := api.ValidateIdentifier("type", t); err != nil {
+		if err := api.ValidateNewIdentifier("type", t); err != nil {
 			return apiOptions{}, fmt.Errorf("-required-plugin-types: %w", err)
 		}
 	}

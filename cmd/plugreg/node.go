@@ -43,7 +43,7 @@ type node struct {
 	stopping atomic.Value // string
 	tracer   *tracing.Tracer
 	// probe serves -probe-port (nil: none); probeDone closes when it ends.
-	probe     *http.Server
+	probe     *httpapi.Probe
 	probeDone chan struct{}
 }
 
@@ -98,6 +98,8 @@ type apiOptions struct {
 	acl   httpapi.ACLConfig
 	// limits of the HTTP API (zero: its defaults).
 	limits httpapi.Limits
+	// allowedHosts: -http-allowed-hosts (httpapi.Config.AllowedHosts).
+	allowedHosts []string
 	// keyring is the agent's gossip keyring, served to operators (nil:
 	// gossip in plaintext).
 	keyring *gossip.Keyring
@@ -147,7 +149,7 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 	n.be = be
 	n.tracer = ao.tracer
 	cfg := httpapi.Config{Backend: be, Logger: logger.Named("http"), Metrics: setupMetrics(logger), Token: ao.token, ACL: ao.acl, Limits: ao.limits, OnLeave: onLeave, UI: ui.Handler(), RequiredTypes: ao.requiredTypes,
-		Tracer: ao.tracer}
+		AllowedHosts: ao.allowedHosts, Tracer: ao.tracer}
 	if tlsc.ServesTLS() {
 		cfg.TLS = tlsc.IncomingConfig()
 	}
@@ -159,13 +161,13 @@ func (n *node) serve(be backend.Backend, logger hclog.Logger, ao apiOptions, tls
 }
 
 // serveProbe serves the API's health alone in plain HTTP on addr
-// (httpapi.Server.ProbeHandler); stop closes it first.
+// (httpapi.Server.Probe); stop closes it first.
 func (n *node) serveProbe(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on probe port %s: %w", addr, err)
 	}
-	n.probe = &http.Server{Handler: n.api.ProbeHandler(), ReadHeaderTimeout: 10 * time.Second}
+	n.probe = n.api.Probe()
 	n.probeDone = make(chan struct{})
 	go func() {
 		defer close(n.probeDone)

@@ -68,6 +68,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* -http-allowed-hosts of the servers: the names clients reach their API
+by over plain HTTP (a DNS-rebinding page's Host is refused). The API
+service's and the headless service's, each pod's through it, short and
+qualified, and http.allowedHosts. */}}
+{{- define "plugreg.serverAllowedHosts" -}}
+{{- $name := include "plugreg.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $hosts := list -}}
+{{- range $svc := list $name (printf "%s-server" $name) (printf "*.%s-server" $name) -}}
+{{- $hosts = append $hosts $svc -}}
+{{- $hosts = append $hosts (printf "%s.%s" $svc $ns) -}}
+{{- $hosts = append $hosts (printf "%s.%s.svc" $svc $ns) -}}
+{{- $hosts = append $hosts (printf "%s.%s.svc.%s" $svc $ns $.Values.clusterDomain) -}}
+{{- end -}}
+{{- join "," (concat $hosts .Values.http.allowedHosts) -}}
+{{- end -}}
+
 {{/* The environment the args above expand. */}}
 {{- define "plugreg.commonEnv" -}}
 - name: POD_IP
