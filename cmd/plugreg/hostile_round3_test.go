@@ -46,6 +46,7 @@ type hostile struct {
 	rpc        *transport.Pool
 	as         func(addrs []string, token string) *client.Client
 	plugin     func(node, alloc string) *client.PluginInfo
+	probe      string // host-2's -probe-port address
 }
 
 // peakRSS is a process's peak resident memory (VmHWM), in bytes.
@@ -97,11 +98,13 @@ func costOf(procs []*proctest.Agent, fn func() error) (mem int64, cpu time.Durat
 	return mem, cpu, err
 }
 
-// bounded fails when an attack's cost grew past what a refusal may cost.
-func bounded(what string, mem int64, cpu time.Duration, maxMem int64, maxCPU time.Duration) error {
+// bounded fails when an attack's cost grew past what a refusal may cost,
+// and logs it otherwise.
+func (h *hostile) bounded(what string, mem int64, cpu time.Duration, maxMem int64, maxCPU time.Duration) error {
 	if mem > maxMem || cpu > maxCPU {
 		return fmt.Errorf("%s cost %d MiB of peak memory and %v of CPU (bounds %d MiB, %v)", what, mem>>20, cpu, maxMem>>20, maxCPU)
 	}
+	h.t.Logf("%s cost %.1f MiB of peak memory and %v of CPU", what, float64(mem)/(1<<20), cpu)
 	return nil
 }
 
@@ -154,7 +157,7 @@ func (h *hostile) round3() []attack {
 			if sent := atomic.LoadInt64(&body.read); sent > 32<<20 {
 				return fmt.Errorf("the agent took %d MiB of the body before refusing it", sent>>20)
 			}
-			return bounded("the refusal", mem, cpu, 64<<20, 5*time.Second)
+			return h.bounded("the refusal", mem, cpu, 64<<20, 5*time.Second)
 		}},
 		{"client certificate", "make a server decode a 300 MiB snapshot without a token", func() error {
 			args := &agentrpc.SnapshotRestoreArgs{Archive: make([]byte, 300<<20)}
@@ -175,7 +178,7 @@ func (h *hostile) round3() []attack {
 			if err != nil {
 				return err
 			}
-			return bounded("three refusals", mem, cpu, 100<<20, 10*time.Second)
+			return h.bounded("three refusals", mem, cpu, 100<<20, 10*time.Second)
 		}},
 		{"host-2's agent token", "reuse another caller's request ID to be answered with its result", func() error {
 			w, err := h.op.ACLTokenCreate(h.ctx, "writer", []client.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}})
@@ -206,6 +209,7 @@ func (h *hostile) round3() []attack {
 			heavy := strings.TrimSuffix(strings.Repeat(`Options.x matches "^zzz[a-z]{990}[0-9]{990}" or `, 8), " or ")
 			return h.costlyFilter(heavy, "work budget exceeded")
 		}},
+		{"anyone", "hold 1,000 idle connections to a client agent's probe port", h.crowdProbe},
 		{"a deleted read token", "keep its open event streams (at a server and a client agent)", h.streamsOutliveToken},
 		{"a write token", "register names that paths cannot reach (. and ..)", func() error {
 			for _, name := range []string{".", ".."} {
@@ -260,7 +264,7 @@ func (h *hostile) costlyFilter(expr, want string) error {
 	if err != nil {
 		return err
 	}
-	return bounded("three refusals", mem, cpu, 64<<20, 5*time.Second)
+	return h.bounded("three refusals", mem, cpu, 64<<20, 5*time.Second)
 }
 
 // streamsOutliveToken opens event streams with a read token at a follower
@@ -313,6 +317,59 @@ func (h *hostile) streamsOutliveToken() error {
 	}
 	deleted = true
 	return errors.Join(<-ends, <-ends)
+}
+
+// crowdProbe opens 1,000 connections from one address to host-2's probe
+// port (plain HTTP, no token, served on every pod IP by the chart) and
+// asks each for /v1/health: at most -http-max-conns-per-client (200) may
+// be held, those held are closed once idle, and the probe still answers
+// another address meanwhile.
+func (h *hostile) crowdProbe() error {
+	const attempts, perClient = 1000, 200
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range attempts {
+		conn, err := net.DialTimeout("tcp", h.probe, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("dial after %d connections: %v", len(conns), err)
+		}
+		conns = append(conns, conn)
+	}
+	var held []*bufio.Reader
+	var heldConns []net.Conn
+	for _, conn := range conns {
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "GET /v1/health HTTP/1.1\r\nHost: %s\r\n\r\n", h.probe)
+		br := bufio.NewReader(conn)
+		if resp, err := http.ReadResponse(br, nil); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				held, heldConns = append(held, br), append(heldConns, conn)
+			}
+		}
+	}
+	if len(held) > perClient {
+		return fmt.Errorf("the probe port held %d connections from one address, more than %d", len(held), perClient)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	resp, err := hc.Get("http://" + h.probe + "/v1/health")
+	if err != nil {
+		return fmt.Errorf("the probe, from another address: %v", err)
+	}
+	resp.Body.Close()
+	for i, br := range held {
+		heldConns[i].SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := br.ReadByte(); err != io.EOF {
+			return fmt.Errorf("held connection %d, idle: %v, want it closed by the agent", i, err)
+		}
+	}
+	return nil
 }
 
 // defaultAgentAttacks run against an agent started with no security flag

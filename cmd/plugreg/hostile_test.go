@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +134,10 @@ func TestHostileSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1 := c.StartClient(t, "host-1", "127.0.0.1", append(secure(cli), "-acl-agent-token", tok1.SecretID, "-plugin-socket", "off")...)
-	h2 := c.StartClient(t, "host-2", "127.0.0.1", append(secure(cli), "-acl-agent-token", tok2.SecretID, "-plugin-socket", "off")...)
+	// host-2 serves the probe port too, as the chart's client agents do.
+	probePort := strconv.Itoa(proctest.FreePorts(t, "127.0.0.1", 1)[0])
+	h2 := c.StartClient(t, "host-2", "127.0.0.1", append(secure(cli), "-acl-agent-token", tok2.SecretID, "-plugin-socket", "off",
+		"-probe-port", probePort)...)
 	// Each host registers its own plugin through its own agent, with its
 	// agent token: what the agents do for their hosts.
 	plugin := func(node, alloc string) *client.PluginInfo {
@@ -275,7 +280,7 @@ func TestHostileSuite(t *testing.T) {
 		}},
 	}
 	h := &hostile{t: t, ctx: ctx, c: c, addrs: addrs, raftAddrs: raftAddrs, h1: h1, h2: h2, tok1: tok1.SecretID, tok2: tok2.SecretID,
-		op: op, cliTLS: cliTLS, rpc: rpc, as: as, plugin: plugin}
+		op: op, cliTLS: cliTLS, rpc: rpc, as: as, plugin: plugin, probe: net.JoinHostPort("127.0.0.1", probePort)}
 	attacks = append(attacks, h.round3()...)
 	attacks = append(attacks, defaultAgentAttacks(ctx, t, c.Bin)...)
 	for _, a := range attacks {
