@@ -11,42 +11,17 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
+	"github.com/plugreg/plugreg/internal/testing/netcount"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/ui"
 )
 
 // countingListener counts the bytes its connections' readers took from
-// the network.
-type countingListener struct {
-	net.Listener
-	read atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, read: &l.read}, nil
-}
-
-type countingConn struct {
-	net.Conn
-	read *atomic.Int64
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read.Add(int64(n))
-	return n, err
-}
-
 // zeros is an endless body that allocates nothing.
 type zeros struct{}
 
@@ -116,7 +91,7 @@ func TestEveryRouteRefusesBeforeReadingTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := &countingListener{Listener: ln}
+	counted := netcount.Wrap(ln)
 	go api.Serve(counted)
 	defer api.Close()
 	base := "http://" + ln.Addr().String()
@@ -151,12 +126,12 @@ func TestEveryRouteRefusesBeforeReadingTheBody(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			readBefore := counted.read.Load()
+			readBefore := counted.Read()
 			status, err := sendLarge(ln.Addr().String(), method, path, req.token, bodySize)
 			// The server's side of the connection ends after the answer:
 			// what it read by then is all it reads.
 			time.Sleep(100 * time.Millisecond)
-			read := counted.read.Load() - readBefore
+			read := counted.Read() - readBefore
 			runtime.ReadMemStats(&after)
 			allocated := after.TotalAlloc - before.TotalAlloc
 			t.Logf("%s: status %d (err %v), %d bytes read, %d bytes allocated", pattern, status, err, read, allocated)

@@ -4,38 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/internal/testing/netcount"
 	"go.uber.org/goleak"
 )
-
-// countingConns counts what the server reads from its connections.
-type countingConns struct {
-	net.Listener
-	read atomic.Int64
-}
-
-func (l *countingConns) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &countedConn{Conn: c, read: &l.read}, nil
-}
-
-type countedConn struct {
-	net.Conn
-	read *atomic.Int64
-}
-
-func (c *countedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read.Add(int64(n))
-	return n, err
-}
 
 type deniedError struct{}
 
@@ -66,7 +41,7 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := &countingConns{Listener: ln}
+	counted := netcount.Wrap(ln)
 	m := serveMux(counted, ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
 	defer m.Close()
 	p := NewPool("127.0.0.1", time.Second, nil)
@@ -86,7 +61,7 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 		{"the token, 8 MiB", "secret", 8 << 20, "", 9 << 20, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := counted.read.Load()
+			before := counted.Read()
 			var n int
 			err := p.Call(WithCallerToken(ctx, tc.token), ln.Addr().String(), "M", make([]byte, tc.size), &n)
 			var re *RemoteError
@@ -97,7 +72,7 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 				t.Fatalf("%v; want %s", err, tc.code)
 			}
 			time.Sleep(50 * time.Millisecond) // the server's linger ends when the caller's send does
-			if read := counted.read.Load() - before; read > tc.maxRead {
+			if read := counted.Read() - before; read > tc.maxRead {
 				t.Fatalf("the server read %d bytes; want at most %d", read, tc.maxRead)
 			}
 			p.mu.Lock()
