@@ -3,8 +3,10 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
@@ -36,10 +38,142 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyHosts is BenchmarkApply with the instances spread over
-// 1,000 hosts (NodeIDs), as a fleet's are; BenchmarkApply puts them all on
-// one node, the node index's worst case.
+// BenchmarkApplyHosts measures the FSM's cost per write in a fleet: H
+// hosts each running the same 20 plugin names, so every name has one
+// instance per host (a CSI node plugin, a device plugin). Each write is
+// one of: a new registration (a new host's instance), the deregistration
+// of one instance, a node's health mark (20 instances suspect, or
+// cleared) and the deregistration of a node (20 instances). The cost per
+// write must not grow with H. "grow" is the older case: registrations
+// spread over 1,000 hosts into a state that grows with b.N.
 func BenchmarkApplyHosts(b *testing.B) {
+	b.Run("grow", benchApplyGrow)
+	for _, hosts := range []int{100, 1000, 10000, 50000} {
+		stream := fleetSnapshot(b, hosts)
+		for _, op := range fleetOps {
+			b.Run(fmt.Sprintf("hosts=%d/%s", hosts, op.name), func(b *testing.B) {
+				benchFleetOp(b, stream, hosts, op.req)
+			})
+		}
+	}
+}
+
+const fleetNames = 20
+
+// fleetOps are the writes BenchmarkApplyHosts times. req returns the
+// i-th write since the state was restored, or nil once the state has
+// none left of that kind (the bench then restores a fresh one, untimed).
+var fleetOps = []struct {
+	name string
+	req  func(i, hosts int) Request
+}{
+	{"register", func(i, hosts int) Request {
+		p := plugin("csi", fmt.Sprintf("name-%02d", i%fleetNames), fmt.Sprintf("new-%d", i))
+		p.NodeID = fmt.Sprintf("newhost-%d", i/fleetNames)
+		return reg(p)
+	}},
+	{"deregister", func(i, hosts int) Request {
+		if i >= hosts*fleetNames {
+			return nil
+		}
+		h, n := i/fleetNames, i%fleetNames
+		return dereg("csi", fmt.Sprintf("name-%02d", n), fmt.Sprintf("h%d-n%d", h, n))
+	}},
+	{"node-health", func(i, hosts int) Request {
+		// Mark every host suspect, then clear every mark, and so on:
+		// each write changes the node's 20 instances.
+		return &NodeHealthRequest{NodeID: fmt.Sprintf("host-%d", i%hosts), Suspect: (i/hosts)%2 == 0, Reason: suspectReason((i/hosts)%2 == 0),
+			LastSeen: lastSeen((i/hosts)%2 == 0)}
+	}},
+	{"deregister-node", func(i, hosts int) Request {
+		if i >= hosts {
+			return nil
+		}
+		return &DeregisterNodeRequest{NodeID: fmt.Sprintf("host-%d", i)}
+	}},
+}
+
+func suspectReason(suspect bool) string {
+	if suspect {
+		return "gossip: node failed"
+	}
+	return ""
+}
+
+func lastSeen(suspect bool) time.Time {
+	if suspect {
+		return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	}
+	return time.Time{}
+}
+
+// fleetSnapshot is the snapshot stream of hosts hosts × fleetNames
+// names, host h's instance of name n being alloc "h<h>-n<n>" (each list
+// newest first: the highest host first). A stream rather than a log:
+// applying a million registrations one by one is what the bench measures,
+// too slow to set it up.
+func fleetSnapshot(b *testing.B, hosts int) []byte {
+	var buf bytes.Buffer
+	enc := newTestEncoder(&buf)
+	n := uint64(hosts * fleetNames)
+	hdr := RegistryState{Version: SnapshotVersion, Index: n, Names: fleetNames, Instances: int(n)}
+	if err := enc.Encode(&hdr); err != nil {
+		b.Fatal(err)
+	}
+	for name := 0; name < fleetNames; name++ {
+		rec := NameList{Type: "csi", Name: fmt.Sprintf("name-%02d", name)}
+		for h := hosts - 1; h >= 0; h-- {
+			p := plugin("csi", rec.Name, fmt.Sprintf("h%d-n%d", h, name))
+			p.NodeID = fmt.Sprintf("host-%d", h)
+			p.CreateIndex = uint64(h*fleetNames + name + 1)
+			p.ModifyIndex = p.CreateIndex
+			rec.Instances = append(rec.Instances, p)
+		}
+		if err := enc.Encode(&rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func benchFleetOp(b *testing.B, stream []byte, hosts int, req func(i, hosts int) Request) {
+	var (
+		f     *FSM
+		index uint64
+		i     int
+	)
+	restore := func() {
+		f = New(nil)
+		if err := f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+			b.Fatal(err)
+		}
+		index, i = f.State().Index(), 0
+	}
+	restore()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r := req(i, hosts)
+		if r == nil {
+			b.StopTimer()
+			restore()
+			r = req(i, hosts)
+			b.StartTimer()
+		}
+		i++
+		index++
+		data, err := EncodeCommand(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(*ApplyResult)
+		if res.Err != nil || res.Result == api.ResultUnchanged || res.Result == api.ResultAbsent {
+			b.Fatalf("%T: %v %v", r, res.Result, res.Err)
+		}
+	}
+}
+
+func benchApplyGrow(b *testing.B) {
 	logs := make([]*raft.Log, b.N)
 	for i := range logs {
 		p := plugin("csi", fmt.Sprintf("name-%d", i%10000), fmt.Sprintf("alloc-%d", i))
