@@ -71,11 +71,10 @@ func (s *State) nodeHealth(index uint64, r *NodeHealthRequest) (api.Result, []Ev
 			continue // not the node's mark
 		}
 		list := s.recency(cur.Type, cur.Name)
-		pos := list.find(cur.AllocID)
 		p := *cur // the state's instances are shared: a copy changes
 		p.Health = mark.Copy()
 		p.ModifyIndex = index
-		events = append(events, s.replaceAt(index, list, pos, &p))
+		events = append(events, s.replaceAt(index, list, list.seqOf(cur.AllocID), cur, &p))
 	}
 	if len(events) == 0 {
 		return api.ResultUnchanged, nil

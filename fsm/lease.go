@@ -67,11 +67,11 @@ func (s *State) expire(index uint64, r *ExpireRequest) (api.Result, []Event) {
 	var events []Event
 	for _, l := range r.Leases {
 		list := s.recency(l.Type, l.Name)
-		pos := list.find(l.AllocID)
-		if pos < 0 || list[pos].ModifyIndex != l.ModifyIndex || list[pos].TTL == 0 {
+		cur, seq, found := list.find(l.AllocID)
+		if !found || cur.ModifyIndex != l.ModifyIndex || cur.TTL == 0 {
 			continue
 		}
-		events = append(events, s.removeAt(index, l.Type, l.Name, list, pos, api.EventExpired))
+		events = append(events, s.removeAt(index, list, seq, cur, api.EventExpired))
 	}
 	if len(events) == 0 {
 		return api.ResultAbsent, nil

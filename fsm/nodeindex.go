@@ -107,9 +107,9 @@ func (s *State) HasNodeInstances(nodeID string) bool {
 func buildNodeIndex(types *iradix.Tree[*nameTree]) *nodeTree {
 	b := immutable.NewSortedMapBuilder[string, *api.PluginInfo](keyOrder{})
 	types.Root().Walk(func(_ []byte, names *nameTree) bool {
-		names.Root().Walk(func(_ []byte, r recency) bool {
-			for _, p := range r {
-				if p.NodeID != "" {
+		names.Root().Walk(func(_ []byte, r *recency) bool {
+			for itr := r.order.Iterator(); !itr.Done(); {
+				if _, p, _ := itr.Next(); p.NodeID != "" {
 					b.Set(nodeKey(p), p)
 				}
 			}

@@ -139,9 +139,12 @@ func restoredState(cur *State, l *raft.Log) (*State, *ApplyResult) {
 // s restamps it (see restamped) only at an index above it.
 func (s *State) LongestRecency() int {
 	n := 0
-	s.Walk(func(_, _ string, list []*api.PluginInfo) bool {
-		n = max(n, len(list))
-		return true
+	s.types.Root().Walk(func(_ []byte, names *nameTree) bool {
+		names.Root().Walk(func(_ []byte, r *recency) bool {
+			n = max(n, r.Len())
+			return false
+		})
+		return false
 	})
 	return n
 }
@@ -160,7 +163,7 @@ func (s *State) restamped(index uint64) (*State, error) {
 	types := iradix.New[*nameTree]().Txn()
 	var (
 		curType string
-		names   *iradix.Txn[recency]
+		names   *iradix.Txn[*recency]
 	)
 	flush := func() {
 		if names != nil {
@@ -170,16 +173,16 @@ func (s *State) restamped(index uint64) (*State, error) {
 	s.Walk(func(ptype, name string, list []*api.PluginInfo) bool {
 		if names == nil || ptype != curType {
 			flush()
-			curType, names = ptype, iradix.New[recency]().Txn()
+			curType, names = ptype, iradix.New[*recency]().Txn()
 		}
-		out := make(recency, len(list))
+		out := make([]*api.PluginInfo, len(list))
 		for j, p := range list {
 			c := *p
 			c.ModifyIndex = index - uint64(j)
 			c.CreateIndex = c.ModifyIndex
 			out[j] = &c
 		}
-		names.Insert([]byte(name), out)
+		names.Insert([]byte(name), newRecency(out))
 		return true
 	})
 	flush()

@@ -127,7 +127,7 @@ func ReadState(r io.Reader) (*State, error) {
 	interned := newInterner()
 	var (
 		curType   string
-		names     *iradix.Txn[recency]
+		names     *iradix.Txn[*recency]
 		prev      NameList
 		instances int
 	)
@@ -153,9 +153,9 @@ func ReadState(r io.Reader) (*State, error) {
 		}
 		if names == nil || rec.Type != curType {
 			flush()
-			curType, names = rec.Type, iradix.New[recency]().Txn()
+			curType, names = rec.Type, iradix.New[*recency]().Txn()
 		}
-		names.Insert([]byte(rec.Name), recency(rec.Instances))
+		names.Insert([]byte(rec.Name), newRecency(rec.Instances))
 		instances += len(rec.Instances)
 		if instances > hdr.Instances {
 			return nil, fmt.Errorf("%w: more instances than the header's %d", ErrBadSnapshot, hdr.Instances)

@@ -8,41 +8,8 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// recency is one (Type, Name)'s instances, newest registration first. A
-// recency slice is never modified once it is in a State: changes build a
-// new slice (lists are short; a name has one instance per allocation).
-type recency []*api.PluginInfo
-
-func (r recency) find(allocID string) int {
-	for i, p := range r {
-		if p.AllocID == allocID {
-			return i
-		}
-	}
-	return -1
-}
-
-// without returns a new list without position i.
-func (r recency) without(i int) recency {
-	out := make(recency, 0, len(r)-1)
-	out = append(out, r[:i]...)
-	return append(out, r[i+1:]...)
-}
-
-// withFront returns a new list with p in front, dropping position skip
-// (-1 drops nothing).
-func (r recency) withFront(p *api.PluginInfo, skip int) recency {
-	out := make(recency, 0, len(r)+1)
-	out = append(out, p)
-	for i, q := range r {
-		if i != skip {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
-type nameTree = iradix.Tree[recency]
+// nameTree is one type's names and their recency lists (recency.go).
+type nameTree = iradix.Tree[*recency]
 
 // State is one immutable version of the registry: every type, name and
 // recency list as of Index. Readers may hold a State as long as they like;
@@ -71,13 +38,13 @@ type State struct {
 // copies its path, as it would outside a batch.)
 type batch struct {
 	types *iradix.Txn[*nameTree]
-	names map[string]*iradix.Txn[recency] // open name trees, by type
+	names map[string]*iradix.Txn[*recency] // open name trees, by type
 }
 
 // beginBatch opens the transactions; commitBatch closes them into new
 // trees. Between the two, reads and writes of s go through them.
 func (s *State) beginBatch() {
-	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[recency]{}}
+	s.batch = &batch{types: s.types.Txn(), names: map[string]*iradix.Txn[*recency]{}}
 }
 
 func (s *State) commitBatch() {
@@ -137,8 +104,8 @@ func (s *State) List(ptype string) []*api.PluginInfo {
 		return nil
 	}
 	out := make([]*api.PluginInfo, 0, names.Len())
-	names.Root().Walk(func(_ []byte, r recency) bool {
-		out = append(out, r[0])
+	names.Root().Walk(func(_ []byte, r *recency) bool {
+		out = append(out, r.front())
 		return false
 	})
 	return out
@@ -157,28 +124,18 @@ func (s *State) TypeInstances(ptype string) []*api.PluginInfo {
 
 // Instances returns the recency list of (ptype, name), newest first, or nil.
 func (s *State) Instances(ptype, name string) []*api.PluginInfo {
-	r := s.recency(ptype, name)
-	if r == nil {
-		return nil
-	}
-	return append([]*api.PluginInfo(nil), r...)
+	return s.recency(ptype, name).slice()
 }
 
 // Newest returns the newest instance of (ptype, name), or nil.
 func (s *State) Newest(ptype, name string) *api.PluginInfo {
-	if r := s.recency(ptype, name); r != nil {
-		return r[0]
-	}
-	return nil
+	return s.recency(ptype, name).front()
 }
 
 // Instance returns one instance, or nil.
 func (s *State) Instance(ptype, name, allocID string) *api.PluginInfo {
-	r := s.recency(ptype, name)
-	if i := r.find(allocID); i >= 0 {
-		return r[i]
-	}
-	return nil
+	p, _, _ := s.recency(ptype, name).find(allocID)
+	return p
 }
 
 // Walk calls fn for every (type, name) in order with its recency list,
@@ -204,8 +161,8 @@ func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*ap
 		if !want(t) {
 			return false
 		}
-		names.Root().Walk(func(nk []byte, r recency) bool {
-			stop = !fn(t, string(nk), r)
+		names.Root().Walk(func(nk []byte, r *recency) bool {
+			stop = !fn(t, string(nk), r.slice())
 			return stop
 		})
 		return stop
@@ -217,7 +174,7 @@ func (s *State) WalkTypes(types []string, fn func(ptype, name string, list []*ap
 // own map), so any goroutine may call it: for tests and tools.
 func (s *State) Request(id string) (RequestRecord, bool) { return s.requests.find(id) }
 
-func (s *State) recency(ptype, name string) recency {
+func (s *State) recency(ptype, name string) *recency {
 	if s.batch != nil {
 		if nt, ok := s.batch.names[ptype]; ok {
 			r, _ := nt.Get([]byte(name))
@@ -241,19 +198,19 @@ func (s *State) recency(ptype, name string) recency {
 // put replaces the recency list of (ptype, name) with r; an empty list
 // removes the name, and the type with its last name. The caller keeps the
 // node index in step (nodeInsert, nodeDelete, nodeReplace).
-func (s *State) put(ptype, name string, r recency) {
+func (s *State) put(ptype, name string, r *recency) {
 	tk, nk := []byte(ptype), []byte(name)
 	if b := s.batch; b != nil {
 		nt, ok := b.names[ptype]
 		if !ok {
 			names, ok := b.types.Get(tk)
 			if !ok {
-				names = iradix.New[recency]()
+				names = iradix.New[*recency]()
 			}
 			nt = names.Txn()
 			b.names[ptype] = nt
 		}
-		if len(r) == 0 {
+		if r.Len() == 0 {
 			nt.Delete(nk)
 		} else {
 			nt.Insert(nk, r)
@@ -262,9 +219,9 @@ func (s *State) put(ptype, name string, r recency) {
 	}
 	names, ok := s.types.Get(tk)
 	if !ok {
-		names = iradix.New[recency]()
+		names = iradix.New[*recency]()
 	}
-	if len(r) == 0 {
+	if r.Len() == 0 {
 		names, _, _ = names.Delete(nk)
 	} else {
 		names, _, _ = names.Insert(nk, r)
@@ -282,8 +239,8 @@ func (s *State) put(ptype, name string, r recency) {
 
 func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event) {
 	r := s.recency(in.Type, in.Name)
-	pos := r.find(in.AllocID)
-	if pos >= 0 && api.SameContent(r[pos], in) {
+	old, seq, found := r.find(in.AllocID)
+	if found && api.SameContent(old, in) {
 		return api.ResultUnchanged, nil
 	}
 	// in was decoded from this entry by apply and nobody else holds it:
@@ -294,55 +251,50 @@ func (s *State) register(index uint64, in *api.PluginInfo) (api.Result, []Event)
 	s.interned.internStrings(p)
 	p.ModifyIndex = index
 	res, ev := api.ResultRegistered, api.EventRegistered
-	if pos >= 0 && api.SameButHealth(r[pos], p) {
+	if found && api.SameButHealth(old, p) {
 		// A health change: the instance keeps its place in the recency
 		// list (it was not registered anew).
-		p.CreateIndex = r[pos].CreateIndex
-		return api.ResultUpdated, []Event{s.replaceAt(index, r, pos, p)}
+		p.CreateIndex = old.CreateIndex
+		return api.ResultUpdated, []Event{s.replaceAt(index, r, seq, old, p)}
 	}
-	if pos >= 0 {
-		p.CreateIndex = r[pos].CreateIndex
+	if found {
+		p.CreateIndex = old.CreateIndex
 		res, ev = api.ResultUpdated, api.EventUpdated
+		s.nodeReplace(old, p)
 	} else {
 		p.CreateIndex = index
 		s.instances++
-	}
-	if pos >= 0 {
-		s.nodeReplace(r[pos], p)
-	} else {
 		s.nodeInsert(p)
 	}
-	s.put(p.Type, p.Name, r.withFront(p, pos))
+	s.put(p.Type, p.Name, r.withFront(p))
 	return res, []Event{{Index: index, EventType: ev, Info: p, Current: p}}
 }
 
 func (s *State) deregister(index uint64, ptype, name, allocID string) (api.Result, []Event) {
 	r := s.recency(ptype, name)
-	pos := r.find(allocID)
-	if pos < 0 {
+	old, seq, found := r.find(allocID)
+	if !found {
 		return api.ResultAbsent, nil
 	}
-	return api.ResultDeregistered, []Event{s.removeAt(index, ptype, name, r, pos, api.EventDeregistered)}
+	return api.ResultDeregistered, []Event{s.removeAt(index, r, seq, old, api.EventDeregistered)}
 }
 
-// removeAt removes position pos of r, the recency list of (ptype, name),
+// removeAt removes removed, numbered seq in r (its name's recency list),
 // and returns the removal's event, of type ev.
-func (s *State) removeAt(index uint64, ptype, name string, r recency, pos int, ev api.EventType) Event {
-	removed := r[pos]
-	rest := r.without(pos)
+func (s *State) removeAt(index uint64, r *recency, seq uint64, removed *api.PluginInfo, ev api.EventType) Event {
+	rest := r.without(removed.AllocID, seq)
 	s.nodeDelete(removed)
-	s.put(ptype, name, rest)
+	s.put(removed.Type, removed.Name, rest)
 	s.instances--
 	return Event{Index: index, EventType: ev, Info: removed, Current: rest.front()}
 }
 
-// replaceAt puts p in place of position pos of r, the recency list of p's
-// name, keeping the order (a change of health is no new registration),
+// replaceAt puts p in place of old, numbered seq in r (p's name's recency
+// list), keeping the order (a change of health is no new registration),
 // and returns the health event.
-func (s *State) replaceAt(index uint64, r recency, pos int, p *api.PluginInfo) Event {
-	next := slices.Clone(r)
-	next[pos] = p
-	s.nodeReplace(r[pos], p)
+func (s *State) replaceAt(index uint64, r *recency, seq uint64, old, p *api.PluginInfo) Event {
+	next := r.replaced(seq, p)
+	s.nodeReplace(old, p)
 	s.put(p.Type, p.Name, next)
 	return Event{Index: index, EventType: api.EventHealth, Info: p, Current: next.front()}
 }
@@ -351,12 +303,10 @@ func (s *State) replaceAt(index uint64, r recency, pos int, p *api.PluginInfo) E
 // but no longer matches. An absent instance passes: removing it is
 // "absent" either way.
 func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
-	p := s.recency(r.Type, r.Name)
-	pos := p.find(r.AllocID)
-	if pos < 0 {
+	cur, _, found := s.recency(r.Type, r.Name).find(r.AllocID)
+	if !found {
 		return nil
 	}
-	cur := p[pos]
 	if r.IfNodeID != "" && cur.NodeID != r.IfNodeID {
 		return fmt.Errorf("deregister %s/%s/%s: %w: it belongs to node %q, not %q", r.Type, r.Name, r.AllocID, api.ErrConflict, cur.NodeID, r.IfNodeID)
 	}
@@ -366,40 +316,33 @@ func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
 	return nil
 }
 
+// deregisterNode removes the node's instances, found in the node index
+// (by Type, Name, AllocID): O(log L) each. Within one name they go
+// newest first, as a walk of the recency list found them, so the events
+// (and each one's Current) are what they always were.
 func (s *State) deregisterNode(index uint64, nodeID string) (api.Result, []Event) {
-	// The node's (Type, Name)s, from the node index, in order.
-	type tn struct{ ptype, name string }
-	var hits []tn
-	for _, p := range s.NodeInstances(nodeID) {
-		if h := (tn{p.Type, p.Name}); len(hits) == 0 || hits[len(hits)-1] != h {
-			hits = append(hits, h)
-		}
-	}
-	if len(hits) == 0 {
+	mine := s.NodeInstances(nodeID)
+	if len(mine) == 0 {
 		return api.ResultAbsent, nil
 	}
 	var events []Event
-	for _, h := range hits {
-		rest := s.recency(h.ptype, h.name)
-		for i := 0; i < len(rest); {
-			if rest[i].NodeID != nodeID {
-				i++
-				continue
-			}
-			removed := rest[i]
-			rest = rest.without(i)
-			s.nodeDelete(removed)
-			s.instances--
-			events = append(events, Event{Index: index, EventType: api.EventDeregistered, Info: removed, Current: rest.front()})
+	for len(mine) > 0 {
+		n := 1
+		for n < len(mine) && mine[n].Type == mine[0].Type && mine[n].Name == mine[0].Name {
+			n++
 		}
-		s.put(h.ptype, h.name, rest)
+		group := mine[:n]
+		mine = mine[n:]
+		r := s.recency(group[0].Type, group[0].Name)
+		if len(group) > 1 {
+			// Sequence numbers are unique in a list: the sort is total.
+			slices.SortFunc(group, func(a, b *api.PluginInfo) int { return newestFirst{}.Compare(r.seqOf(a.AllocID), r.seqOf(b.AllocID)) })
+		}
+		for _, p := range group {
+			ev := s.removeAt(index, r, r.seqOf(p.AllocID), p, api.EventDeregistered)
+			r = s.recency(p.Type, p.Name)
+			events = append(events, ev)
+		}
 	}
 	return api.ResultDeregistered, events
-}
-
-func (r recency) front() *api.PluginInfo {
-	if len(r) == 0 {
-		return nil
-	}
-	return r[0]
 }
