@@ -8,7 +8,11 @@
 // events in the same order.
 //
 // State is persistent (copy-on-write): a two-level immutable radix tree
-// (type -> name -> recency list). Apply builds a new root and swaps it in
+// (type -> name -> recency list), each recency list a pair of persistent
+// B+trees (by registration, newest first, and by AllocID; recency.go), so
+// a write costs O(log L) in a name of L instances, not O(L): a
+// cluster-wide registry's name has one instance per host, tens of
+// thousands of them. Apply builds a new root and swaps it in
 // with one atomic store, so a reader or a snapshot takes the current root in
 // O(1) and never waits for Apply, and Apply never waits for them.
 //

@@ -35,7 +35,10 @@ type State struct {
 // transaction of its own). The published trees are never touched: a
 // transaction only changes nodes it created itself. (The node index,
 // a B+tree, has no transactions in its library's version: each entry
-// copies its path, as it would outside a batch.)
+// copies its path, as it would outside a batch. So do the recency lists'
+// B+trees (recency.go): a path is O(log L) nodes, and a batch's writes
+// mostly touch different hosts' entries, so a transaction would save
+// little there.)
 type batch struct {
 	types *iradix.Txn[*nameTree]
 	names map[string]*iradix.Txn[*recency] // open name trees, by type
@@ -122,7 +125,8 @@ func (s *State) TypeInstances(ptype string) []*api.PluginInfo {
 	return out
 }
 
-// Instances returns the recency list of (ptype, name), newest first, or nil.
+// Instances returns the recency list of (ptype, name), newest first, or nil:
+// a new slice, O(L). List, Newest and Instance are O(log L) per name.
 func (s *State) Instances(ptype, name string) []*api.PluginInfo {
 	return s.recency(ptype, name).slice()
 }
@@ -140,6 +144,7 @@ func (s *State) Instance(ptype, name, allocID string) *api.PluginInfo {
 
 // Walk calls fn for every (type, name) in order with its recency list,
 // newest first, until fn returns false. fn must not keep or change list.
+// Each list is built for the call (O(L)): a walk reads everything anyway.
 func (s *State) Walk(fn func(ptype, name string, list []*api.PluginInfo) bool) {
 	s.WalkTypes(nil, fn)
 }
