@@ -112,7 +112,7 @@ func lastSeen(suspect bool) time.Time {
 // newest first: the highest host first). A stream rather than a log:
 // applying a million registrations one by one is what the bench measures,
 // too slow to set it up.
-func fleetSnapshot(b *testing.B, hosts int) []byte {
+func fleetSnapshot(b testing.TB, hosts int) []byte {
 	var buf bytes.Buffer
 	enc := newTestEncoder(&buf)
 	n := uint64(hosts * fleetNames)
