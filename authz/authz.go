@@ -168,6 +168,17 @@ func Read(ctx context.Context, typ string) error {
 	return check(From(ctx).Grants.CanRead(typ), "read plugins of type "+typ)
 }
 
+// ReadQuery checks a query before it runs: a read of q's type when it
+// names one; the listings of types and of a node's plugins are cut to
+// what the caller may read instead (Guard.Query).
+func ReadQuery(ctx context.Context, q api.Query) error {
+	switch q.Kind {
+	case api.QueryList, api.QueryInstances, api.QueryInstance, api.QueryTypeInstances:
+		return Read(ctx, q.Type)
+	}
+	return nil
+}
+
 // Register checks a registration of p: write on its type and, for a
 // node-bound caller, p on its node. It returns the context to register
 // in: for a node-bound caller, one that makes the registration

@@ -61,11 +61,8 @@ func (g guard) Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult
 // types and of a node's plugins are cut to what it may.
 func (g guard) Query(ctx context.Context, q api.Query) (*api.QueryResult, error) {
 	a := From(ctx).Grants
-	switch q.Kind {
-	case api.QueryList, api.QueryInstances, api.QueryInstance, api.QueryTypeInstances:
-		if err := Read(ctx, q.Type); err != nil {
-			return nil, err
-		}
+	if err := ReadQuery(ctx, q); err != nil {
+		return nil, err
 	}
 	res, err := g.b.Query(ctx, q)
 	if res == nil || a.CanReadAll() {

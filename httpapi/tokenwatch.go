@@ -137,15 +137,10 @@ func mayReadTypes(types []string) func(context.Context) error {
 	}
 }
 
-// mayRunQuery is the check of a blocking query: a read of q's type when
-// it names one (what authz.Guard checks first); the listings of types and
-// of a node's plugins need only the token.
+// mayRunQuery is the check of a blocking query, the one authz.Guard
+// makes before it runs.
 func mayRunQuery(q api.Query) func(context.Context) error {
-	switch q.Kind {
-	case api.QueryList, api.QueryInstances, api.QueryInstance, api.QueryTypeInstances:
-		return func(ctx context.Context) error { return authz.Read(ctx, q.Type) }
-	}
-	return nil
+	return func(ctx context.Context) error { return authz.ReadQuery(ctx, q) }
 }
 
 // streamError is the last event of a stream ended by err (api.EventError):
