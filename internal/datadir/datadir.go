@@ -51,15 +51,17 @@ func Tighten(dir string) error {
 		}
 		switch {
 		case d.IsDir():
-			return chmodIfLooser(path, d, DirMode)
+			return setMode(path, d, DirMode)
 		case d.Type().IsRegular():
-			return chmodIfLooser(path, d, FileMode)
+			return setMode(path, d, FileMode)
 		}
 		return nil
 	})
 }
 
-func chmodIfLooser(path string, d fs.DirEntry, mode fs.FileMode) error {
+// setMode sets path to mode unless it has it already (a chmod a walk of
+// an unchanged dir need not make).
+func setMode(path string, d fs.DirEntry, mode fs.FileMode) error {
 	info, err := d.Info()
 	if err != nil {
 		if os.IsNotExist(err) {
