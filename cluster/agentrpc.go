@@ -58,7 +58,7 @@ const maxAgentArgs = 1 << 20
 // header says.
 type caller struct {
 	token string         // the header's token; "" for none
-	id    authz.Identity // its identity, when the method has a rule
+	id    authz.Identity // its identity, when there is a token or a rule
 }
 
 // preauthorize checks m's rule against the header's token, before the
@@ -75,14 +75,19 @@ type caller struct {
 // until it is upgraded (a server's HTTP API restores meanwhile).
 func (s *Server) preauthorize(ctx context.Context, m agentMethod) (caller, error) {
 	c := caller{token: transport.CallerToken(ctx)}
-	if m.rule == nil {
+	if m.rule == nil && c.token == "" {
 		return c, nil
 	}
+	// A header token is resolved whatever the rule: the method's
+	// arguments are then checked as its identity (handleAgentRPC's as).
 	id, err := s.resolver().Resolve(ctx, c.token)
 	if err != nil {
 		return c, err
 	}
 	c.id = id
+	if m.rule == nil {
+		return c, nil
+	}
 	if err := m.rule(authz.With(ctx, id)); err != nil && (c.token != "" || m.large) {
 		return c, err
 	}
