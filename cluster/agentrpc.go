@@ -9,6 +9,7 @@ import (
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
+	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -262,7 +263,13 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 				return err
 			}
 			for ev := range ch {
-				if err := send(ev.Event); err != nil {
+				// Encoded once for every client agent's upstream on
+				// this server, not once per agent.
+				b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
+				if err != nil {
+					return api.ToWire(err)
+				}
+				if err := send(transport.Encoded(b)); err != nil {
 					return err
 				}
 			}

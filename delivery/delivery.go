@@ -33,6 +33,7 @@ type Encoding uint8
 const (
 	JSON     Encoding = iota // a line of newline-delimited JSON
 	Protobuf                 // a length-delimited pluginpb.Event
+	Upstream                 // a stream value to a client agent (transport.Encode)
 	numEncodings
 )
 

@@ -21,6 +21,21 @@ import (
 // return.
 type Streamer func(ctx context.Context, send func(v interface{}) error) error
 
+// Encoded is a stream value already in the wire encoding (the bytes of
+// Encode): a Streamer that sends one value to many peers (a server's event
+// to every client agent's upstream) encodes it once, not once per peer.
+type Encoded []byte
+
+// Encode returns v in the wire encoding of a stream's values, to send as
+// Encoded.
+func Encode(v interface{}) (Encoded, error) {
+	var b []byte
+	if err := codec.NewEncoderBytes(&b, msgpackHandle).Encode(v); err != nil {
+		return nil, fmt.Errorf("transport: encode %T: %w", v, err)
+	}
+	return b, nil
+}
+
 // DefaultStreamWriteTimeout is ServeOptions.StreamWriteTimeout's default.
 const DefaultStreamWriteTimeout = 30 * time.Second
 
@@ -89,7 +104,7 @@ func serveStream(base context.Context, hdr rpcHeader, conn net.Conn, r *bufio.Re
 		}
 		conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 		for _, v := range vs {
-			if err := enc.Encode(v); err != nil {
+			if err := encodeTo(w, enc, v); err != nil {
 				return err
 			}
 		}
@@ -118,6 +133,17 @@ func serveStream(base context.Context, hdr rpcHeader, conn net.Conn, r *bufio.Re
 		end.Code, end.Outcome, end.Msg = st.Code, st.Outcome, st.Msg
 	}
 	write(&end)
+}
+
+// encodeTo writes v with enc, or as it is when it is Encoded. The encoder
+// writes all of a value to w before Encode returns, so bytes written to w
+// between two Encode calls land between the two values.
+func encodeTo(w *bufio.Writer, enc *codec.Encoder, v interface{}) error {
+	if b, ok := v.(Encoded); ok {
+		_, err := w.Write(b)
+		return err
+	}
+	return enc.Encode(v)
 }
 
 // Stream is the receiving end of a streamed RPC. Recv is for one

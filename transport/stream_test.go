@@ -27,6 +27,7 @@ func (e codedErr) Code() string  { return e.code }
 //	Forever    -> one value, then blocks until its ctx ends; reports that
 //	              on ended
 //	Echo(s)    -> a plain reply
+//	Mixed(n)   -> 0..n-1, the odd ones sent as Encoded, clean end
 type streamServer struct {
 	*Mux
 	base   context.Context
@@ -54,6 +55,27 @@ func newStreamServer(t *testing.T) *streamServer {
 				}
 				if method == "Fail" {
 					return codedErr{"boom", "boom after " + fmt.Sprint(n)}
+				}
+				return nil
+			}), nil
+		case "Mixed":
+			var n int
+			if err := dec(&n); err != nil {
+				return nil, err
+			}
+			return Streamer(func(ctx context.Context, send func(interface{}) error) error {
+				for i := 0; i < n; i++ {
+					var v interface{} = i
+					if i%2 == 1 {
+						b, err := Encode(i)
+						if err != nil {
+							return err
+						}
+						v = b
+					}
+					if err := send(v); err != nil {
+						return err
+					}
 				}
 				return nil
 			}), nil
@@ -128,6 +150,25 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 		}
 		if err := s.Recv(new(int)); err != io.EOF {
 			t.Fatalf("Recv after the end: %v, want io.EOF again", err)
+		}
+	})
+	t.Run("encoded values arrive as the values", func(t *testing.T) {
+		s, err := p.Stream(ctx, addr, "Mixed", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		got, err := recvInts(t, s)
+		if err != io.EOF {
+			t.Fatalf("end: %v, want io.EOF", err)
+		}
+		for i, v := range got {
+			if v != i {
+				t.Fatalf("value %d is %d", i, v)
+			}
+		}
+		if len(got) != 100 {
+			t.Fatalf("got %d values, want 100", len(got))
 		}
 	})
 	t.Run("end with error", func(t *testing.T) {
