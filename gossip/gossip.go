@@ -122,13 +122,13 @@ const DefaultForgetAfter = time.Minute
 // Pool is this node's view of the gossip pool, fed by memberlist's event
 // delegate.
 type Pool struct {
-	ml      *memberlist.Memberlist
-	tr      *boundTransport
-	cfg     Config
-	logger  hclog.Logger
-	mu      sync.Mutex // guards byName, serverNames, servers and meta
-	byName  map[string]*Member
-	meta    Meta
+	ml     *memberlist.Memberlist
+	tr     *boundTransport
+	cfg    Config
+	logger hclog.Logger
+	mu     sync.Mutex // guards byName, serverNames, servers and meta
+	byName map[string]*Member
+	meta   Meta
 	// serverNames are the members of byName that are servers, and
 	// servers the alive ones' metas, sorted by name: AliveServers is
 	// called on every RPC of a client agent, and the pool may hold a
@@ -136,11 +136,11 @@ type Pool struct {
 	// rebuilt when a server member changes, and never changed in place.
 	serverNames map[string]*Member
 	servers     []Meta
-	changed chan struct{}  // capacity 1: a coalesced "something changed"
-	save    chan struct{}  // capacity 1: a coalesced "write the peers file"
-	stop    chan struct{}  // closed by Shutdown
-	wg      sync.WaitGroup // persistPeers, reconnect and a background join
-	once    sync.Once
+	changed     chan struct{}  // capacity 1: a coalesced "something changed"
+	save        chan struct{}  // capacity 1: a coalesced "write the peers file"
+	stop        chan struct{}  // closed by Shutdown
+	wg          sync.WaitGroup // persistPeers, reconnect and a background join
+	once        sync.Once
 }
 
 // Start starts gossip on BindAddr:Port. Join to meet the others.
