@@ -151,6 +151,7 @@ func (s *Server) start() (err error) {
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
 		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersion},
 		PeersFile: peersFile(cfg.DataDir), Encryption: cfg.GossipEncryption, Logger: s.logger.Named("memberlist"),
+		ForgetAfter: cfg.GossipForgetAfter, Keep: s.keepMember,
 	})
 	if err != nil {
 		return err
