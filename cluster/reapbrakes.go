@@ -122,8 +122,8 @@ func (b ReapBrakes) holds(failed, clients int) bool {
 // census counts the client agents that bear on the guard: the alive ones,
 // and the failed ones that still have plugins registered. A failed agent
 // without plugins (reaped already, or it had none) counts for nothing:
-// the gossip pool never forgets a member, and hosts gone for good would
-// otherwise pile up until the guard held for ever; so does one that left,
+// the gossip pool keeps it a while (Config.GossipForgetAfter), and hosts
+// gone for good would otherwise hold the guard; so does one that left,
 // which it did on purpose. Servers never count: the guard is about the
 // hosts, and under a leader most servers are alive by construction, which
 // would only dilute the fraction.
