@@ -411,6 +411,10 @@ func (s *Server) GossipKeyring() *gossip.Keyring { return s.gossip.Keyring() }
 // LiveServers is how many servers gossip says are alive.
 func (s *Server) LiveServers() int { return len(s.gossip.AliveServers()) }
 
+// GossipMembers is how many members gossip counts alive or suspect: the
+// fleet's size as this server sees it.
+func (s *Server) GossipMembers() int { return s.gossip.NumMembers() }
+
 // Members returns the gossip pool as this node sees it.
 func (s *Server) Members() []gossip.Member { return s.gossip.Members() }
 
