@@ -252,11 +252,17 @@ func (p *Pool) forget(now time.Time) {
 	if after < 0 {
 		return
 	}
-	var due []*Member
+	// Each member judged, and a copy to judge: set changes a member in
+	// place under the lock.
+	type judged struct {
+		ptr *Member
+		val Member
+	}
+	var due []judged
 	p.mu.Lock()
 	for _, m := range p.byName {
 		if forgettable(m, p.cfg.NodeID) && now.Sub(m.Since) > after {
-			due = append(due, m)
+			due = append(due, judged{m, *m})
 		}
 	}
 	p.mu.Unlock()
@@ -264,8 +270,8 @@ func (p *Pool) forget(now time.Time) {
 	for _, m := range due {
 		// Asked outside the lock: Keep may read a state, and memberlist
 		// waits on this lock to report a change.
-		if p.cfg.Keep == nil || !p.cfg.Keep(*m) {
-			gone = append(gone, m)
+		if p.cfg.Keep == nil || !p.cfg.Keep(m.val) {
+			gone = append(gone, m.ptr)
 		}
 	}
 	if len(gone) == 0 {
