@@ -54,9 +54,9 @@ type HostConfig struct {
 	// by one SyncInterval each time the fleet doubles (Consul's
 	// anti-entropy scale factor), so that the servers' linearizable reads
 	// grow as N/log N rather than N; and the round after servers come
-	// back is spread over a random delay of up to one for every
-	// serverUpRate members, so that a server restart does not get every
-	// host's read in the same second.
+	// back waits a random delay of up to a second for every serverUpRate
+	// members (at most the scaled interval), so that a server restart
+	// does not get every host's read in the same second.
 	Members func() int
 	Logger  hclog.Logger
 }
