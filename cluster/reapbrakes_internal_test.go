@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,27 @@ func TestReapRateScalesWithTheFleet(t *testing.T) {
 				t.Fatalf("a second later: %d reaps at once, want %d", n, want)
 			}
 		})
+	}
+}
+
+// The leader's reaped set keeps only nodes still failed or gone in its
+// gossip: one alive again is due anew when it next fails, and one gossip
+// forgot (GossipForgetAfter) no longer takes room, so that the set does
+// not grow with every host that ever died.
+func TestPruneReaped(t *testing.T) {
+	member := func(name string, st gossip.Status) gossip.Member {
+		return gossip.Member{Name: name, Status: st, Meta: gossip.Meta{ID: name, Role: api.RoleClient}}
+	}
+	members := []gossip.Member{member("alive-again", gossip.StatusAlive), member("failed", gossip.StatusFailed),
+		member("left", gossip.StatusLeft), member("failed-not-reaped", gossip.StatusFailed)}
+	reaped := map[string]bool{"alive-again": true, "failed": true, "left": true, "forgotten": true}
+	pruneReaped(reaped, members)
+	var got []string
+	for name := range reaped {
+		got = append(got, name)
+	}
+	slices.Sort(got)
+	if want := []string{"failed", "left"}; !slices.Equal(got, want) {
+		t.Fatalf("reaped after pruning: %v, want %v", got, want)
 	}
 }
