@@ -160,6 +160,10 @@ func (c *Client) GossipKeyring() *gossip.Keyring { return c.gossip.Keyring() }
 // LiveServers is how many servers gossip says are alive.
 func (c *Client) LiveServers() int { return len(c.gossip.AliveServers()) }
 
+// GossipMembers is how many members gossip counts alive or suspect: the
+// fleet's size as this agent sees it.
+func (c *Client) GossipMembers() int { return c.gossip.NumMembers() }
+
 // Servers returns the server addresses of the servers gossip says are
 // alive, the last one that answered first.
 func (c *Client) Servers() []string {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -33,8 +35,10 @@ type HostConfig struct {
 	// longer has. Instances of the node registered otherwise (by hand,
 	// over HTTP) are left alone.
 	Sources []string
-	// SyncInterval between anti-entropy rounds (zero: 30s). A round that
-	// fails is retried sooner, with backoff from 1s: after a partition
+	// SyncInterval between anti-entropy rounds (zero: 30s), scaled with
+	// the fleet (Members) and jittered: each wait is drawn from half to
+	// one and a half times the scaled interval. A round that fails is
+	// retried sooner, with jittered backoff from 1s: after a partition
 	// heals, the host's registrations are right again within seconds.
 	SyncInterval time.Duration
 	// WriteTimeout bounds each write (zero: 10s).
@@ -45,7 +49,16 @@ type HostConfig struct {
 	// reconnect that matters, even when the host wrote nothing meanwhile
 	// and saw no failure.
 	LiveServers func() int
-	Logger      hclog.Logger
+	// Members, when set, reports how many members this agent's gossip
+	// knows: the fleet's size. Above aeScaleThreshold the interval grows
+	// by one SyncInterval each time the fleet doubles (Consul's
+	// anti-entropy scale factor), so that the servers' linearizable reads
+	// grow as N/log N rather than N; and the round after servers come
+	// back waits a random delay of up to a second for every serverUpRate
+	// members (at most the scaled interval), so that a server restart
+	// does not get every host's read in the same second.
+	Members func() int
+	Logger  hclog.Logger
 }
 
 // Host is the registrations a host's agent makes on its host's behalf:
@@ -69,6 +82,8 @@ type Host struct {
 	keys  [64]sync.Mutex // striped per key: one write per instance at a time
 	kick  chan struct{}  // capacity 1: a coalesced "sync soon"
 	stats HostStats
+	// rand draws from [0, n) for the schedule's jitter (tests fix it).
+	rand func(n int64) int64
 }
 
 // HostStats count what anti-entropy did.
@@ -97,6 +112,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	return &Host{
 		cfg: cfg, be: cfg.Backend, node: cfg.Backend.NodeID(), logger: cfg.Logger,
 		desired: make(map[key]*api.PluginInfo), ready: make(map[string]bool), kick: make(chan struct{}, 1),
+		rand: rand.Int64N,
 	}, nil
 }
 
@@ -299,8 +315,9 @@ func (h *Host) allReady() bool {
 	return true
 }
 
-// Run syncs every SyncInterval, soon after Resync or a reconnect, and with
-// backoff while rounds fail, until ctx ends.
+// Run syncs every SyncInterval (scaled and jittered: syncWait), soon after
+// Resync or, spread over serverUpDelay, after the servers came back, and
+// with backoff while rounds fail, until ctx ends.
 func (h *Host) Run(ctx context.Context) {
 	if h.cfg.LiveServers != nil {
 		done := make(chan struct{})
@@ -311,7 +328,7 @@ func (h *Host) Run(ctx context.Context) {
 		defer func() { <-done }()
 	}
 	backoff := time.Second
-	t := time.NewTimer(h.cfg.SyncInterval)
+	t := time.NewTimer(syncWait(h.interval(), h.rand))
 	defer t.Stop()
 	for {
 		select {
@@ -320,13 +337,17 @@ func (h *Host) Run(ctx context.Context) {
 		case <-t.C:
 		case <-h.kick:
 		}
-		wait := h.cfg.SyncInterval
+		interval := h.interval()
+		wait := syncWait(interval, h.rand)
 		if err := h.Sync(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			h.logger.Debug("anti-entropy round failed; retrying", "in", backoff, "error", err)
-			wait, backoff = backoff, min(backoff*2, h.cfg.SyncInterval)
+			// Jittered too: the hosts that failed together (a server
+			// outage) must not retry together.
+			wait = syncWait(backoff, h.rand)
+			h.logger.Debug("anti-entropy round failed; retrying", "in", wait, "error", err)
+			backoff = min(backoff*2, interval)
 		} else {
 			backoff = time.Second
 		}
@@ -340,22 +361,80 @@ func (h *Host) Run(ctx context.Context) {
 	}
 }
 
-// watchServers asks for a round whenever the number of live servers rises.
-// It ends with ctx; Run waits for it.
+// aeScaleThreshold is the fleet's size up to which anti-entropy runs every
+// SyncInterval (Consul's agent/ae: 128).
+const aeScaleThreshold = 128
+
+// serverUpRate is how many hosts a second, fleet-wide, make the round
+// after servers came back: one linearizable read each on the servers
+// that just returned.
+const serverUpRate = 200
+
+// aeScaleFactor is Consul's: 1 up to aeScaleThreshold members, and one
+// more each time the fleet doubles past it (8 at 10,000; 10 at 50,000).
+func aeScaleFactor(members int) int {
+	if members <= aeScaleThreshold {
+		return 1
+	}
+	return 1 + int(math.Ceil(math.Log2(float64(members))-math.Log2(aeScaleThreshold)))
+}
+
+// members is the fleet's size as the agent's gossip sees it (1 unknown).
+func (h *Host) members() int {
+	if h.cfg.Members == nil {
+		return 1
+	}
+	return h.cfg.Members()
+}
+
+// interval is SyncInterval scaled to the fleet.
+func (h *Host) interval() time.Duration {
+	return h.cfg.SyncInterval * time.Duration(aeScaleFactor(h.members()))
+}
+
+// syncWait draws a wait from [d/2, 3d/2): on average d, and the hosts'
+// rounds, however they started, spread over the interval rather than
+// stay in step.
+func syncWait(d time.Duration, rnd func(int64) int64) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + time.Duration(rnd(int64(d)))
+}
+
+// serverUpDelay draws the wait before the round after servers came back:
+// from [0, spread), spread one second for every serverUpRate members, at
+// most interval (the scaled interval: a round comes by then anyway).
+func serverUpDelay(members int, interval time.Duration, rnd func(int64) int64) time.Duration {
+	spread := min(time.Duration(members)*time.Second/serverUpRate, interval)
+	if spread <= 0 {
+		return 0
+	}
+	return time.Duration(rnd(int64(spread)))
+}
+
+// watchServers asks for a round, after serverUpDelay, whenever the number
+// of live servers rises. It ends with ctx; Run waits for it.
 func (h *Host) watchServers(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var due <-chan time.Time // the round asked for, when pending
 	last := h.cfg.LiveServers()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-due:
+			due = nil
+			h.Resync()
+			continue
 		case <-t.C:
 		}
 		n := h.cfg.LiveServers()
-		if n > last {
-			h.logger.Debug("servers came back; anti-entropy round", "live", n, "before", last)
-			h.Resync()
+		if n > last && due == nil {
+			delay := serverUpDelay(h.members(), h.interval(), h.rand)
+			h.logger.Debug("servers came back; anti-entropy round", "live", n, "before", last, "in", delay)
+			due = time.After(delay)
 		}
 		last = n
 	}

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -186,4 +187,88 @@ func TestHostSyncsWhenServersComeBack(t *testing.T) {
 	}
 	live.Store(3) // healed
 	c.Eventually(20*time.Second, "the host's plugin to be back after the servers came back", present)
+}
+
+// runHost runs a host over cn's client agent that sees members gossip
+// members and live servers, with its schedule's draws fixed by draw.
+func runHost(t *testing.T, cn *testcluster.ClientNode, interval time.Duration, members int, live *atomic.Int32, draw func(int64) int64) *agent.Host {
+	t.Helper()
+	h, err := agent.NewHost(agent.HostConfig{Backend: cn.Client, Sources: []string{api.SourceKubelet}, SyncInterval: interval,
+		LiveServers: func() int { return int(live.Load()) }, Members: func() int { return members }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.SetHostRand(h, draw)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// The interval between anti-entropy rounds scales with the fleet gossip
+// knows (Consul's factor: 8 at 10,000 members, 10 at 50,000), so that the
+// servers' reads grow as N/log N: with 100 ms set and every wait drawn at
+// its shortest (half the scaled interval), a host of a 10,000-member
+// fleet makes at most one round every 400 ms, one of 50,000 every 500 ms
+// (a slow machine only makes fewer). Unscaled, it made one every 50 ms.
+func TestHostRoundsScaleWithTheFleet(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the server", func() bool { return len(cn.Servers()) == 1 })
+	const interval, watch = 100 * time.Millisecond, 3 * time.Second
+	for _, tc := range []struct {
+		members   int
+		maxRounds int
+	}{
+		{10_000, int(watch / (8 * interval / 2))},
+		{50_000, int(watch / (10 * interval / 2))},
+	} {
+		t.Run(fmt.Sprintf("%d members", tc.members), func(t *testing.T) {
+			var live atomic.Int32
+			live.Store(1)
+			h := runHost(t, cn, interval, tc.members, &live, func(int64) int64 { return 0 })
+			time.Sleep(watch)
+			if got := h.Stats().Rounds; got > tc.maxRounds {
+				t.Fatalf("%d rounds in %v among %d members, want at most %d (the interval scaled)", got, watch, tc.members, tc.maxRounds)
+			}
+		})
+	}
+}
+
+// The round after servers come back is spread over a random delay of up
+// to a second per 200 members: in a small fleet it comes at once; in a
+// fleet of 50,000 a host whose draw is the longest waits (up to 250 s,
+// here past the test), and one whose draw is the shortest goes at once.
+// Without the spread every host of the fleet read in the same second.
+func TestHostSpreadsTheRoundAfterServersComeBack(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	cn := c.AddClient(nil)
+	c.Eventually(20*time.Second, "the agent to know the server", func() bool { return len(cn.Servers()) == 1 })
+	lowest := func(int64) int64 { return 0 }
+	highest := func(n int64) int64 { return n - 1 }
+	for _, tc := range []struct {
+		name    string
+		members int
+		draw    func(int64) int64
+		round   bool // within a few seconds of the servers' return
+	}{
+		{"3 members, longest draw", 3, highest, true},
+		{"50,000 members, shortest draw", 50_000, lowest, true},
+		{"50,000 members, longest draw", 50_000, highest, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live atomic.Int32 // no server seen at start
+			h := runHost(t, cn, time.Hour, tc.members, &live, tc.draw)
+			time.Sleep(1200 * time.Millisecond) // the watcher's first poll saw none
+			live.Store(1)
+			deadline := time.Now().Add(4 * time.Second)
+			for time.Now().Before(deadline) && h.Stats().Rounds == 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := h.Stats().Rounds > 0; got != tc.round {
+				t.Fatalf("a round within 4 s of the servers' return: %v, want %v", got, tc.round)
+			}
+		})
+	}
 }

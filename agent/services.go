@@ -29,6 +29,9 @@ type ServicesConfig struct {
 	// LiveServers reports how many servers the agent sees alive; a rise
 	// triggers an anti-entropy round (see HostConfig). May be nil.
 	LiveServers func() int
+	// Members reports how many members the agent's gossip knows: the
+	// anti-entropy interval scales with it (see HostConfig). May be nil.
+	Members func() int
 	// Watcher tunes discovery; Dir, NodeID, Registrar and Logger are set
 	// here. Zero fields take pluginwatcher's defaults.
 	Watcher pluginwatcher.Config
@@ -65,7 +68,7 @@ func StartServices(be Writer, cfg ServicesConfig) (*Services, error) {
 		sources = append(sources, api.SourceStub)
 	}
 	host, err := NewHost(HostConfig{Backend: be, Sources: sources, SyncInterval: cfg.SyncInterval,
-		LiveServers: cfg.LiveServers, Logger: cfg.Logger.Named("anti-entropy")})
+		LiveServers: cfg.LiveServers, Members: cfg.Members, Logger: cfg.Logger.Named("anti-entropy")})
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,13 @@ type Config struct {
 	NodeReapAfter time.Duration
 	// ReapBrakes bound how fast, and whether, the leader reaps.
 	ReapBrakes ReapBrakes
+	// GossipForgetAfter: a client agent failed or gone for longer is
+	// forgotten by this server's gossip (gossip.Config.ForgetAfter), once
+	// none of its plugins is registered: a node is kept until it is
+	// reaped, however long the brakes hold it, so that the leader still
+	// marks and reaps it. Zero: the longer of NodeReapAfter and
+	// gossip.DefaultForgetAfter; negative: never.
+	GossipForgetAfter time.Duration
 	// LeaseExpiryRate is the most leased instances the leader expires a
 	// second, in one entry per leaseTick (leases.go). Zero:
 	// DefaultLeaseExpiryRate.
@@ -221,6 +228,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if cp.NodeReapAfter == 0 {
 		cp.NodeReapAfter = d.NodeReapAfter
+	}
+	if cp.GossipForgetAfter == 0 {
+		cp.GossipForgetAfter = max(cp.NodeReapAfter, gossip.DefaultForgetAfter)
 	}
 	cp.ReapBrakes = cp.ReapBrakes.withDefaults()
 	if cp.LeaseExpiryRate == 0 {

@@ -168,11 +168,7 @@ func (s *Server) reconcile(stop <-chan struct{}, reaped map[string]bool, marks n
 // again leaves it. It returns how soon the nodes the rate put off are due
 // (0: none were).
 func (s *Server) reapDead(stop <-chan struct{}, members []gossip.Member, reaped map[string]bool, brakes *reapBrakes) time.Duration {
-	for _, m := range members {
-		if m.Status == gossip.StatusAlive {
-			delete(reaped, m.Name)
-		}
-	}
+	pruneReaped(reaped, members)
 	if s.cfg.NodeReapAfter < 0 {
 		return 0
 	}
@@ -202,6 +198,26 @@ func (s *Server) reapDead(stop <-chan struct{}, members []gossip.Member, reaped 
 		}
 	}
 	return 0
+}
+
+// pruneReaped drops from reaped the nodes alive again and those gossip
+// forgot (gossip.Config.ForgetAfter), so that it never holds more than
+// the members do.
+func pruneReaped(reaped map[string]bool, members []gossip.Member) {
+	if len(reaped) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(reaped))
+	for _, m := range members {
+		if m.Status != gossip.StatusAlive && reaped[m.Name] {
+			gone[m.Name] = true
+		}
+	}
+	for name := range reaped {
+		if !gone[name] {
+			delete(reaped, name)
+		}
+	}
 }
 
 // dueForReaping returns the members not alive for longer than after that

@@ -25,9 +25,13 @@ type ReapBrakes struct {
 	// Rate is the most nodes the leader reaps a second, after a first
 	// Burst at once: even a real mass failure is reaped gradually, and
 	// the guard sees a failure that grows before it has all been reaped
-	// (Kubernetes' --node-eviction-rate). Zero: 1; negative: no limit.
+	// (Kubernetes' --node-eviction-rate). Zero: scaled to the fleet,
+	// ReapRateFraction of the client agents a second (those the guard
+	// counts), never below 1: a rate fixed for a hundred hosts takes 17
+	// minutes over a thousand dead ones. Negative: no limit.
 	Rate float64
-	// Burst is how many nodes may be reaped at once (zero: 3).
+	// Burst is how many nodes may be reaped at once (zero: 3); with a
+	// scaled Rate, at least a second's worth.
 	Burst int
 	// PauseAbove: while more than this fraction of the client agents
 	// is failed (see census for which count), the leader reaps no
@@ -42,10 +46,37 @@ type ReapBrakes struct {
 }
 
 // DefaultReapBrakes are the brakes of DefaultConfig: at most 3 nodes
-// reaped at once and one a second after that; no failed node reaped
-// while at least 3 client agents, and more than 55% of them, are failed.
+// reaped at once, and after that 1% of the client agents a second, at
+// least one; no failed node reaped while at least 3 client agents, and
+// more than 55% of them, are failed.
 func DefaultReapBrakes() ReapBrakes {
-	return ReapBrakes{Rate: 1, Burst: 3, PauseAbove: 0.55, PauseMinFailed: 3}
+	return ReapBrakes{Rate: 0, Burst: 3, PauseAbove: 0.55, PauseMinFailed: 3}
+}
+
+// ReapRateFraction is the share of the client agents reaped a second when
+// ReapBrakes.Rate is zero: a thousand dead hosts of ten thousand are
+// reaped in ten seconds, not seventeen minutes, and a fleet's mass failure
+// still reaches the guard (PauseAbove) long before the rate could reap
+// it, since every node waits NodeReapAfter first.
+const ReapRateFraction = 0.01
+
+// rateFor is the reap rate with this many client agents counted (census).
+func (b ReapBrakes) rateFor(clients int) float64 {
+	if b.Rate != 0 {
+		return b.Rate
+	}
+	return max(1, ReapRateFraction*float64(clients))
+}
+
+// burstFor is the bucket's size with this many client agents counted: a
+// scaled rate brings a second's worth at once, so that each pass of the
+// leader loop (a walk of every member) reaps a second's nodes rather than
+// one every 1/rate seconds; a rate the operator set keeps Burst.
+func (b ReapBrakes) burstFor(clients int) int {
+	if b.Rate != 0 {
+		return b.Burst
+	}
+	return max(b.Burst, int(math.Ceil(b.rateFor(clients))))
 }
 
 // Validate checks the brakes as Config.Validate does: for a caller that
@@ -69,9 +100,6 @@ func (b ReapBrakes) Validate() error {
 
 func (b ReapBrakes) withDefaults() ReapBrakes {
 	d := DefaultReapBrakes()
-	if b.Rate == 0 {
-		b.Rate = d.Rate
-	}
 	if b.Burst == 0 {
 		b.Burst = d.Burst
 	}
@@ -94,8 +122,8 @@ func (b ReapBrakes) holds(failed, clients int) bool {
 // census counts the client agents that bear on the guard: the alive ones,
 // and the failed ones that still have plugins registered. A failed agent
 // without plugins (reaped already, or it had none) counts for nothing:
-// the gossip pool never forgets a member, and hosts gone for good would
-// otherwise pile up until the guard held for ever; so does one that left,
+// the gossip pool keeps it a while (Config.GossipForgetAfter), and hosts
+// gone for good would otherwise hold the guard; so does one that left,
 // which it did on purpose. Servers never count: the guard is about the
 // hosts, and under a leader most servers are alive by construction, which
 // would only dilute the fraction.
@@ -126,6 +154,21 @@ func newTokenBucket(r float64, burst int) tokenBucket {
 		limit = rate.Inf
 	}
 	return tokenBucket{lim: rate.NewLimiter(limit, burst)}
+}
+
+// resize changes the rate and the burst from now on (the tokens so far
+// stay).
+func (b *tokenBucket) resize(r float64, burst int, now time.Time) {
+	limit := rate.Limit(r)
+	if r <= 0 {
+		limit = rate.Inf
+	}
+	if b.lim.Limit() != limit {
+		b.lim.SetLimitAt(now, limit)
+	}
+	if b.lim.Burst() != burst {
+		b.lim.SetBurstAt(now, burst)
+	}
 }
 
 // take takes a token at now and returns 0, or takes none and returns how
@@ -167,13 +210,15 @@ type reapBrakes struct {
 }
 
 func newReapBrakes(cfg ReapBrakes, logger hclog.Logger) *reapBrakes {
-	return &reapBrakes{cfg: cfg, logger: logger, bucket: newTokenBucket(cfg.Rate, cfg.Burst), kick: make(chan struct{}, 1)}
+	return &reapBrakes{cfg: cfg, logger: logger, bucket: newTokenBucket(cfg.rateFor(0), cfg.burstFor(0)), kick: make(chan struct{}, 1)}
 }
 
-// observe takes the census of this reconcile, at now, and reports whether
-// the guard holds the reaping of failed nodes; it logs once when the guard
-// engages and once when it releases.
+// observe takes the census of this reconcile, at now, sizes the reap
+// rate and burst to the fleet, and reports whether the guard holds the
+// reaping of failed nodes; it logs once when the guard engages and once
+// when it releases. The leader loop alone calls it.
 func (b *reapBrakes) observe(failed, clients int, now time.Time) (hold bool) {
+	b.bucket.resize(b.cfg.rateFor(clients), b.cfg.burstFor(clients), now)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failed, b.clients = failed, clients

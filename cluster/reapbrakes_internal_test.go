@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
+	"golang.org/x/time/rate"
 )
 
 // The guard holds failed nodes only with at least PauseMinFailed client
@@ -234,5 +236,90 @@ func TestDueForReaping(t *testing.T) {
 				t.Fatalf("due: %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// With no rate set, the leader reaps ReapRateFraction of the client
+// agents a second, never below 1, and holds a second's worth at once (a
+// thousand dead hosts of ten thousand are reaped in ten seconds, one pass
+// of the leader loop a second, not in seventeen minutes); a rate the
+// operator set, or no limit, stays as set, with its burst.
+func TestReapRateScalesWithTheFleet(t *testing.T) {
+	d := DefaultReapBrakes()
+	fixed := d
+	fixed.Rate = 0.5
+	unlimited := d
+	unlimited.Rate = -1
+	bigBurst := d
+	bigBurst.Burst = 10
+	for _, tc := range []struct {
+		name      string
+		brakes    ReapBrakes
+		clients   int
+		wantRate  float64 // 0: no limit
+		wantBurst int
+	}{
+		{"no agents", d, 0, 1, 3},
+		{"100 agents", d, 100, 1, 3},
+		{"1,000 agents", d, 1000, 10, 10},
+		{"10,000 agents", d, 10_000, 100, 100},
+		{"50,000 agents", d, 50_000, 500, 500},
+		{"a burst above a second's worth", bigBurst, 500, 5, 10},
+		{"rate set, 10,000 agents", fixed, 10_000, 0.5, 3},
+		{"no limit, 10,000 agents", unlimited, 10_000, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1000, 0)
+			b := newReapBrakes(tc.brakes.withDefaults(), hclog.NewNullLogger())
+			b.observe(0, tc.clients, t0)
+			want := rate.Limit(tc.wantRate)
+			if tc.wantRate == 0 {
+				want = rate.Inf
+			}
+			if got := b.bucket.lim.Limit(); got != want {
+				t.Fatalf("rate %v, want %v", got, want)
+			}
+			if got := b.bucket.lim.Burst(); got != tc.wantBurst {
+				t.Fatalf("burst %d, want %d", got, tc.wantBurst)
+			}
+			if tc.wantRate == 0 {
+				return
+			}
+			// A second after the bucket was emptied, a pass reaps a
+			// second's worth (up to the burst).
+			for b.bucket.take(t0) == 0 {
+			}
+			later := t0.Add(time.Second)
+			b.observe(0, tc.clients, later)
+			n := 0
+			for b.bucket.take(later) == 0 {
+				n++
+			}
+			if want := min(tc.wantBurst, int(tc.wantRate)); n != want {
+				t.Fatalf("a second later: %d reaps at once, want %d", n, want)
+			}
+		})
+	}
+}
+
+// The leader's reaped set keeps only nodes still failed or gone in its
+// gossip: one alive again is due anew when it next fails, and one gossip
+// forgot (GossipForgetAfter) no longer takes room, so that the set does
+// not grow with every host that ever died.
+func TestPruneReaped(t *testing.T) {
+	member := func(name string, st gossip.Status) gossip.Member {
+		return gossip.Member{Name: name, Status: st, Meta: gossip.Meta{ID: name, Role: api.RoleClient}}
+	}
+	members := []gossip.Member{member("alive-again", gossip.StatusAlive), member("failed", gossip.StatusFailed),
+		member("left", gossip.StatusLeft), member("failed-not-reaped", gossip.StatusFailed)}
+	reaped := map[string]bool{"alive-again": true, "failed": true, "left": true, "forgotten": true}
+	pruneReaped(reaped, members)
+	var got []string
+	for name := range reaped {
+		got = append(got, name)
+	}
+	slices.Sort(got)
+	if want := []string{"failed", "left"}; !slices.Equal(got, want) {
+		t.Fatalf("reaped after pruning: %v, want %v", got, want)
 	}
 }

@@ -151,6 +151,7 @@ func (s *Server) start() (err error) {
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
 		Meta:      gossip.Meta{ID: cfg.NodeID, RaftAddr: s.raftAddr, HTTPAddr: cfg.HTTPAddr, Role: api.RoleServer, RPCVersion: rpcVersion},
 		PeersFile: peersFile(cfg.DataDir), Encryption: cfg.GossipEncryption, Logger: s.logger.Named("memberlist"),
+		ForgetAfter: cfg.GossipForgetAfter, Keep: s.keepMember,
 	})
 	if err != nil {
 		return err
@@ -409,6 +410,10 @@ func (s *Server) GossipKeyring() *gossip.Keyring { return s.gossip.Keyring() }
 
 // LiveServers is how many servers gossip says are alive.
 func (s *Server) LiveServers() int { return len(s.gossip.AliveServers()) }
+
+// GossipMembers is how many members gossip counts alive or suspect: the
+// fleet's size as this server sees it.
+func (s *Server) GossipMembers() int { return s.gossip.NumMembers() }
 
 // Members returns the gossip pool as this node sees it.
 func (s *Server) Members() []gossip.Member { return s.gossip.Members() }

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +80,17 @@ type Config struct {
 	// ReconnectInterval: how often to try to reach one member that
 	// memberlist declared dead (zero: 5s; with Fast, 1s).
 	ReconnectInterval time.Duration
+	// ForgetAfter: a client agent failed or gone for longer is forgotten
+	// (dropped from Members, no longer reconnected to), unless Keep says
+	// otherwise; zero: DefaultForgetAfter; negative: never. Servers are
+	// never forgotten: they are few, and a client agent cut off from all
+	// of them for long heals only by reconnecting to one.
+	ForgetAfter time.Duration
+	// Keep, when set, reports whether a member due to be forgotten must be
+	// kept still: a server keeps a node whose plugins are still
+	// registered, so that its leader marks and reaps it (a forgotten node
+	// is neither failed nor alive to it). Called without the pool's lock.
+	Keep func(Member) bool
 	Encryption
 	Logger hclog.Logger
 
@@ -99,21 +112,35 @@ type Encryption struct {
 	SendPlaintext   bool
 }
 
+// DefaultForgetAfter is how long a client agent that failed or left stays
+// in the pool by default: a minute, twice the servers' default node reap
+// interval, so that a short partition heals by reconnecting either way,
+// while the members of a fleet whose hosts come and go do not pile up for
+// ever. A longer partition heals through the servers, never forgotten.
+const DefaultForgetAfter = time.Minute
+
 // Pool is this node's view of the gossip pool, fed by memberlist's event
 // delegate.
 type Pool struct {
-	ml      *memberlist.Memberlist
-	tr      *boundTransport
-	cfg     Config
-	logger  hclog.Logger
-	mu      sync.Mutex // guards byName and meta
-	byName  map[string]*Member
-	meta    Meta
-	changed chan struct{}  // capacity 1: a coalesced "something changed"
-	save    chan struct{}  // capacity 1: a coalesced "write the peers file"
-	stop    chan struct{}  // closed by Shutdown
-	wg      sync.WaitGroup // persistPeers, reconnect and a background join
-	once    sync.Once
+	ml     *memberlist.Memberlist
+	tr     *boundTransport
+	cfg    Config
+	logger hclog.Logger
+	mu     sync.Mutex // guards byName, serverNames, servers and meta
+	byName map[string]*Member
+	meta   Meta
+	// serverNames are the members of byName that are servers, and
+	// servers the alive ones' metas, sorted by name: AliveServers is
+	// called on every RPC of a client agent, and the pool may hold a
+	// fleet's members, of which a handful are servers. servers is
+	// rebuilt when a server member changes, and never changed in place.
+	serverNames map[string]*Member
+	servers     []Meta
+	changed     chan struct{}  // capacity 1: a coalesced "something changed"
+	save        chan struct{}  // capacity 1: a coalesced "write the peers file"
+	stop        chan struct{}  // closed by Shutdown
+	wg          sync.WaitGroup // persistPeers, reconnect and a background join
+	once        sync.Once
 }
 
 // Start starts gossip on BindAddr:Port. Join to meet the others.
@@ -125,7 +152,7 @@ func Start(cfg Config) (*Pool, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	p := &Pool{
-		cfg: cfg, logger: cfg.Logger, byName: make(map[string]*Member), meta: cfg.Meta,
+		cfg: cfg, logger: cfg.Logger, byName: make(map[string]*Member), serverNames: make(map[string]*Member), meta: cfg.Meta,
 		changed: make(chan struct{}, 1), save: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 	}
@@ -176,6 +203,14 @@ func Start(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
+// forgetAfter is ForgetAfter with its default.
+func (c Config) forgetAfter() time.Duration {
+	if c.ForgetAfter == 0 {
+		return DefaultForgetAfter
+	}
+	return c.ForgetAfter
+}
+
 // reconnect tries, every interval, to join one member memberlist declared
 // dead (not one that left). memberlist stops gossiping to a dead node after
 // GossipToTheDeadTime (30 s on a LAN) and never probes it again, so a
@@ -185,8 +220,13 @@ func Start(cfg Config) (*Pool, error) {
 // suite, seed 33498). Serf, under Consul and Nomad, has the
 // same loop for the same reason. A join that reaches the member merges the
 // two views; one that does not costs a failed dial.
+//
+// Each round also forgets the client agents gone for longer than
+// ForgetAfter, so that neither the members nor this loop's choice grow
+// with every host that ever died.
 func (p *Pool) reconnect(interval time.Duration) {
 	p.every(interval, func() bool {
+		p.forget(time.Now())
 		var failed []string
 		p.mu.Lock()
 		for _, m := range p.byName {
@@ -203,6 +243,56 @@ func (p *Pool) reconnect(interval time.Duration) {
 		}
 		return true
 	})
+}
+
+// forget drops the client agents failed or gone for longer than
+// ForgetAfter at now that Keep does not keep.
+func (p *Pool) forget(now time.Time) {
+	after := p.cfg.forgetAfter()
+	if after < 0 {
+		return
+	}
+	// Each member judged, and a copy to judge: set changes a member in
+	// place under the lock.
+	type judged struct {
+		ptr *Member
+		val Member
+	}
+	var due []judged
+	p.mu.Lock()
+	for _, m := range p.byName {
+		if forgettable(m, p.cfg.NodeID) && now.Sub(m.Since) > after {
+			due = append(due, judged{m, *m})
+		}
+	}
+	p.mu.Unlock()
+	var gone []*Member
+	for _, m := range due {
+		// Asked outside the lock: Keep may read a state, and memberlist
+		// waits on this lock to report a change.
+		if p.cfg.Keep == nil || !p.cfg.Keep(m.val) {
+			gone = append(gone, m.ptr)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	p.mu.Lock()
+	for _, m := range gone {
+		// Only the member as judged: set replaces a member whose status
+		// changes (it came back meanwhile).
+		if p.byName[m.Name] == m {
+			delete(p.byName, m.Name)
+		}
+	}
+	p.mu.Unlock()
+	p.logger.Debug("forgot members gone for longer than the forget interval", "members", len(gone), "after", after)
+}
+
+// forgettable reports whether m may be forgotten once gone long enough:
+// a client agent, not alive, not this node.
+func forgettable(m *Member, self string) bool {
+	return m.Status != StatusAlive && !m.Meta.IsServer() && m.Name != self
 }
 
 // every calls fn every d until fn returns false or Shutdown.
@@ -238,15 +328,23 @@ func (p *Pool) Join(addrs []string) (int, error) { return p.ml.Join(addrs) }
 // trying in the background every interval, until one does or Shutdown,
 // when retry is set or the addresses came from the peers file; otherwise
 // it returns the error.
+//
+// Saved peers are joined one at a time, in the file's order (servers
+// first), stopping at the first that answers, as Serf's rejoin does: a
+// join is a full state exchange with each address it reaches, and one is
+// enough to learn every member. The addresses given are all joined at
+// once: the operator named them.
 func (p *Pool) JoinAtStart(addrs []string, retry bool, interval time.Duration) error {
 	saved := len(addrs) == 0
+	join := p.joinAll
 	if saved {
 		addrs = p.SavedPeers()
+		join = p.joinFirst
 	}
 	if len(addrs) == 0 {
 		return nil
 	}
-	_, err := p.ml.Join(addrs)
+	err := join(addrs)
 	if err == nil {
 		return nil
 	}
@@ -256,7 +354,7 @@ func (p *Pool) JoinAtStart(addrs []string, retry bool, interval time.Duration) e
 	p.logger.Warn("join failed; retrying in the background", "addrs", addrs, "error", err)
 	p.goFunc(func() {
 		p.every(interval, func() bool {
-			if n, err := p.ml.Join(addrs); err == nil && n > 0 {
+			if join(addrs) == nil {
 				p.logger.Info("joined", "addrs", addrs)
 				return false
 			}
@@ -264,6 +362,40 @@ func (p *Pool) JoinAtStart(addrs []string, retry bool, interval time.Duration) e
 		})
 	})
 	return nil
+}
+
+// joinAll joins every address at once; nil once one answered.
+func (p *Pool) joinAll(addrs []string) error {
+	n, err := p.ml.Join(addrs)
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("no address answered")
+	}
+	return err
+}
+
+// joinFirst joins the addresses one at a time, in order, until one
+// answers (or Shutdown); nil once one did.
+func (p *Pool) joinFirst(addrs []string) error {
+	var errs []error
+	for _, addr := range addrs {
+		select {
+		case <-p.stop:
+			return errors.New("gossip shut down")
+		default:
+		}
+		if n, err := p.ml.Join([]string{addr}); n > 0 {
+			return nil
+		} else if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return errors.New("no address answered")
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Pool) goFunc(f func()) {
@@ -275,7 +407,10 @@ func (p *Pool) goFunc(f func()) {
 }
 
 // SavedPeers returns the addresses recorded in the peers file (nil when
-// there is none): a restarted node rejoins through them.
+// there is none), servers first: a restarted node rejoins through them.
+// At most maxRejoinPeers: an older release saved every member, servers
+// first, and a fleet's file tried whole would take as long as a dial to
+// each dead host.
 func (p *Pool) SavedPeers() []string {
 	if p.cfg.PeersFile == "" {
 		return nil
@@ -286,8 +421,22 @@ func (p *Pool) SavedPeers() []string {
 	}
 	var addrs []string
 	json.Unmarshal(b, &addrs)
+	if len(addrs) > maxRejoinPeers {
+		addrs = addrs[:maxRejoinPeers]
+	}
 	return addrs
 }
+
+const (
+	// maxSavedClients is how many client agents the peers file records
+	// besides the servers, chosen at random among the alive ones: a
+	// rejoin needs one member that answers, and the servers, saved
+	// whole, are the likeliest; the clients are there for a restart
+	// while every server is down.
+	maxSavedClients = 16
+	// maxRejoinPeers bounds the saved addresses a rejoin tries.
+	maxRejoinPeers = 64
+)
 
 // Members returns a copy of every member, sorted by name.
 func (p *Pool) Members() []Member {
@@ -302,15 +451,50 @@ func (p *Pool) Members() []Member {
 }
 
 // AliveServers returns the servers (by their meta) that gossip says are
-// alive, sorted by name.
+// alive, sorted by name: a copy of a list kept as server members change,
+// whatever the pool's size.
 func (p *Pool) AliveServers() []Meta {
-	var out []Meta
-	for _, m := range p.Members() {
-		if m.Meta.IsServer() && m.Status == StatusAlive && m.Meta.RaftAddr != "" {
-			out = append(out, m.Meta)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.servers)
+}
+
+// NumMembers is how many members memberlist counts alive or suspect: the
+// fleet's size as this node sees it.
+func (p *Pool) NumMembers() int { return p.ml.NumMembers() }
+
+// indexLocked files m, just set in byName, among the servers or not, and
+// rebuilds the alive servers when it is, or was, one. Callers hold p.mu.
+func (p *Pool) indexLocked(m *Member) {
+	_, was := p.serverNames[m.Name]
+	if m.Meta.IsServer() {
+		if p.serverNames == nil {
+			p.serverNames = make(map[string]*Member)
+		}
+		p.serverNames[m.Name] = m
+	} else {
+		delete(p.serverNames, m.Name)
+	}
+	if was || m.Meta.IsServer() {
+		p.rebuildServersLocked()
+	}
+}
+
+// rebuildServersLocked makes servers anew from serverNames. Callers hold
+// p.mu.
+func (p *Pool) rebuildServersLocked() {
+	var out []Member
+	for _, m := range p.serverNames {
+		if m.Status == StatusAlive && m.Meta.RaftAddr != "" {
+			out = append(out, *m)
 		}
 	}
-	return out
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	metas := make([]Meta, len(out))
+	for i, m := range out {
+		metas[i] = m.Meta
+	}
+	p.servers = metas
 }
 
 // Changed is signalled (coalesced) whenever a member changed.
@@ -326,6 +510,7 @@ func (p *Pool) MarkLeft(id string) {
 	for _, mem := range p.byName {
 		if mem.Meta.ID == id && mem.Status != StatusLeft {
 			mem.Status, mem.Since = StatusLeft, time.Now()
+			p.indexLocked(mem)
 		}
 	}
 }
@@ -366,25 +551,14 @@ func (p *Pool) persistPeers() {
 	}
 }
 
-// savePeers records the gossip addresses of the other members (servers
-// first: they are the ones that stay), so that a restart can rejoin
-// without -join.
+// savePeers records the gossip addresses of the servers (first: they are
+// the ones that stay) and of a sample of the alive client agents, so that
+// a restart can rejoin without -join.
 func (p *Pool) savePeers() {
 	if p.cfg.PeersFile == "" {
 		return
 	}
-	var servers, clients []string
-	for _, mem := range p.Members() {
-		if mem.Name == p.cfg.NodeID || mem.Status == StatusLeft {
-			continue
-		}
-		if mem.Meta.IsServer() {
-			servers = append(servers, mem.GossipAddr)
-		} else {
-			clients = append(clients, mem.GossipAddr)
-		}
-	}
-	addrs := append(servers, clients...)
+	addrs := p.peersToSave()
 	if len(addrs) == 0 {
 		return
 	}
@@ -393,6 +567,40 @@ func (p *Pool) savePeers() {
 	if err := atomicfile.WriteFile(p.cfg.PeersFile, b, 0o600); err != nil {
 		p.logger.Debug("peers file not written", "error", err)
 	}
+}
+
+// peersToSave returns the addresses savePeers records: every server that
+// did not leave, sorted by name, then at most maxSavedClients alive client
+// agents chosen at random (a reservoir sample: one pass, whatever the
+// fleet's size).
+func (p *Pool) peersToSave() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var servers []*Member
+	for _, m := range p.serverNames {
+		if m.Name != p.cfg.NodeID && m.Status != StatusLeft {
+			servers = append(servers, m)
+		}
+	}
+	slices.SortFunc(servers, func(a, b *Member) int { return strings.Compare(a.Name, b.Name) })
+	var clients []string
+	seen := 0
+	for _, m := range p.byName {
+		if m.Name == p.cfg.NodeID || m.Meta.IsServer() || m.Status != StatusAlive {
+			continue
+		}
+		seen++
+		if len(clients) < maxSavedClients {
+			clients = append(clients, m.GossipAddr)
+		} else if i := rand.IntN(seen); i < maxSavedClients {
+			clients[i] = m.GossipAddr
+		}
+	}
+	addrs := make([]string, 0, len(servers)+len(clients))
+	for _, m := range servers {
+		addrs = append(addrs, m.GossipAddr)
+	}
+	return append(addrs, clients...)
 }
 
 func (p *Pool) set(n *memberlist.Node, st Status) {
@@ -414,6 +622,7 @@ func (p *Pool) set(n *memberlist.Node, st Status) {
 	}
 	cur.GossipAddr = n.Address()
 	cur.Meta = meta
+	p.indexLocked(cur)
 	p.mu.Unlock()
 	// memberlist calls this synchronously, holding its own locks: no
 	// file I/O here (a slow disk would stall gossip); persistPeers

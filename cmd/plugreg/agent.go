@@ -129,7 +129,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
 	fs.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
 	fs.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
-	fs.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (negative: no limit)")
+	fs.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (0: 1% of the client agents, at least 1, a second's worth at once; negative: no limit)")
 	fs.IntVar(&s.reapBrakes.Burst, "node-reap-burst", d.ReapBrakes.Burst, "dead nodes that may be reaped at once before -node-reap-rate applies")
 	fs.Float64Var(&s.reapBrakes.PauseAbove, "node-reap-pause-above", d.ReapBrakes.PauseAbove, "reap no failed node while more than this fraction of the client agents is failed at once (likelier a partition than deaths), until enough come back or an operator runs plugreg operator reap resume (1: never pause)")
 	fs.IntVar(&s.reapBrakes.PauseMinFailed, "node-reap-pause-min-failed", d.ReapBrakes.PauseMinFailed, "pause reaping only with at least this many client agents failed, so that with few agents one death is still reaped")

@@ -80,6 +80,8 @@ type lifecycle interface {
 	Shutdown() error
 	// LiveServers is how many servers the agent's gossip sees alive.
 	LiveServers() int
+	// GossipMembers is how many members the agent's gossip knows.
+	GossipMembers() int
 }
 
 // listenHTTP opens the HTTP port (the API serves HTTPS on it when tlsc
@@ -193,7 +195,7 @@ type hostServices struct {
 // plugin socket) and anti-entropy over the node's backend; stop stops them
 // first.
 func (n *node) startServices(h hostServices, logger hclog.Logger) error {
-	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Logger: logger.Named("host")}
+	cfg := agent.ServicesConfig{PluginsDir: h.pluginsDir, LiveServers: n.core.LiveServers, Members: n.core.GossipMembers, Logger: logger.Named("host")}
 	if n.client != nil {
 		cfg.EventStats = n.client.EventStats
 	}
