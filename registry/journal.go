@@ -25,12 +25,12 @@ const DefaultJournalSize = 65536
 // journal's floor, the events after it are gone and the reader gets the
 // current state instead: see read.
 type Journal struct {
-	mu     sync.Mutex // guards every field below; never held while sending
-	ring   []slot
-	start  int // position of the oldest event in ring
-	n      int // events held
-	floor  uint64
-	state  *fsm.State
+	mu    sync.Mutex // guards every field below; never held while sending
+	ring  []slot
+	start int // position of the oldest event in ring
+	n     int // events held
+	floor uint64
+	state *fsm.State
 	// waiting are the subscriptions that have read everything and wait
 	// for more, by what their filter takes: an applied event wakes only
 	// those it can match.
