@@ -100,13 +100,13 @@ func NewJournal(size int) *Journal {
 	}
 }
 
-// Applied appends a batch's events. It never blocks on a reader: readers
-// hold mu only to copy events out.
+// Applied appends a batch's events and wakes the subscriptions they can
+// match. It never blocks on a reader: readers hold mu only to copy events
+// out.
 func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	before := j.state.Index()
-	for i, e := range events {
+	j.waiting.wakeFor(events, j.state.Index())
+	for _, e := range events {
 		if j.n == len(j.ring) {
 			// Evict the oldest. Its index may still have events in the
 			// ring; the floor makes a reader below it reset rather than
@@ -119,9 +119,12 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 		j.ring[(j.start+j.n)%len(j.ring)] = slot{ev: e}
 		j.n++
 		j.countLocked(e)
-		j.waiting.wakeFor(&events[i], before)
 	}
 	j.publishLocked(s)
+	woken := j.waiting.takeWoken()
+	j.mu.Unlock()
+	// Their reads would only queue on mu behind this batch.
+	send(woken)
 }
 
 // Change is what Stats counts an applied event under.
@@ -158,12 +161,14 @@ func (j *Journal) countLocked(e fsm.Event) {
 // index must reset.
 func (j *Journal) Restored(s *fsm.State) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	clear(j.ring)
 	j.start, j.n = 0, 0
 	j.floor = s.Index()
 	j.waiting.wakeAll()
 	j.publishLocked(s)
+	woken := j.waiting.takeWoken()
+	j.mu.Unlock()
+	send(woken)
 }
 
 // publishLocked makes s the journal's state and wakes whoever waits on it.
@@ -283,8 +288,9 @@ type batch struct {
 
 // read returns what follows cursor for filter: a reset when cursor is below
 // the floor, else up to limit matching events (never part of an index's
-// events), else a channel to wait on, w's, having parked w in the
-// journal's waiting index. Events with no match still advance the cursor.
+// events), and once it has read to the end a channel to wait on, w's,
+// having parked w in the journal's waiting index. Events with no match
+// still advance the cursor.
 func (j *Journal) read(w *waiter, cursor uint64, f Filter, shared bool, limit int) batch {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -312,11 +318,12 @@ func (j *Journal) read(w *waiter, cursor uint64, f Filter, shared bool, limit in
 	}
 	// Scanned to the end: every entry up to the state's index is covered,
 	// including entries without events.
+	// Parked even with events to hand over: a matching event applied
+	// while the reader sends them wakes it, so once they are sent it
+	// waits without reading again to learn that nothing came.
 	b := batch{events: out, cursor: max(cursor, j.state.Index())}
-	if len(out) == 0 {
-		j.waiting.park(w, b.cursor)
-		b.wait = w.wake
-	}
+	j.waiting.park(w, b.cursor)
+	b.wait = w.wake
 	return b
 }
 
@@ -345,5 +352,5 @@ func (j *Journal) settleLocked(w *waiter, cursor uint64) uint64 {
 func (j *Journal) leave(w *waiter) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.waiting.unpark(w)
+	j.waiting.leave(w)
 }

@@ -1,6 +1,10 @@
 package registry
 
-import "github.com/plugreg/plugreg/fsm"
+import (
+	"slices"
+
+	"github.com/plugreg/plugreg/fsm"
+)
 
 // waitKey is one group of parked subscriptions: those whose filter takes
 // events of plugin type typ (any type when anyType) and name name (any
@@ -43,13 +47,15 @@ func eventKeys(t, n string) [4]waitKey {
 // waiter is one subscription's place in the journal's waitIndex. Every
 // field but wake is guarded by the journal's mu.
 type waiter struct {
-	keys []waitKey     // the groups it parks in, from its filter
+	keys []waitKey     // the groups it is in, from its filter
 	wake chan struct{} // capacity 1: a token when an event woke it
-	// parked: it is in its groups now, and no event its filter matches
-	// has been applied since it parked at cursor at.
+	// joined: it is in its groups (from its first wait to its end).
+	joined bool
+	// parked: it waits, and no event its filter matches has been applied
+	// since it parked at cursor at.
 	parked bool
-	// woken: an applied batch (or a restore) took it out of its groups;
-	// at is then the index up to which nothing it matches was applied.
+	// woken: an applied batch (or a restore) ended its wait; at is then
+	// the index up to which nothing it matches was applied.
 	woken bool
 	at    uint64
 }
@@ -58,17 +64,40 @@ func newWaiter(f Filter) *waiter {
 	return &waiter{keys: waitKeys(f), wake: make(chan struct{}, 1)}
 }
 
-// waitIndex holds the subscriptions that read everything up to the
-// journal's state and wait for more, grouped by what their filter takes
-// (waitKey), so an applied event wakes only those it can match: a write
-// of one type costs nothing to the subscribers of the others.
+// waitIndex holds the subscriptions of a journal, grouped by what their
+// filter takes (waitKey), so an applied event wakes only the waiting ones
+// it can match: a write of one type costs nothing to the subscribers of
+// the others. A subscription stays in its groups for its life, waiting
+// (parked) or not, so a wait costs no more than setting a flag.
 type waitIndex struct {
 	groups map[waitKey]map[*waiter]struct{}
 	parked int
+	// woken are the waiters the current batch woke, whose tokens are
+	// sent once the journal's lock is released (the FSM's goroutine
+	// alone applies batches).
+	woken []*waiter
 }
 
-// park puts w in its groups, having read up to cursor.
+// park makes w wait, having read up to cursor.
 func (x *waitIndex) park(w *waiter, cursor uint64) {
+	if !w.joined {
+		x.join(w)
+	}
+	if !w.parked {
+		x.parked++
+	}
+	w.parked, w.woken, w.at = true, false, cursor
+}
+
+// unpark ends w's wait without waking it.
+func (x *waitIndex) unpark(w *waiter) {
+	if w.parked {
+		w.parked = false
+		x.parked--
+	}
+}
+
+func (x *waitIndex) join(w *waiter) {
 	if x.groups == nil {
 		x.groups = map[waitKey]map[*waiter]struct{}{}
 	}
@@ -80,56 +109,92 @@ func (x *waitIndex) park(w *waiter, cursor uint64) {
 		}
 		g[w] = struct{}{}
 	}
-	w.parked, w.woken, w.at = true, false, cursor
-	x.parked++
+	w.joined = true
 }
 
-// unpark takes w out of its groups.
-func (x *waitIndex) unpark(w *waiter) {
-	if !w.parked {
+// leave takes w out of its groups: its subscription ends.
+func (x *waitIndex) leave(w *waiter) {
+	x.unpark(w)
+	if !w.joined {
 		return
 	}
 	for _, k := range w.keys {
 		g := x.groups[k]
 		delete(g, w)
 		if len(g) == 0 {
-			delete(x.groups, k) // a type nobody waits for holds no memory
+			delete(x.groups, k) // a type nobody watches holds no memory
 		}
 	}
-	w.parked = false
-	x.parked--
+	w.joined = false
 }
 
-// wakeFor wakes the subscriptions whose filter can match e, telling each
-// that nothing it matches was applied up to before (e's batch began
-// after it).
-func (x *waitIndex) wakeFor(e *fsm.Event, before uint64) {
-	if x.parked == 0 || e.Info == nil {
+// batchKeys are the groups a batch's events can wake, each once however
+// many of the batch's events name it.
+func batchKeys(events []fsm.Event) []waitKey {
+	var keys []waitKey
+	for i := range events {
+		if events[i].Info == nil {
+			continue
+		}
+		for _, k := range eventKeys(events[i].Info.Type, events[i].Info.Name) {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// wakeFor ends the wait of the subscriptions whose filter can match one
+// of events, telling each that nothing it matches was applied up to
+// before (the batch's first index is after it). Their tokens are sent by
+// send.
+func (x *waitIndex) wakeFor(events []fsm.Event, before uint64) {
+	if x.parked == 0 {
 		return
 	}
-	for _, k := range eventKeys(e.Info.Type, e.Info.Name) {
+	for _, k := range batchKeys(events) {
 		for w := range x.groups[k] {
-			x.wake(w, max(w.at, before))
+			if w.parked {
+				x.wakeUp(w, max(w.at, before))
+			}
 		}
 	}
 }
 
-// wakeAll wakes every parked subscription with its cursor as it was (a
-// restore: whatever it had read may be gone, so it must read again from
-// there, and reset).
+// wakeAll ends every wait with its cursor as it was (a restore: whatever
+// was read may be gone, so each must read again from there, and reset).
 func (x *waitIndex) wakeAll() {
 	for _, g := range x.groups {
 		for w := range g {
-			x.wake(w, w.at)
+			if w.parked {
+				x.wakeUp(w, w.at)
+			}
 		}
 	}
 }
 
-func (x *waitIndex) wake(w *waiter, at uint64) {
+func (x *waitIndex) wakeUp(w *waiter, at uint64) {
 	x.unpark(w)
 	w.woken, w.at = true, at
-	select {
-	case w.wake <- struct{}{}:
-	default: // a token is there already
+	x.woken = append(x.woken, w)
+}
+
+// takeWoken returns the waiters to send a token to, and forgets them.
+// Called under the journal's lock; the tokens are sent after it.
+func (x *waitIndex) takeWoken() []*waiter {
+	w := x.woken
+	x.woken = nil
+	return w
+}
+
+// send gives each of woken its token (a reader that came back for another
+// reason meanwhile finds one more token and reads once for nothing).
+func send(woken []*waiter) {
+	for _, w := range woken {
+		select {
+		case w.wake <- struct{}{}:
+		default: // a token is there already
+		}
 	}
 }
