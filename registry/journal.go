@@ -317,10 +317,10 @@ func (j *Journal) read(w *waiter, cursor uint64, f Filter, shared bool, limit in
 		}
 	}
 	// Scanned to the end: every entry up to the state's index is covered,
-	// including entries without events.
-	// Parked even with events to hand over: a matching event applied
-	// while the reader sends them wakes it, so once they are sent it
-	// waits without reading again to learn that nothing came.
+	// including entries without events. The reader parks even with
+	// events to hand over: a matching event applied while it sends them
+	// wakes it, so once they are sent it waits without reading again
+	// only to find nothing.
 	b := batch{events: out, cursor: max(cursor, j.state.Index())}
 	j.waiting.park(w, b.cursor)
 	b.wait = w.wake
