@@ -1,10 +1,6 @@
 package registry
 
-import (
-	"slices"
-
-	"github.com/plugreg/plugreg/fsm"
-)
+import "github.com/plugreg/plugreg/fsm"
 
 // waitKey is one group of parked subscriptions: those whose filter takes
 // events of plugin type typ (any type when anyType) and name name (any
@@ -70,8 +66,11 @@ func newWaiter(f Filter) *waiter {
 // the others. A subscription stays in its groups for its life, waiting
 // (parked) or not, so a wait costs no more than setting a flag.
 type waitIndex struct {
-	groups map[waitKey]map[*waiter]struct{}
+	groups map[waitKey]*waitGroup
 	parked int
+	// batch numbers the batches wakeFor has seen, so that a group named
+	// by many of a batch's events is walked once.
+	batch uint64
 	// woken are the waiters the current batch woke, whose tokens are
 	// sent once the journal's lock is released (the FSM's goroutine
 	// alone applies batches).
@@ -97,17 +96,23 @@ func (x *waitIndex) unpark(w *waiter) {
 	}
 }
 
+// waitGroup is the subscriptions of one waitKey.
+type waitGroup struct {
+	members map[*waiter]struct{}
+	batch   uint64 // the last batch that walked it
+}
+
 func (x *waitIndex) join(w *waiter) {
 	if x.groups == nil {
-		x.groups = map[waitKey]map[*waiter]struct{}{}
+		x.groups = map[waitKey]*waitGroup{}
 	}
 	for _, k := range w.keys {
 		g := x.groups[k]
 		if g == nil {
-			g = map[*waiter]struct{}{}
+			g = &waitGroup{members: map[*waiter]struct{}{}}
 			x.groups[k] = g
 		}
-		g[w] = struct{}{}
+		g.members[w] = struct{}{}
 	}
 	w.joined = true
 }
@@ -119,30 +124,14 @@ func (x *waitIndex) leave(w *waiter) {
 		return
 	}
 	for _, k := range w.keys {
-		g := x.groups[k]
-		delete(g, w)
-		if len(g) == 0 {
-			delete(x.groups, k) // a type nobody watches holds no memory
-		}
-	}
-	w.joined = false
-}
-
-// batchKeys are the groups a batch's events can wake, each once however
-// many of the batch's events name it.
-func batchKeys(events []fsm.Event) []waitKey {
-	var keys []waitKey
-	for i := range events {
-		if events[i].Info == nil {
-			continue
-		}
-		for _, k := range eventKeys(events[i].Info.Type, events[i].Info.Name) {
-			if !slices.Contains(keys, k) {
-				keys = append(keys, k)
+		if g := x.groups[k]; g != nil {
+			delete(g.members, w)
+			if len(g.members) == 0 {
+				delete(x.groups, k) // a type nobody watches holds no memory
 			}
 		}
 	}
-	return keys
+	w.joined = false
 }
 
 // wakeFor ends the wait of the subscriptions whose filter can match one
@@ -153,10 +142,21 @@ func (x *waitIndex) wakeFor(events []fsm.Event, before uint64) {
 	if x.parked == 0 {
 		return
 	}
-	for _, k := range batchKeys(events) {
-		for w := range x.groups[k] {
-			if w.parked {
-				x.wakeUp(w, max(w.at, before))
+	x.batch++
+	for i := range events {
+		if events[i].Info == nil {
+			continue
+		}
+		for _, k := range eventKeys(events[i].Info.Type, events[i].Info.Name) {
+			g := x.groups[k]
+			if g == nil || g.batch == x.batch {
+				continue // nobody's, or walked for an earlier event of the batch
+			}
+			g.batch = x.batch
+			for w := range g.members {
+				if w.parked {
+					x.wakeUp(w, max(w.at, before))
+				}
 			}
 		}
 	}
@@ -166,7 +166,7 @@ func (x *waitIndex) wakeFor(events []fsm.Event, before uint64) {
 // was read may be gone, so each must read again from there, and reset).
 func (x *waitIndex) wakeAll() {
 	for _, g := range x.groups {
-		for w := range g {
+		for w := range g.members {
 			if w.parked {
 				x.wakeUp(w, w.at)
 			}
