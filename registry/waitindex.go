@@ -2,7 +2,7 @@ package registry
 
 import "github.com/plugreg/plugreg/fsm"
 
-// waitKey is one group of parked subscriptions: those whose filter takes
+// waitKey is one group of subscriptions: those whose filter takes
 // events of plugin type typ (any type when anyType) and name name (any
 // name when anyName). An event of type T and name N can match exactly the
 // groups {T,N}, {T,any}, {any,N} and {any,any}: four lookups, whatever the
@@ -12,7 +12,7 @@ type waitKey struct {
 	anyType, anyName bool
 }
 
-// waitKeys are the groups a subscription of filter f parks in.
+// waitKeys are the groups a subscription of filter f is in.
 func waitKeys(f Filter) []waitKey {
 	types, names := f.Types, f.Names
 	if len(types) == 0 {
@@ -72,8 +72,7 @@ type waitIndex struct {
 	// by many of a batch's events is walked once.
 	batch uint64
 	// woken are the waiters the current batch woke, whose tokens are
-	// sent once the journal's lock is released (the FSM's goroutine
-	// alone applies batches).
+	// sent once the journal's lock is released (takeWoken).
 	woken []*waiter
 }
 
