@@ -2,6 +2,7 @@ package registry
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -26,14 +27,19 @@ func (f Filter) Match(p *api.PluginInfo) bool {
 }
 
 // key is the filter in one string, equal for filters that select the
-// same plugins (the shared resets' key).
+// same plugins (the shared resets' key); quoted, so no type or name can
+// pass for another list.
 func (f Filter) key() string {
 	set := func(s []string) string {
 		s = slices.Clone(s)
 		slices.Sort(s)
-		return strings.Join(slices.Compact(s), "\x00")
+		var b strings.Builder
+		for _, v := range slices.Compact(s) {
+			b.WriteString(strconv.Quote(v))
+		}
+		return b.String()
 	}
-	return set(f.Types) + "\x01" + set(f.Names)
+	return set(f.Types) + "/" + set(f.Names)
 }
 
 // sharedEvent is the delivery of e that every subscriber of a delivery

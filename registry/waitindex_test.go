@@ -347,3 +347,36 @@ func TestDeliveryStreamsShareAReset(t *testing.T) {
 		t.Fatalf("a reset of a later state: the old one %v, %d plugins, want a new one with 7", later.Event == a.Event, len(later.Plugins))
 	}
 }
+
+// A subscription that ends leaves the index: a type nobody watches any
+// more holds no memory, and no write walks the ended ones.
+func TestEndedSubscriptionsLeaveTheIndex(t *testing.T) {
+	j := NewJournal(0)
+	hub, err := NewHub(j, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	filters := []Filter{{}, {Types: []string{"csi"}}, {Names: []string{"ebs"}}, {Types: []string{"csi", "device"}, Names: []string{"ebs", "gpu"}}}
+	const each = 25
+	for _, flt := range filters {
+		for range each {
+			subscribe(t, ctx, hub, flt, false, 0)
+		}
+	}
+	waitParked(t, j, each*len(filters))
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for hub.Watchers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions still running", hub.Watchers())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.waiting.parked != 0 || len(j.waiting.groups) != 0 {
+		t.Fatalf("after every subscription ended: %d parked, %d groups", j.waiting.parked, len(j.waiting.groups))
+	}
+}
