@@ -380,3 +380,36 @@ func TestEndedSubscriptionsLeaveTheIndex(t *testing.T) {
 		t.Fatalf("after every subscription ended: %d parked, %d groups", j.waiting.parked, len(j.waiting.groups))
 	}
 }
+
+// A filter takes a plugin of one of its types and one of its names (none:
+// any); two filters share a key exactly when they take the same plugins.
+func TestFilterMatchAndKey(t *testing.T) {
+	csiEBS, csiEFS, devEBS := testPlugin("csi", "ebs", "a"), testPlugin("csi", "efs", "a"), testPlugin("device", "ebs", "a")
+	cases := []struct {
+		name   string
+		filter Filter
+		takes  []*api.PluginInfo
+		same   Filter // a filter with the same key
+		other  Filter // one with another key
+	}{
+		{"everything", Filter{}, []*api.PluginInfo{csiEBS, csiEFS, devEBS}, Filter{Types: []string{}}, Filter{Types: []string{"csi"}}},
+		{"a type", Filter{Types: []string{"csi"}}, []*api.PluginInfo{csiEBS, csiEFS}, Filter{Types: []string{"csi", "csi"}}, Filter{Names: []string{"csi"}}},
+		{"a name", Filter{Names: []string{"ebs"}}, []*api.PluginInfo{csiEBS, devEBS}, Filter{Names: []string{"ebs"}}, Filter{Types: []string{"ebs"}}},
+		{"types and names", Filter{Types: []string{"device", "csi"}, Names: []string{"ebs"}}, []*api.PluginInfo{csiEBS, devEBS}, Filter{Types: []string{"csi", "device"}, Names: []string{"ebs"}}, Filter{Types: []string{"csi\"\"device"}, Names: []string{"ebs"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range []*api.PluginInfo{csiEBS, csiEFS, devEBS} {
+				if got, want := tc.filter.Match(p), slices.Contains(tc.takes, p); got != want {
+					t.Errorf("%s/%s: match %v, want %v", p.Type, p.Name, got, want)
+				}
+			}
+			if tc.filter.key() != tc.same.key() {
+				t.Errorf("%+v and %+v have keys %q and %q", tc.filter, tc.same, tc.filter.key(), tc.same.key())
+			}
+			if tc.filter.key() == tc.other.key() {
+				t.Errorf("%+v and %+v share key %q", tc.filter, tc.other, tc.filter.key())
+			}
+		})
+	}
+}
