@@ -134,6 +134,7 @@ func (h *Hub) start(ctx context.Context, sub *subscription) error {
 		return ErrShutdown
 	}
 	sub.j, sub.lastSent = h.journal, time.Now()
+	sub.waiter, sub.filterKey = newWaiter(sub.filter), sub.filter.key()
 	h.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	h.watchers.Add(1)
 	go func() {

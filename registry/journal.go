@@ -25,13 +25,21 @@ const DefaultJournalSize = 65536
 // journal's floor, the events after it are gone and the reader gets the
 // current state instead: see read.
 type Journal struct {
-	mu     sync.Mutex // guards every field below; never held while sending
-	ring   []slot
-	start  int // position of the oldest event in ring
-	n      int // events held
-	floor  uint64
-	state  *fsm.State
-	notify chan struct{} // closed and replaced when anything is added
+	mu    sync.Mutex // guards every field below; never held while sending
+	ring  []slot
+	start int // position of the oldest event in ring
+	n     int // events held
+	floor uint64
+	state *fsm.State
+	// waiting are the subscriptions that have read everything and wait
+	// for more, by what their filter takes: an applied event wakes only
+	// those it can match.
+	waiting waitIndex
+	// sharedResets are the shared resets (Hub.Deliver's) of state, by filter
+	// (Filter.key): every delivery subscriber that falls off the journal
+	// at one state, a restore's thousands at once, gets one reset built
+	// and encoded once. Emptied when another state is published.
+	sharedResets map[string]*sharedReset
 	// aclNotify is closed and replaced when a state with other ACL tokens
 	// is published (ACLChanged).
 	aclNotify chan struct{}
@@ -85,7 +93,6 @@ func NewJournal(size int) *Journal {
 	return &Journal{
 		ring:      make([]slot, size),
 		state:     fsm.NewState(),
-		notify:    make(chan struct{}),
 		aclNotify: make(chan struct{}),
 		done:      make(chan struct{}),
 		changes:   map[Change]uint64{},
@@ -93,11 +100,12 @@ func NewJournal(size int) *Journal {
 	}
 }
 
-// Applied appends a batch's events. It never blocks on a reader: readers
-// hold mu only to copy events out.
+// Applied appends a batch's events and wakes the subscriptions they can
+// match. It never blocks on a reader: readers hold mu only to copy events
+// out.
 func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.waiting.wakeFor(events, j.state.Index())
 	for _, e := range events {
 		if j.n == len(j.ring) {
 			// Evict the oldest. Its index may still have events in the
@@ -113,6 +121,10 @@ func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
 		j.countLocked(e)
 	}
 	j.publishLocked(s)
+	woken := j.waiting.takeWoken()
+	j.mu.Unlock()
+	// Their reads would only queue on mu behind this batch.
+	send(woken)
 }
 
 // Change is what Stats counts an applied event under.
@@ -149,11 +161,14 @@ func (j *Journal) countLocked(e fsm.Event) {
 // index must reset.
 func (j *Journal) Restored(s *fsm.State) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	clear(j.ring)
 	j.start, j.n = 0, 0
 	j.floor = s.Index()
+	j.waiting.wakeAll()
 	j.publishLocked(s)
+	woken := j.waiting.takeWoken()
+	j.mu.Unlock()
+	send(woken)
 }
 
 // publishLocked makes s the journal's state and wakes whoever waits on it.
@@ -161,6 +176,9 @@ func (j *Journal) publishLocked(s *fsm.State) {
 	if !s.SameACL(j.state) {
 		close(j.aclNotify)
 		j.aclNotify = make(chan struct{})
+	}
+	if s != j.state {
+		clear(j.sharedResets)
 	}
 	j.state = s
 	j.wakeLocked()
@@ -177,9 +195,9 @@ func (j *Journal) ACLChanged() <-chan struct{} {
 	return j.aclNotify
 }
 
+// wakeLocked wakes the index waiters the state reached (subscriptions are
+// woken as their events are added).
 func (j *Journal) wakeLocked() {
-	close(j.notify)
-	j.notify = make(chan struct{})
 	applied := j.state.Index()
 	for len(j.waiters) > 0 && j.waiters[0].index <= applied {
 		close(heap.Pop(&j.waiters).(indexWaiter).ch)
@@ -270,14 +288,16 @@ type batch struct {
 
 // read returns what follows cursor for filter: a reset when cursor is below
 // the floor, else up to limit matching events (never part of an index's
-// events), else a channel to wait on. Events with no match still advance the
-// cursor.
-func (j *Journal) read(cursor uint64, f Filter, shared bool, limit int) batch {
+// events), and once it has read to the end a channel to wait on, w's,
+// having parked w in the journal's waiting index. Events with no match
+// still advance the cursor.
+func (j *Journal) read(w *waiter, cursor uint64, f Filter, shared bool, limit int) batch {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
 		return batch{closed: true}
 	}
+	cursor = j.settleLocked(w, cursor)
 	if cursor < j.floor {
 		return batch{reset: j.state, cursor: j.state.Index()}
 	}
@@ -289,7 +309,7 @@ func (j *Journal) read(cursor uint64, f Filter, shared bool, limit int) batch {
 		if len(out) >= limit && e.ev.Index != out[len(out)-1].ev.Index {
 			return batch{events: out, cursor: out[len(out)-1].ev.Index}
 		}
-		if f.Match(e.ev.Info.Type) {
+		if f.Match(e.ev.Info) {
 			if shared && e.shared == nil {
 				e.shared = sharedEvent(&e.ev) // under mu, like every ring access
 			}
@@ -297,10 +317,40 @@ func (j *Journal) read(cursor uint64, f Filter, shared bool, limit int) batch {
 		}
 	}
 	// Scanned to the end: every entry up to the state's index is covered,
-	// including entries without events.
+	// including entries without events. The reader parks even with
+	// events to hand over: a matching event applied while it sends them
+	// wakes it, so once they are sent it waits without reading again
+	// only to find nothing.
 	b := batch{events: out, cursor: max(cursor, j.state.Index())}
-	if len(out) == 0 {
-		b.wait = j.notify
-	}
+	j.waiting.park(w, b.cursor)
+	b.wait = w.wake
 	return b
+}
+
+// settleLocked takes w out of the waiting index and returns where its
+// reader stands: past every event applied since it parked when none of
+// them woke it (so a subscriber of a quiet type is never reset because
+// the ring moved on past events it never wanted), else at the batch that
+// woke it.
+func (j *Journal) settleLocked(w *waiter, cursor uint64) uint64 {
+	switch {
+	case w.parked:
+		j.waiting.unpark(w)
+		cursor = max(cursor, w.at, j.state.Index())
+	case w.woken:
+		cursor = max(cursor, w.at)
+		select {
+		case <-w.wake: // the token of this wake, if the reader came for another reason
+		default:
+		}
+	}
+	w.woken = false
+	return cursor
+}
+
+// leave takes w out of the waiting index for good: its subscription ends.
+func (j *Journal) leave(w *waiter) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.waiting.leave(w)
 }

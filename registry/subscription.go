@@ -6,6 +6,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/fsm"
 )
 
 // readBatch bounds how many events a subscription copies out of the
@@ -20,6 +21,10 @@ type subscription struct {
 	j      *Journal
 	filter Filter
 	cursor uint64
+	// waiter is its place in the journal's waiting index, filterKey its
+	// filter's key for the shared resets; both set by start.
+	waiter    *waiter
+	filterKey string
 	// One of out (a plain watch: each event a copy of its own) and
 	// deliver (a node's front ends: the shared events) is set. A send on
 	// the other, nil, never proceeds, so one select serves both.
@@ -42,18 +47,18 @@ func (s *subscription) run(ctx context.Context) {
 	defer s.close()
 	if s.fromState {
 		st := s.j.State()
-		if !s.send(ctx, delivery.Of(resetEvent(st, s.filter))) {
+		if !s.send(ctx, s.reset(st)) {
 			return
 		}
 		s.cursor = st.Index()
 	}
 	for {
-		b := s.j.read(s.cursor, s.filter, s.deliver != nil, readBatch)
+		b := s.j.read(s.waiter, s.cursor, s.filter, s.deliver != nil, readBatch)
 		if b.closed {
 			return
 		}
 		if b.reset != nil {
-			if !s.send(ctx, delivery.Of(resetEvent(b.reset, s.filter))) {
+			if !s.send(ctx, s.reset(b.reset)) {
 				return
 			}
 			s.j.resets.Add(1)
@@ -91,7 +96,17 @@ func (s *subscription) run(ctx context.Context) {
 	}
 }
 
+// reset is the reset of st for this subscription: a delivery stream's
+// shared with the others', a plain watch's its own copy.
+func (s *subscription) reset(st *fsm.State) delivery.Event {
+	if s.deliver != nil {
+		return s.j.deliveredReset(st, s.filter, s.filterKey)
+	}
+	return delivery.Of(resetEvent(st, s.filter))
+}
+
 func (s *subscription) close() {
+	s.j.leave(s.waiter)
 	if s.beat != nil {
 		s.beat.Stop()
 	}
