@@ -76,6 +76,8 @@ type fleetOptions struct {
 	darkFor      time.Duration
 	darkShare    float64
 	signalType   string
+	nice         int
+	profileDir   string
 	scenarios    map[string]bool
 	hostsPerProc int // resolved
 }
@@ -116,6 +118,9 @@ func (f *fleetOptions) resolve(sizes, scenarios string) error {
 	if procs := (f.total() + f.hostsPerProc - 1) / f.hostsPerProc; procs > fleetMaxProcs {
 		return fmt.Errorf("-fleet-hosts %d at %d per process needs %d host processes; at most %d (raise -fleet-hosts-per-proc)", f.total(), f.hostsPerProc, procs, fleetMaxProcs)
 	}
+	if f.nice < 0 || f.nice > 19 {
+		return fmt.Errorf("-fleet-hosts-nice %d: want 0 to 19", f.nice)
+	}
 	if f.hostsPerProc > fleetControlPort-fleetGossipPort-1 {
 		return fmt.Errorf("-fleet-hosts-per-proc %d: at most %d", f.hostsPerProc, fleetControlPort-fleetGossipPort-1)
 	}
@@ -154,6 +159,7 @@ type fleetStep struct {
 	ServerRSSPerInstance  float64 `json:"server_rss_bytes_per_instance"`
 	AERounds              int     `json:"anti_entropy_rounds_so_far"`
 	AEWrites              int     `json:"anti_entropy_corrections_so_far"`
+	WatcherRSSBytesEach   float64 `json:"server_rss_bytes_per_watcher"`
 
 	Churn *fleetChurn `json:"churn,omitempty"`
 }
@@ -318,7 +324,9 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 		rep.ServerRSS0 = append(rep.ServerRSS0, rss)
 	}
 
+	defer b.stopWatchers()
 	for _, size := range f.sizes {
+		b.stopWatchers()
 		st, err := b.growTo(ctx, size)
 		if err != nil {
 			return rep, err
@@ -329,10 +337,11 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 			return rep, err
 		}
 		if f.scenarios["churn"] {
-			if b.watch == nil && f.watchers > 0 {
-				if err := b.startWatchers(ctx, &wg); err != nil {
+			if f.watchers > 0 {
+				if st.WatcherRSSBytesEach, err = b.startWatchers(ctx); err != nil {
 					return rep, err
 				}
+				rep.WatcherRSSBytesEach = st.WatcherRSSBytesEach
 			}
 			if st.Churn, err = b.churn(ctx, f.churnFor); err != nil {
 				return rep, err
@@ -394,6 +403,9 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: the bench's own path, to start host processes: %w", err)
 	}
+	// The hosts run niced (nice(1) execs the bench in the same process):
+	// on a real fleet their CPU is their own machines', not the servers'.
+	nicePath, niceArgs := "nice", []string{"-n", strconv.Itoa(f.nice)}
 	var started []*fleetProc
 	for h := from; h < size; {
 		k := len(b.procs)
@@ -403,7 +415,7 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 			From: h, Count: n, Gossip: g, GossipPort: fleetGossipPort, Join: joins, Servers: servers, Plugins: f.plugins, SignalType: f.signalType}
 		js, _ := json.Marshal(spec)
 		p := &fleetProc{k: k, spec: spec, url: "http://" + spec.Control,
-			proc: &proc{name: fmt.Sprintf("hosts-%03d", k), path: self, args: []string{"-fleet-hosts-child", string(js)},
+			proc: &proc{name: fmt.Sprintf("hosts-%03d", k), path: nicePath, args: append(niceArgs, self, "-fleet-hosts-child", string(js)),
 				logPath: filepath.Join(b.dir, fmt.Sprintf("hosts-%03d.log", k)), env: []string{"GOMAXPROCS=1"}}}
 		if err := p.proc.start(); err != nil {
 			return nil, err
@@ -550,7 +562,11 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 	}
 	h0, l0 := b.hostProcsCPU(), mustCPU(b.sys.pid(l))
 	t0 := time.Now()
+	prof := b.profileLeader(ctx, l, b.f.idle, fmt.Sprintf("leader-rest-%d-hosts.pprof", st.Hosts))
 	if err := sleepCtx(ctx, b.f.idle); err != nil {
+		return err
+	}
+	if err := prof(); err != nil {
 		return err
 	}
 	el := time.Since(t0).Seconds()
@@ -582,6 +598,23 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 	logf("fleet: %d hosts at rest: %.3f ms/s CPU per host, %.0f KiB RSS per host; leader %.1f ms/s; servers %.0f B RSS per instance; %d upstreams open",
 		st.Hosts, st.HostIdleCPUMsPerSec, st.HostRSSBytesEach/1024, st.LeaderIdleCPUMsPerSec, st.ServerRSSPerInstance, st.StartUpstreams)
 	return nil
+}
+
+// profileLeader takes a CPU profile of the leader over d into name in
+// -fleet-profile, if set; the function it returns waits for it.
+func (b *fleetBench) profileLeader(ctx context.Context, l int, d time.Duration, name string) func() error {
+	if b.f.profileDir == "" {
+		return func() error { return nil }
+	}
+	if err := os.MkdirAll(b.f.profileDir, 0o755); err != nil {
+		return func() error { return fmt.Errorf("-fleet-profile: %w", err) }
+	}
+	done := make(chan error, 1)
+	go func() {
+		u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pc.nodes[l].pprofAddr(), max(1, int(d.Seconds())))
+		done <- fetch(ctx, u, filepath.Join(b.f.profileDir, name))
+	}()
+	return func() error { return <-done }
 }
 
 func mustCPU(pid int) time.Duration {

@@ -45,6 +45,7 @@ func printFleet(w io.Writer, rep *report) {
 	row("rest: leader CPU, ms/s", func(s *fleetStep) string { return f1(s.LeaderIdleCPUMsPerSec) })
 	row("rest: server RSS per instance (vs empty), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.ServerRSSPerInstance) })
 	row("rest: upstreams open (one per host)", func(s *fleetStep) string { return fmt.Sprint(s.StartUpstreams) })
+	row("churn: servers' RSS per watcher (all three), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.WatcherRSSBytesEach) })
 	row("churn: writes (errors)", churn(func(c *fleetChurn) string { return fmt.Sprintf("%d (%d)", c.Writes, c.Errors) }))
 	row("churn: write p50 / p99, ms", churn(func(c *fleetChurn) string { return f1(c.WriteP50) + " / " + f1(c.WriteP99) }))
 	row("churn: ack -> last watcher p50 / p99, ms", churn(func(c *fleetChurn) string { return f1(c.AckToLastP50) + " / " + f1(c.AckToLastP99) }))

@@ -97,6 +97,9 @@ type fleetWatchers struct {
 	recv   map[uint64]*fleetRecv
 	resets int
 	n      int
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type fleetRecv struct {
@@ -131,8 +134,15 @@ func (w *fleetWatchers) resetCount() int {
 	return w.resets
 }
 
-func (b *fleetBench) startWatchers(ctx context.Context, wg *sync.WaitGroup) error {
-	w := &fleetWatchers{recv: map[uint64]*fleetRecv{}, n: b.f.watchers}
+// startWatchers starts the watchers and returns the servers' RSS per
+// watcher (all three). They run until stopWatchers: a start storm
+// without them, since 1,000 watchers of 200,000 registrations are 200
+// million deliveries that this machine would spend the storm on.
+func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &fleetWatchers{recv: map[uint64]*fleetRecv{}, n: b.f.watchers, cancel: cancel}
+	b.watch = w
+	wg := &w.wg
 	var rssBefore int64
 	for i := 0; i < members; i++ {
 		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
@@ -143,11 +153,11 @@ func (b *fleetBench) startWatchers(ctx context.Context, wg *sync.WaitGroup) erro
 		nd := b.pc.nodes[k%members]
 		h, err := b.pc.health(ctx, nd)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		cli, tr, err := b.sys.newClient([]string{b.pc.url(nd)})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		ch := cli.Watch(ctx, h.AppliedIndex, client.WatchOptions{Types: fleetTypes})
 		wg.Add(1)
@@ -166,21 +176,28 @@ func (b *fleetBench) startWatchers(ctx context.Context, wg *sync.WaitGroup) erro
 			}
 		}()
 	}
-	b.watch = w
-	// Every watcher connected: a marker write reaches the servers' stream
-	// hubs after every subscription exists once a write of the fleet's
-	// types made now is seen by all of them.
+	// Let every stream connect and the servers' memory settle.
 	if err := sleepCtx(ctx, 5*time.Second); err != nil {
-		return err
+		return 0, err
 	}
 	var rssAfter int64
 	for i := 0; i < members; i++ {
 		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
 		rssAfter += rss
 	}
-	b.rep.WatcherRSSBytesEach = float64(rssAfter-rssBefore) / float64(max(1, w.n))
-	logf("fleet: watchers up; servers' RSS %+.0f B per watcher (all three)", b.rep.WatcherRSSBytesEach)
-	return nil
+	per := float64(rssAfter-rssBefore) / float64(max(1, w.n))
+	logf("fleet: watchers up; servers' RSS %+.0f B per watcher (all three)", per)
+	return per, nil
+}
+
+// stopWatchers ends the watchers' streams and waits for them.
+func (b *fleetBench) stopWatchers() {
+	if b.watch == nil {
+		return
+	}
+	b.watch.cancel()
+	b.watch.wg.Wait()
+	b.watch = nil
 }
 
 // ---- churn ----
@@ -203,6 +220,7 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 	version := fmt.Sprintf("2.%d", b.seq)
 	logf("fleet: churn %.0f writes/s for %v through %d host processes, %d watchers", f.churnRate, d, k, f.watchers)
 	l0 := mustCPU(b.sys.pid(l))
+	prof := b.profileLeader(ctx, l, d, fmt.Sprintf("leader-churn-%d-hosts-%d.pprof", b.hosts(), b.seq))
 	results := make([][]fleetChurnWrite, k)
 	errs := make([]error, k)
 	var wg sync.WaitGroup
@@ -221,6 +239,9 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 	}
 	wg.Wait()
 	c.LeaderCPUPerWrite = ms(mustCPU(b.sys.pid(l))-l0) / float64(max(1, total))
+	if err := prof(); err != nil {
+		return nil, err
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("fleet churn: %w", err)
@@ -266,6 +287,15 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 	logf("fleet: churn: %d writes (%d errors) p50 %.1fms p99 %.1fms; ack -> last of %d watchers p50 %.1fms p99 %.1fms max %.1fms (start -> last p99 %.1fms), %d not at every watcher; leader %.2f ms CPU per write",
 		c.Writes, c.Errors, c.WriteP50, c.WriteP99, c.Watchers, c.AckToLastP50, c.AckToLastP99, c.AckToLastMax, c.StartToLastP99, c.Undelivered, c.LeaderCPUPerWrite)
 	return c, nil
+}
+
+// hosts is how many hosts the fleet has.
+func (b *fleetBench) hosts() int {
+	n := 0
+	for _, p := range b.procs {
+		n += p.spec.Count
+	}
+	return n
 }
 
 // liveProcs are the host processes the bench has not stopped.

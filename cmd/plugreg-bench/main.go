@@ -212,6 +212,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&fo.darkFor, "fleet-dark-duration", 20*time.Second, "fleet: how long the dark hosts stay stopped")
 	fs.Float64Var(&fo.darkShare, "fleet-dark-share", 0.1, "fleet: share of the host processes (so of the hosts) the dark scenario stops with SIGSTOP")
 	fs.StringVar(&fo.signalType, "fleet-signal-type", "fleet-signal", "fleet: the type every host's upstream event stream subscribes to; the bench writes its markers there")
+	fs.IntVar(&fo.nice, "fleet-hosts-nice", 10, "fleet: niceness of the host processes: on a real fleet the hosts' CPU is their own machines', so here they must not take the servers'")
+	fs.StringVar(&fo.profileDir, "fleet-profile", "", "fleet: write CPU profiles of the leader at rest and during each churn to this dir")
 	fs.StringVar(&fleetScenarios, "fleet-scenarios", strings.Join(allFleetScenarios, ","), "fleet: comma-separated scenarios after the start(s), in this order: "+strings.Join(allFleetScenarios, ", "))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
