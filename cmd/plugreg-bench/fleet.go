@@ -303,7 +303,7 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 		}
 		b.track = append(b.track, t)
 	}
-	l, err := pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -393,7 +393,7 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 		joins = append(joins, fmtAddr(nd.ip, nd.gossipPort))
 	}
 	logf("fleet: starting hosts %d..%d (%d instances in all)", from, size-1, st.Instances)
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +556,7 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 	if err := sleepCtx(ctx, b.f.settle); err != nil {
 		return err
 	}
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return err
 	}
@@ -641,4 +641,15 @@ func pctMs(v []float64, p float64) float64 {
 	slices.Sort(s)
 	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// leader is the index of the leader, asked again for up to 30 s: on a
+// loaded machine one status call may time out.
+func (b *fleetBench) leader(ctx context.Context) (int, error) {
+	var l int
+	var err error
+	if !waitFor(ctx, 30*time.Second, func() bool { l, err = b.pc.leader(ctx); return err == nil }) {
+		return -1, fmt.Errorf("fleet: %w", err)
+	}
+	return l, nil
 }

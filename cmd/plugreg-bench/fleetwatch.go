@@ -149,17 +149,23 @@ func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
 		rssBefore += rss
 	}
 	logf("fleet: starting %d watchers over the 3 servers", w.n)
+	// Each from its server's applied index: only new events.
+	var from []uint64
+	for _, nd := range b.pc.nodes {
+		var h plugregHealth
+		var err error
+		if !waitFor(ctx, 30*time.Second, func() bool { h, err = b.pc.health(ctx, nd); return err == nil }) {
+			return 0, fmt.Errorf("fleet watchers: health of %s: %w", nd.id, err)
+		}
+		from = append(from, h.AppliedIndex)
+	}
 	for k := 0; k < w.n; k++ {
 		nd := b.pc.nodes[k%members]
-		h, err := b.pc.health(ctx, nd)
-		if err != nil {
-			return 0, err
-		}
 		cli, tr, err := b.sys.newClient([]string{b.pc.url(nd)})
 		if err != nil {
 			return 0, err
 		}
-		ch := cli.Watch(ctx, h.AppliedIndex, client.WatchOptions{Types: fleetTypes})
+		ch := cli.Watch(ctx, from[k%members], client.WatchOptions{Types: fleetTypes})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -212,7 +218,7 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 	total := int(f.churnRate * d.Seconds())
 	c := &fleetChurn{Rate: f.churnRate, Seconds: d.Seconds(), Watchers: f.watchers}
 	every := time.Duration(float64(k) / f.churnRate * float64(time.Second))
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +423,7 @@ func (b *fleetBench) listedPerServer(ctx context.Context) ([]int, error) {
 
 // snapshot times a snapshot save (GET /v1/snapshot) from the leader.
 func (b *fleetBench) snapshot(ctx context.Context) error {
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return err
 	}
@@ -447,7 +453,7 @@ var _ io.Writer = (*countingWriter)(nil)
 // delivers again.
 func (b *fleetBench) restartServers(ctx context.Context) (*fleetRecovery, error) {
 	r := &fleetRecovery{What: "all three servers SIGTERM'd and restarted"}
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -516,7 +522,7 @@ func (b *fleetBench) resumed(ctx context.Context, r *fleetRecovery, t0, deadline
 // again, and counts resets; then restarts the killed server.
 func (b *fleetBench) failover(ctx context.Context) (*fleetRecovery, error) {
 	r := &fleetRecovery{What: "kill -9 of the leader"}
-	l, err := b.pc.leader(ctx)
+	l, err := b.leader(ctx)
 	if err != nil {
 		return nil, err
 	}
