@@ -157,6 +157,10 @@ type fleetStep struct {
 	HostProcRSSBytes      []int64 `json:"host_process_rss_bytes"`
 	ServerRSSBytes        []int64 `json:"server_rss_bytes"`
 	ServerRSSPerInstance  float64 `json:"server_rss_bytes_per_instance"`
+	// The servers' live heap (after a GC) less the empty servers', per
+	// instance: it holds the hosts' connections and subscriptions too.
+	ServerHeapBytes       []int64 `json:"server_live_heap_bytes"`
+	ServerHeapPerInstance float64 `json:"server_live_heap_bytes_per_instance"`
 	AERounds              int     `json:"anti_entropy_rounds_so_far"`
 	AEWrites              int     `json:"anti_entropy_corrections_so_far"`
 	WatcherRSSBytesEach   float64 `json:"server_rss_bytes_per_watcher"`
@@ -197,6 +201,7 @@ type fleetReport struct {
 	LoadAvgStart string       `json:"loadavg_start"`
 	LoadAvgEnd   string       `json:"loadavg_end"`
 	ServerRSS0   []int64      `json:"server_rss_empty_bytes"`
+	ServerHeap0  []int64      `json:"server_live_heap_empty_bytes"`
 	Steps        []*fleetStep `json:"steps"`
 
 	WatcherRSSBytesEach float64 `json:"server_rss_bytes_per_watcher"`
@@ -322,6 +327,11 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 	for i := 0; i < members; i++ {
 		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
 		rep.ServerRSS0 = append(rep.ServerRSS0, rss)
+		heap, err := b.liveHeap(ctx, i)
+		if err != nil {
+			return rep, err
+		}
+		rep.ServerHeap0 = append(rep.ServerHeap0, heap)
 	}
 
 	defer b.stopWatchers()
@@ -436,7 +446,8 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 	for _, t := range b.track {
 		at, err := t.waitCount(ctx, want, deadline)
 		if err != nil {
-			return nil, err
+			listed, lerr := b.listedPerServer(ctx)
+			return nil, fmt.Errorf("%w (the servers' own lists: %v %v)", err, listed, lerr)
 		}
 		st.ListedSeconds = append(st.ListedSeconds, at.Sub(t0).Seconds())
 	}
@@ -586,6 +597,16 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 		per += float64(rss-b.rep.ServerRSS0[i]) / float64(st.Instances) / members
 	}
 	st.ServerRSSPerInstance = per
+	per = 0
+	for i := 0; i < members; i++ {
+		heap, err := b.liveHeap(ctx, i)
+		if err != nil {
+			return err
+		}
+		st.ServerHeapBytes = append(st.ServerHeapBytes, heap)
+		per += float64(heap-b.rep.ServerHeap0[i]) / float64(st.Instances) / members
+	}
+	st.ServerHeapPerInstance = per
 	for _, p := range b.procs {
 		s, err := b.childState(ctx, p, false)
 		if err != nil {
@@ -652,4 +673,23 @@ func (b *fleetBench) leader(ctx context.Context) (int, error) {
 		return -1, fmt.Errorf("fleet: %w", err)
 	}
 	return l, nil
+}
+
+// liveHeap is server i's live heap: a GC first (pprof's heap?gc=1), then
+// its heap in use from its metrics.
+func (b *fleetBench) liveHeap(ctx context.Context, i int) (int64, error) {
+	nd := b.pc.nodes[i]
+	var v map[string]float64
+	var err error
+	ok := waitFor(ctx, 30*time.Second, func() bool {
+		if err = fetch(ctx, "http://"+nd.pprofAddr()+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+			return false
+		}
+		v, err = scrapeSamples(ctx, b.pc.hc, b.pc.url(nd)+"/v1/metrics", []string{"go_memstats_heap_alloc_bytes"})
+		return err == nil
+	})
+	if !ok {
+		return 0, fmt.Errorf("fleet: live heap of %s: %w", nd.id, err)
+	}
+	return int64(v["go_memstats_heap_alloc_bytes"]), nil
 }

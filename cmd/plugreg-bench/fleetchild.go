@@ -194,6 +194,9 @@ func (c *fleetChild) runHost(j int) {
 		t0 := time.Now()
 		if err := host.Register(ctx, fleetPlugin(i, k, "1.0.0")); err != nil {
 			errs++ // anti-entropy registers it later
+			if errs == 1 {
+				c.logger.Warn("start write failed; anti-entropy redoes it", "host", cfg.NodeID, "after", time.Since(t0), "error", err)
+			}
 		} else {
 			lat = append(lat, ms(time.Since(t0)))
 		}

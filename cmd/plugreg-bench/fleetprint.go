@@ -44,6 +44,7 @@ func printFleet(w io.Writer, rep *report) {
 	row("rest: host process RSS per host, KiB", func(s *fleetStep) string { return f1(s.HostRSSBytesEach / 1024) })
 	row("rest: leader CPU, ms/s", func(s *fleetStep) string { return f1(s.LeaderIdleCPUMsPerSec) })
 	row("rest: server RSS per instance (vs empty), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.ServerRSSPerInstance) })
+	row("rest: server live heap per instance (vs empty), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.ServerHeapPerInstance) })
 	row("rest: upstreams open (one per host)", func(s *fleetStep) string { return fmt.Sprint(s.StartUpstreams) })
 	row("churn: servers' RSS per watcher (all three), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.WatcherRSSBytesEach) })
 	row("churn: writes (errors)", churn(func(c *fleetChurn) string { return fmt.Sprintf("%d (%d)", c.Writes, c.Errors) }))
