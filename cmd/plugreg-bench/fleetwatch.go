@@ -457,9 +457,9 @@ func (b *fleetBench) restartServers(ctx context.Context) (*fleetRecovery, error)
 	if err != nil {
 		return nil, err
 	}
-	want, err := appliedIndex(ctx, b.sys, l)
-	if err != nil {
-		return nil, err
+	var want uint64
+	if !waitFor(ctx, 30*time.Second, func() bool { want, err = appliedIndex(ctx, b.sys, l); return err == nil }) {
+		return nil, fmt.Errorf("fleet: the leader's applied index: %w", err)
 	}
 	hr0, wr0 := 0, b.watcherResets()
 	if hr0, err = b.hostResets(ctx); err != nil {

@@ -19,6 +19,16 @@
 // and CPU per session, the fan-out of a burst of writes to all of them,
 // and (plugreg) the same burst with sessions that never read (stubs.go).
 //
+// With -fleet it runs the fleet simulator, plugreg only: three servers on
+// 127.0.3.1-3 and -fleet-hosts simulated hosts, each a real client agent
+// (agent.Client, agent.Host) with 20 plugins, packed many per host process
+// (the bench started again as -fleet-hosts-child); the first
+// -fleet-gossip-hosts gossip, the others are given the servers' addresses.
+// It times the cold start until every server lists every instance, the
+// fleet at rest, a churn with watchers (commit -> last watcher), a
+// snapshot, a restart of every server, a leader kill and dark hosts, at
+// each size the fleet grows through (fleet.go).
+//
 // Every process, socket and temp dir it creates is removed at the end,
 // also on error and on Ctrl-C.
 package main
