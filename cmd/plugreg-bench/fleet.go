@@ -163,7 +163,7 @@ type fleetStep struct {
 	ServerHeapPerInstance float64 `json:"server_live_heap_bytes_per_instance"`
 	AERounds              int     `json:"anti_entropy_rounds_so_far"`
 	AEWrites              int     `json:"anti_entropy_corrections_so_far"`
-	WatcherRSSBytesEach   float64 `json:"server_rss_bytes_per_watcher"`
+	WatcherHeapBytesEach  float64 `json:"server_live_heap_bytes_per_watcher"`
 
 	Churn *fleetChurn `json:"churn,omitempty"`
 }
@@ -204,7 +204,7 @@ type fleetReport struct {
 	ServerHeap0  []int64      `json:"server_live_heap_empty_bytes"`
 	Steps        []*fleetStep `json:"steps"`
 
-	WatcherRSSBytesEach float64 `json:"server_rss_bytes_per_watcher"`
+	WatcherHeapBytesEach float64 `json:"server_live_heap_bytes_per_watcher"`
 
 	SnapshotBytes   int64   `json:"snapshot_bytes,omitempty"`
 	SnapshotSeconds float64 `json:"snapshot_s,omitempty"`
@@ -348,10 +348,10 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 		}
 		if f.scenarios["churn"] {
 			if f.watchers > 0 {
-				if st.WatcherRSSBytesEach, err = b.startWatchers(ctx); err != nil {
+				if st.WatcherHeapBytesEach, err = b.startWatchers(ctx); err != nil {
 					return rep, err
 				}
-				rep.WatcherRSSBytesEach = st.WatcherRSSBytesEach
+				rep.WatcherHeapBytesEach = st.WatcherHeapBytesEach
 			}
 			if st.Churn, err = b.churn(ctx, f.churnFor); err != nil {
 				return rep, err

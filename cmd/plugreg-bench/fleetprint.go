@@ -46,7 +46,7 @@ func printFleet(w io.Writer, rep *report) {
 	row("rest: server RSS per instance (vs empty), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.ServerRSSPerInstance) })
 	row("rest: server live heap per instance (vs empty), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.ServerHeapPerInstance) })
 	row("rest: upstreams open (one per host)", func(s *fleetStep) string { return fmt.Sprint(s.StartUpstreams) })
-	row("churn: servers' RSS per watcher (all three), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.WatcherRSSBytesEach) })
+	row("churn: servers' live heap per watcher (all three), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.WatcherHeapBytesEach) })
 	row("churn: writes (errors)", churn(func(c *fleetChurn) string { return fmt.Sprintf("%d (%d)", c.Writes, c.Errors) }))
 	row("churn: write p50 / p99, ms", churn(func(c *fleetChurn) string { return f1(c.WriteP50) + " / " + f1(c.WriteP99) }))
 	row("churn: ack -> last watcher p50 / p99, ms", churn(func(c *fleetChurn) string { return f1(c.AckToLastP50) + " / " + f1(c.AckToLastP99) }))
@@ -55,8 +55,8 @@ func printFleet(w io.Writer, rep *report) {
 	row("churn: leader CPU per write, ms", churn(func(c *fleetChurn) string { return f2(c.LeaderCPUPerWrite) }))
 	row("churn: leader CPU per write less rest, ms", churn(func(c *fleetChurn) string { return f2(c.LeaderMarginalCPUPerWrite) }))
 	pf("\nat %d hosts:\n", r.Hosts)
-	if r.WatcherRSSBytesEach != 0 {
-		pf("  servers' RSS per watcher (all three): %.0f B\n", r.WatcherRSSBytesEach)
+	if r.WatcherHeapBytesEach != 0 {
+		pf("  servers' live heap per watcher (all three): %.0f B\n", r.WatcherHeapBytesEach)
 	}
 	if r.SnapshotBytes > 0 {
 		pf("  snapshot save from the leader: %.2f MiB in %.2f s\n", float64(r.SnapshotBytes)/(1<<20), r.SnapshotSeconds)

@@ -134,8 +134,8 @@ func (w *fleetWatchers) resetCount() int {
 	return w.resets
 }
 
-// startWatchers starts the watchers and returns the servers' RSS per
-// watcher (all three). They run until stopWatchers: a start storm
+// startWatchers starts the watchers and returns the servers' live heap
+// per watcher (all three; RSS moves with the GC more than with them). They run until stopWatchers: a start storm
 // without them, since 1,000 watchers of 200,000 registrations are 200
 // million deliveries that this machine would spend the storm on.
 func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
@@ -143,10 +143,9 @@ func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
 	w := &fleetWatchers{recv: map[uint64]*fleetRecv{}, n: b.f.watchers, cancel: cancel}
 	b.watch = w
 	wg := &w.wg
-	var rssBefore int64
-	for i := 0; i < members; i++ {
-		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
-		rssBefore += rss
+	heapBefore, err := b.liveHeapAll(ctx)
+	if err != nil {
+		return 0, err
 	}
 	logf("fleet: starting %d watchers over the 3 servers", w.n)
 	// Each from its server's applied index: only new events.
@@ -186,14 +185,26 @@ func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
 	if err := sleepCtx(ctx, 5*time.Second); err != nil {
 		return 0, err
 	}
-	var rssAfter int64
-	for i := 0; i < members; i++ {
-		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
-		rssAfter += rss
+	heapAfter, err := b.liveHeapAll(ctx)
+	if err != nil {
+		return 0, err
 	}
-	per := float64(rssAfter-rssBefore) / float64(max(1, w.n))
-	logf("fleet: watchers up; servers' RSS %+.0f B per watcher (all three)", per)
+	per := float64(heapAfter-heapBefore) / float64(max(1, w.n))
+	logf("fleet: watchers up; servers' live heap %+.0f B per watcher (all three)", per)
 	return per, nil
+}
+
+// liveHeapAll sums the servers' live heaps.
+func (b *fleetBench) liveHeapAll(ctx context.Context) (int64, error) {
+	var sum int64
+	for i := 0; i < members; i++ {
+		h, err := b.liveHeap(ctx, i)
+		if err != nil {
+			return 0, err
+		}
+		sum += h
+	}
+	return sum, nil
 }
 
 // stopWatchers ends the watchers' streams and waits for them.
@@ -660,15 +671,18 @@ func (b *fleetBench) darkHosts(ctx context.Context) (*fleetDark, error) {
 			d.MarkedNotAlive++
 		}
 	}
-	waitFor(ctx, b.f.timeout, func() bool {
-		for nm := range names {
-			if b.memb.status(nm) != "alive" {
-				return false
-			}
+	// Those the leader marked: when it saw each alive again.
+	for nm := range names {
+		if !b.memb.wentNotAlive(nm, t0) {
+			continue
 		}
-		return true
-	})
-	d.AliveSeconds = time.Since(t1).Seconds()
+		if !waitFor(ctx, b.f.timeout, func() bool { return b.memb.status(nm) == "alive" }) {
+			return nil, fmt.Errorf("fleet: dark host %s not alive on the leader %v after it was continued", nm, b.f.timeout)
+		}
+		if at, ok := b.memb.firstAfter(nm, "alive", t1); ok {
+			d.AliveSeconds = max(d.AliveSeconds, at.Sub(t1).Seconds())
+		}
+	}
 	if d.InstancesListed, err = b.listedPerServer(ctx); err != nil {
 		return nil, err
 	}

@@ -219,7 +219,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&fo.settle, "fleet-settle", 10*time.Second, "fleet: wait this long after a start before measuring the fleet at rest")
 	fs.DurationVar(&fo.idle, "fleet-idle", 10*time.Second, "fleet: the window the fleet at rest is measured over (hosts' CPU, leader's CPU)")
 	fs.DurationVar(&fo.timeout, "fleet-timeout", 10*time.Minute, "fleet: give up on a phase after this long")
-	fs.DurationVar(&fo.darkFor, "fleet-dark-duration", 20*time.Second, "fleet: how long the dark hosts stay stopped")
+	fs.DurationVar(&fo.darkFor, "fleet-dark-duration", 60*time.Second, "fleet: how long the dark hosts stay stopped (memberlist's LAN suspicion timeout starts at up to ~55 s with 200 members and shrinks with confirmations: shorter, and the gossiping dark hosts may never be marked failed)")
 	fs.Float64Var(&fo.darkShare, "fleet-dark-share", 0.1, "fleet: share of the host processes (so of the hosts) the dark scenario stops with SIGSTOP")
 	fs.StringVar(&fo.signalType, "fleet-signal-type", "fleet-signal", "fleet: the type every host's upstream event stream subscribes to; the bench writes its markers there")
 	fs.IntVar(&fo.nice, "fleet-hosts-nice", 10, "fleet: niceness of the host processes: on a real fleet the hosts' CPU is their own machines', so here they must not take the servers'")
