@@ -244,6 +244,10 @@ type fleetDark struct {
 	ResumedSeconds  float64     `json:"dark_upstreams_resumed_after_continue_s"`
 	AliveSeconds    float64     `json:"dark_gossip_hosts_alive_again_s"`
 	InstancesListed []int       `json:"instances_listed_per_server"`
+	// RelistedSeconds: from SIGCONT until every server lists every
+	// instance again (the leader reaps a gossiping host dead longer than
+	// -node-reap-after; its anti-entropy registers them again).
+	RelistedSeconds float64 `json:"all_listed_again_after_continue_s"`
 }
 
 // ---- the run ----
@@ -308,11 +312,8 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 		}
 		b.track = append(b.track, t)
 	}
-	l, err := b.leader(ctx)
-	if err != nil {
-		return rep, err
-	}
-	mcli, mtr, err := b.sys.newClient([]string{pc.url(pc.nodes[l])})
+	// Any live server's gossip view: one of them is killed and restarted.
+	mcli, mtr, err := b.sys.newClient(pc.httpAddrs())
 	if err != nil {
 		return rep, err
 	}

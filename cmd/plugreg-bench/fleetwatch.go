@@ -227,7 +227,10 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 	live := b.liveProcs()
 	k := len(live)
 	total := int(f.churnRate * d.Seconds())
-	c := &fleetChurn{Rate: f.churnRate, Seconds: d.Seconds(), Watchers: f.watchers}
+	c := &fleetChurn{Rate: f.churnRate, Seconds: d.Seconds()}
+	if b.watch != nil {
+		c.Watchers = b.watch.n
+	}
 	every := time.Duration(float64(k) / f.churnRate * float64(time.Second))
 	l, err := b.leader(ctx)
 	if err != nil {
@@ -686,8 +689,15 @@ func (b *fleetBench) darkHosts(ctx context.Context) (*fleetDark, error) {
 	if d.InstancesListed, err = b.listedPerServer(ctx); err != nil {
 		return nil, err
 	}
-	logf("fleet: dark: %d gossip hosts of %d marked not alive; upstreams resumed %.2fs after continue, gossip hosts alive after %.2fs; listed %v",
-		d.MarkedNotAlive, d.GossipHosts, d.ResumedSeconds, d.AliveSeconds, d.InstancesListed)
+	for _, t := range b.track {
+		at, err := t.waitCount(ctx, b.hosts()*b.f.plugins, deadline)
+		if err != nil {
+			return nil, err
+		}
+		d.RelistedSeconds = max(d.RelistedSeconds, at.Sub(t1).Seconds())
+	}
+	logf("fleet: dark: %d gossip hosts of %d marked not alive; upstreams resumed %.2fs after continue, gossip hosts alive after %.2fs; listed %v then all again after %.2fs",
+		d.MarkedNotAlive, d.GossipHosts, d.ResumedSeconds, d.AliveSeconds, d.InstancesListed, d.RelistedSeconds)
 	return d, nil
 }
 
