@@ -213,8 +213,9 @@ type fleetReport struct {
 	Failover *fleetRecovery `json:"failover,omitempty"`
 	Dark     *fleetDark     `json:"dark,omitempty"`
 
-	// Gossip hosts the leader saw other than alive while the bench had not
-	// stopped them (false suspicions), over the whole run.
+	// Gossiping hosts a server's view showed other than alive after they
+	// were first alive (false suspicions: the bench had not stopped them),
+	// over the starts, rests and churns.
 	FalseSuspicions int      `json:"false_suspicions"`
 	Notes           []string `json:"notes,omitempty"`
 }
@@ -360,6 +361,10 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 			st.Churn.LeaderMarginalCPUPerWrite = st.Churn.LeaderCPUPerWrite - st.LeaderIdleCPUMsPerSec*st.Churn.Seconds/float64(max(1, st.Churn.Writes))
 		}
 	}
+	// Before the servers' restarts: a restarted server's gossip view is
+	// rebuilt, and its members' statuses pass through states no host
+	// caused.
+	rep.FalseSuspicions = b.falseSuspicions()
 	if f.scenarios["snapshot"] {
 		if err := b.snapshot(ctx); err != nil {
 			return rep, err
@@ -380,7 +385,6 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 			return rep, err
 		}
 	}
-	rep.FalseSuspicions = b.falseSuspicions()
 	rep.LoadAvgEnd = loadAvg()
 	return rep, nil
 }

@@ -79,7 +79,7 @@ func printFleet(w io.Writer, rep *report) {
 		pf("  %d hosts dark (%d gossiping) for %.0f s: %d gossiping marked not alive; churn meanwhile p99 %.1f ms, ack -> last watcher p99 %.1f ms; upstreams back %.2f s and gossip hosts alive %.2f s after SIGCONT; listed then %v (reaped ones missing), every instance listed again %.2f s after SIGCONT\n",
 			d.Hosts, d.GossipHosts, d.Seconds, d.MarkedNotAlive, d.Churn.WriteP99, d.Churn.AckToLastP99, d.ResumedSeconds, d.AliveSeconds, d.InstancesListed, d.RelistedSeconds)
 	}
-	pf("  false suspicions (gossiping hosts not stopped by the bench seen not alive by the leader): %d\n", r.FalseSuspicions)
+	pf("  false suspicions (gossiping hosts seen not alive by a server before any fault, over the starts and churns): %d of %d\n", r.FalseSuspicions, r.GossipHosts)
 	for _, n := range r.Notes {
 		pf("note: %s\n", n)
 	}

@@ -701,15 +701,15 @@ func (b *fleetBench) darkHosts(ctx context.Context) (*fleetDark, error) {
 	return d, nil
 }
 
-// falseSuspicions counts the gossiping hosts the leader's view showed
-// other than alive at any time outside the dark scenario's stop, but after
-// they were first alive.
+// falseSuspicions counts the gossiping hosts a server's view showed other
+// than alive after they were first alive; the bench calls it before it
+// stops any host or server.
 func (b *fleetBench) falseSuspicions() int {
 	b.memb.mu.Lock()
 	defer b.memb.mu.Unlock()
 	n := 0
 	for name, trs := range b.memb.trans {
-		if !strings.HasPrefix(name, fleetHostPrefix) || (b.rep.Dark != nil && b.isDarkHost(name)) {
+		if !strings.HasPrefix(name, fleetHostPrefix) {
 			continue
 		}
 		seenAlive := false
@@ -723,20 +723,6 @@ func (b *fleetBench) falseSuspicions() int {
 		}
 	}
 	return n
-}
-
-// isDarkHost: name is a gossiping host the dark scenario stopped.
-func (b *fleetBench) isDarkHost(name string) bool {
-	n := max(1, int(math.Round(b.f.darkShare*float64(len(b.procs)))))
-	for j := 0; j < n; j++ {
-		p := b.procs[j*len(b.procs)/n]
-		for g := 0; g < p.spec.Gossip; g++ {
-			if fleetHostName(p.spec.From+g) == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func (m *memberLog) wentNotAlive(name string, since time.Time) bool {
