@@ -177,9 +177,10 @@ type fleetChurn struct {
 	Watchers int     `json:"watchers"`
 	WriteP50 float64 `json:"write_p50_ms"`
 	WriteP99 float64 `json:"write_p99_ms"`
-	// Commit -> last watcher: from the write's acknowledgement (which
-	// follows its commit) to the receipt of its index by the last of the
-	// watchers; from its start too (an upper bound).
+	// Commit -> last watcher: from the earlier of the write's
+	// acknowledgement and its first receipt by a watcher (both follow
+	// its commit: a lower bound) to its receipt by the last of the
+	// watchers; and from the write's start (an upper bound).
 	AckToLastP50   float64 `json:"ack_to_last_watcher_p50_ms"`
 	AckToLastP99   float64 `json:"ack_to_last_watcher_p99_ms"`
 	AckToLastMax   float64 `json:"ack_to_last_watcher_max_ms"`
