@@ -181,10 +181,10 @@ type fleetChurn struct {
 	// acknowledgement and its first receipt by a watcher (both follow
 	// its commit: a lower bound) to its receipt by the last of the
 	// watchers; and from the write's start (an upper bound).
-	AckToLastP50   float64 `json:"ack_to_last_watcher_p50_ms"`
-	AckToLastP99   float64 `json:"ack_to_last_watcher_p99_ms"`
-	AckToLastMax   float64 `json:"ack_to_last_watcher_max_ms"`
-	StartToLastP99 float64 `json:"start_to_last_watcher_p99_ms"`
+	AckToLastP50   float64 `json:"commit_to_last_watcher_p50_ms_lower_bound"`
+	AckToLastP99   float64 `json:"commit_to_last_watcher_p99_ms_lower_bound"`
+	AckToLastMax   float64 `json:"commit_to_last_watcher_max_ms_lower_bound"`
+	StartToLastP99 float64 `json:"commit_to_last_watcher_p99_ms_upper_bound"`
 	Undelivered    int     `json:"writes_not_at_every_watcher"`
 	// Leader CPU over the churn per write, and the same less what the
 	// leader used at rest over as long (the fleet's own background:

@@ -49,8 +49,8 @@ func printFleet(w io.Writer, rep *report) {
 	row("churn: servers' live heap per watcher (all three), B", func(s *fleetStep) string { return fmt.Sprintf("%.0f", s.WatcherHeapBytesEach) })
 	row("churn: writes (errors)", churn(func(c *fleetChurn) string { return fmt.Sprintf("%d (%d)", c.Writes, c.Errors) }))
 	row("churn: write p50 / p99, ms", churn(func(c *fleetChurn) string { return f1(c.WriteP50) + " / " + f1(c.WriteP99) }))
-	row("churn: commit -> last watcher p50 / p99, ms (>=)", churn(func(c *fleetChurn) string { return f1(c.AckToLastP50) + " / " + f1(c.AckToLastP99) }))
-	row("churn: write start -> last watcher p99, ms (<=)", churn(func(c *fleetChurn) string { return f1(c.StartToLastP99) }))
+	row("churn: commit -> last watcher p50 / p99, ms (lower bound)", churn(func(c *fleetChurn) string { return f1(c.AckToLastP50) + " / " + f1(c.AckToLastP99) }))
+	row("churn: write start -> last watcher p99, ms (upper bound)", churn(func(c *fleetChurn) string { return f1(c.StartToLastP99) }))
 	row("churn: writes not at every watcher", churn(func(c *fleetChurn) string { return fmt.Sprint(c.Undelivered) }))
 	row("churn: leader CPU per write, ms", churn(func(c *fleetChurn) string { return f2(c.LeaderCPUPerWrite) }))
 	row("churn: leader CPU per write less rest, ms", churn(func(c *fleetChurn) string { return f2(c.LeaderMarginalCPUPerWrite) }))
@@ -76,7 +76,7 @@ func printFleet(w io.Writer, rep *report) {
 			rec.ResumedSeconds, rec.HostResets, rec.WatcherResets, rec.Listed)
 	}
 	if d := r.Dark; d != nil {
-		pf("  %d hosts dark (%d gossiping) for %.0f s: %d gossiping marked not alive; churn meanwhile p99 %.1f ms, commit -> last watcher p99 >= %.1f ms; upstreams back %.2f s and gossip hosts alive %.2f s after SIGCONT; listed then %v (reaped ones missing), every instance listed again %.2f s after SIGCONT\n",
+		pf("  %d hosts dark (%d gossiping) for %.0f s: %d gossiping marked not alive; churn meanwhile p99 %.1f ms, commit -> last watcher p99 (lower bound) %.1f ms; upstreams back %.2f s and gossip hosts alive %.2f s after SIGCONT; listed then %v (reaped ones missing), every instance listed again %.2f s after SIGCONT\n",
 			d.Hosts, d.GossipHosts, d.Seconds, d.MarkedNotAlive, d.Churn.WriteP99, d.Churn.AckToLastP99, d.ResumedSeconds, d.AliveSeconds, d.InstancesListed, d.RelistedSeconds)
 	}
 	pf("  false suspicions (gossiping hosts seen not alive by a server before any fault, over the starts and churns): %d of %d\n", r.FalseSuspicions, r.GossipHosts)
