@@ -56,6 +56,10 @@ type Config struct {
 	// Tracer records a span for each call to a server made for a traced
 	// request, whose context the call carries on (nil: tracing off).
 	Tracer *tracing.Tracer
+	// StaticServers, when set, are the servers' RPC addresses, used
+	// instead of gossip (which is not started: Join and the gossip
+	// settings are ignored). For the fleet simulator only (static.go).
+	StaticServers []string
 }
 
 // upstreamHeartbeat is the heartbeat period the agent asks of a server's
@@ -69,7 +73,7 @@ const upstreamHeartbeat = 2 * time.Second
 type Client struct {
 	cfg    Config
 	logger hclog.Logger
-	gossip *gossip.Pool
+	gossip membership // *gossip.Pool, or staticServers
 	pool   *transport.Pool
 	tokens tokenCache  // resolved ACL tokens (acl.go)
 	hub    *fanout.Hub // one upstream event stream per filter, fanned out
@@ -125,6 +129,10 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.hub = hub
+	if len(cfg.StaticServers) > 0 {
+		c.gossip = staticServers(cfg.StaticServers)
+		return c, nil
+	}
 	c.gossip, err = gossip.Start(gossip.Config{
 		NodeID: cfg.NodeID, BindAddr: cfg.BindAddr, Port: cfg.GossipPort, Fast: cfg.GossipFast,
 		Meta:       gossip.Meta{ID: cfg.NodeID, HTTPAddr: cfg.HTTPAddr, Role: api.RoleClient},

@@ -80,6 +80,11 @@ func startPlugregAs(label string, base int, bin, dir string, extra []string) (*p
 // startPlugregTLS is startPlugregAs with the agents on mutual TLS when bt
 // is set.
 func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt *benchTLS) (*plugregCluster, error) {
+	return startPlugregOn(memberIP, label, base, bin, dir, extra, bt)
+}
+
+// startPlugregOn is startPlugregTLS with member i on ipOf(i).
+func startPlugregOn(ipOf func(int) string, label string, base int, bin, dir string, extra []string, bt *benchTLS) (*plugregCluster, error) {
 	c := &plugregCluster{hc: &http.Client{Timeout: 2 * time.Second}}
 	if bt != nil {
 		c.tls = bt.client
@@ -93,14 +98,14 @@ func startPlugregTLS(label string, base int, bin, dir string, extra []string, bt
 	}
 	for i := 0; i < members; i++ {
 		n := &plugregNode{
-			id: fmt.Sprintf("n%d", i+1), ip: memberIP(i),
+			id: fmt.Sprintf("n%d", i+1), ip: ipOf(i),
 			httpPort: base + 500 + i, srvPort: base + 300 + i, gossipPort: base + 400 + i, pprofPort: base + 600 + i,
 		}
 		n.dataDir = filepath.Join(dir, label+"-"+n.id)
 		args := []string{"agent", "-node", n.id, "-data-dir", n.dataDir, "-bind", n.ip,
 			"-http-port", strconv.Itoa(n.httpPort), "-server-port", strconv.Itoa(n.srvPort),
 			"-gossip-port", strconv.Itoa(n.gossipPort), "-pprof", n.pprofAddr(),
-			"-bootstrap-expect", "3", "-join", net.JoinHostPort(memberIP(0), strconv.Itoa(base+400)), "-retry-join",
+			"-bootstrap-expect", "3", "-join", net.JoinHostPort(ipOf(0), strconv.Itoa(base+400)), "-retry-join",
 			"-log-level", "warn"}
 		args = append(args, extra...)
 		n.proc = &proc{name: label + " " + n.id, path: bin, args: args, logPath: filepath.Join(dir, label+"-"+n.id+".log")}

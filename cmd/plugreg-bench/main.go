@@ -19,6 +19,16 @@
 // and CPU per session, the fan-out of a burst of writes to all of them,
 // and (plugreg) the same burst with sessions that never read (stubs.go).
 //
+// With -fleet it runs the fleet simulator, plugreg only: three servers on
+// 127.0.3.1-3 and -fleet-hosts simulated hosts, each a real client agent
+// (agent.Client, agent.Host) with 20 plugins, packed many per host process
+// (the bench started again as -fleet-hosts-child); the first
+// -fleet-gossip-hosts gossip, the others are given the servers' addresses.
+// It times the cold start until every server lists every instance, the
+// fleet at rest, a churn with watchers (commit -> last watcher), a
+// snapshot, a restart of every server, a leader kill and dark hosts, at
+// each size the fleet grows through (fleet.go).
+//
 // Every process, socket and temp dir it creates is removed at the end,
 // also on error and on Ctrl-C.
 package main
@@ -94,6 +104,9 @@ type options struct {
 	stabilityLoad    time.Duration
 	stabilityIdle    time.Duration
 
+	// fleet: the -fleet mode's options (fleet.go); nil when off.
+	fleet *fleetOptions
+
 	selfProfile string
 	// pauseIdle: SIGSTOP the systems not in the current cell (idle.go).
 	pauseIdle bool
@@ -102,6 +115,14 @@ type options struct {
 var allWorkloads = []string{"register", "deregister", "list", "list-stale", "watch", "failover"}
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "-fleet-hosts-child" {
+		// A host process of the fleet simulator, started by the bench.
+		if err := runFleetChild(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "plugreg-bench -fleet-hosts-child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -185,8 +206,33 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.stabilityClients, "stability-clients", 64, "stability: concurrent writers")
 	fs.DurationVar(&o.stabilityLoad, "stability-load", 10*time.Minute, "stability: how long the writers run")
 	fs.DurationVar(&o.stabilityIdle, "stability-idle", 10*time.Minute, "stability: how long the cluster then stays idle")
+	fleet := fs.Bool("fleet", false, "run the fleet simulator instead (plugreg only): three servers and -fleet-hosts simulated hosts, each a real client agent (agent.Client, agent.Host) with -fleet-plugins plugins, packed many per host process")
+	fo := &fleetOptions{}
+	var fleetSizes, fleetScenarios string
+	fs.StringVar(&fleetSizes, "fleet-hosts", "100", "fleet: hosts, or increasing sizes the fleet grows through (e.g. 100,1000,10000): at each size the new hosts start at once, then rest and churn are measured (the curve)")
+	fs.IntVar(&fo.perProc, "fleet-hosts-per-proc", 0, "fleet: hosts per host process (0: a tenth of the fleet, 10 to 500)")
+	fs.IntVar(&fo.gossipHosts, "fleet-gossip-hosts", 200, "fleet: hosts (spread over the host processes) that run real memberlist gossip; the others are given the servers' addresses (agent.Config.StaticServers): the servers' gossip never sees them, so suspect marks and reaping are measured on these only")
+	fs.IntVar(&fo.plugins, "fleet-plugins", 20, "fleet: plugins per host (the same names on every host)")
+	fs.IntVar(&fo.watchers, "fleet-watchers", 1000, "fleet: watchers (event streams of the Go client on the fleet's plugin types) spread over the servers, for the churn")
+	fs.Float64Var(&fo.churnRate, "fleet-churn-rate", 20, "fleet: churn writes per second (plugin updates through the hosts' agents)")
+	fs.DurationVar(&fo.churnFor, "fleet-churn-duration", 30*time.Second, "fleet: how long each churn runs")
+	fs.DurationVar(&fo.settle, "fleet-settle", 10*time.Second, "fleet: wait this long after a start before measuring the fleet at rest")
+	fs.DurationVar(&fo.idle, "fleet-idle", 10*time.Second, "fleet: the window the fleet at rest is measured over (hosts' CPU, leader's CPU)")
+	fs.DurationVar(&fo.timeout, "fleet-timeout", 10*time.Minute, "fleet: give up on a phase after this long")
+	fs.DurationVar(&fo.darkFor, "fleet-dark-duration", 60*time.Second, "fleet: how long the dark hosts stay stopped (memberlist's LAN suspicion timeout starts at up to ~55 s with 200 members and shrinks with confirmations: shorter, and the gossiping dark hosts may never be marked failed)")
+	fs.Float64Var(&fo.darkShare, "fleet-dark-share", 0.1, "fleet: share of the host processes (so of the hosts) the dark scenario stops with SIGSTOP")
+	fs.StringVar(&fo.signalType, "fleet-signal-type", "fleet-signal", "fleet: the type every host's upstream event stream subscribes to; the bench writes its markers there")
+	fs.IntVar(&fo.nice, "fleet-hosts-nice", 10, "fleet: niceness of the host processes: on a real fleet the hosts' CPU is their own machines', so here they must not take the servers'")
+	fs.StringVar(&fo.profileDir, "fleet-profile", "", "fleet: write CPU profiles of the leader at rest and during each churn to this dir")
+	fs.StringVar(&fleetScenarios, "fleet-scenarios", strings.Join(allFleetScenarios, ","), "fleet: comma-separated scenarios after the start(s), in this order: "+strings.Join(allFleetScenarios, ", "))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *fleet {
+		if err := fo.resolve(fleetSizes, fleetScenarios); err != nil {
+			return nil, err
+		}
+		o.fleet = fo
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %v", fs.Args())
@@ -269,6 +315,7 @@ type report struct {
 	Agents           *agentsReport    `json:"agents,omitempty"`
 	Stubs            *stubsReport     `json:"stubs,omitempty"`
 	Stability        *stabilityReport `json:"stability,omitempty"`
+	Fleet            *fleetReport     `json:"fleet,omitempty"`
 }
 
 func logf(format string, args ...any) {
@@ -278,7 +325,7 @@ func logf(format string, args ...any) {
 func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	// The client-agent mode runs plugreg alone: etcd has no agent. The
 	// stability run is plugreg's own timeouts against this machine.
-	withEtcd := o.agents == 0 && !o.stability
+	withEtcd := o.agents == 0 && !o.stability && o.fleet == nil
 	var etcdBin string
 	if withEtcd {
 		if etcdBin, err = ensureEtcd(logf); err != nil {
@@ -333,6 +380,21 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		rep.RecordBytes = len(b)
 	}
 
+	if o.fleet != nil {
+		rep.Fleet, err = runFleet(ctx, o, bin, dir)
+		if rep.Fleet != nil && (err == nil || len(rep.Fleet.Steps) > 0) {
+			if o.jsonOut {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(rep); jerr != nil && err == nil {
+					err = jerr
+				}
+			} else {
+				printFleet(out, rep)
+			}
+		}
+		return err
+	}
 	if !withEtcd {
 		// Info level for the reap log lines ("reaped plugins of dead
 		// node"); the bench's flags come first, so -plugreg-flags wins.
