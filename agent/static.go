@@ -15,6 +15,7 @@ type membership interface {
 	Keyring() *gossip.Keyring
 	JoinAtStart(addrs []string, retry bool, interval time.Duration) error
 	AliveServers() []gossip.Meta
+	NumMembers() int
 	Members() []gossip.Member
 	AnnounceLeaving(timeout time.Duration) error
 	Leave(timeout time.Duration) error
@@ -36,6 +37,10 @@ func (s staticServers) Members() []gossip.Member                        { return
 func (s staticServers) AnnounceLeaving(time.Duration) error             { return nil }
 func (s staticServers) Leave(time.Duration) error                       { return nil }
 func (s staticServers) Shutdown() error                                 { return nil }
+
+// NumMembers counts the servers only: without gossip the agent knows no
+// other member.
+func (s staticServers) NumMembers() int { return len(s) }
 
 // AliveServers is every listed server, by its RPC address.
 func (s staticServers) AliveServers() []gossip.Meta {

@@ -428,7 +428,7 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 		n := min(f.hostsPerProc, size-h)
 		g := min(n, gossipPerProc, max(0, f.gossipHosts-b.gossipCount()))
 		spec := fleetChildSpec{Dir: filepath.Join(b.dir, fmt.Sprintf("p%03d", k)), IP: fleetProcIP(k), Control: fmtAddr(fleetProcIP(k), fleetControlPort),
-			From: h, Count: n, Gossip: g, GossipPort: fleetGossipPort, Join: joins, Servers: servers, Plugins: f.plugins, SignalType: f.signalType}
+			From: h, Count: n, Gossip: g, GossipPort: fleetGossipPort, Join: joins, Servers: servers, Plugins: f.plugins, SignalType: f.signalType, Fleet: size}
 		js, _ := json.Marshal(spec)
 		p := &fleetProc{k: k, spec: spec, url: "http://" + spec.Control,
 			proc: &proc{name: fmt.Sprintf("hosts-%03d", k), path: nicePath, args: append(niceArgs, self, "-fleet-hosts-child", string(js)),

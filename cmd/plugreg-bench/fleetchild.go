@@ -46,6 +46,10 @@ type fleetChildSpec struct {
 	// markers are written there, so that "this host's upstream delivers"
 	// can be timed; the fleet's own plugins are of other types.
 	SignalType string `json:"signal_type"`
+	// Fleet is the number of hosts once this process's have started: a
+	// host without gossip does not count its pool, and its anti-entropy
+	// schedule scales with the fleet as a real agent's does.
+	Fleet int `json:"fleet"`
 }
 
 // fleetHostName is host i's node ID.
@@ -169,7 +173,11 @@ func (c *fleetChild) runHost(j int) {
 		return
 	}
 	defer cl.Shutdown()
-	host, err := agent.NewHost(agent.HostConfig{Backend: cl, Sources: []string{api.SourceKubelet}, LiveServers: cl.LiveServers, Logger: cfg.Logger})
+	members := cl.GossipMembers
+	if cfg.StaticServers != nil {
+		members = func() int { return s.Fleet + len(s.Servers) }
+	}
+	host, err := agent.NewHost(agent.HostConfig{Backend: cl, Sources: []string{api.SourceKubelet}, LiveServers: cl.LiveServers, Members: members, Logger: cfg.Logger})
 	if err != nil {
 		c.failed.Add(1)
 		return
