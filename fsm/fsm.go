@@ -24,6 +24,10 @@ type ApplyResult struct {
 	Result  api.Result
 	Removed int   // instances removed, for deregister, deregister-node and expire
 	Err     error // the command was rejected; the state did not change
+	// Refused are the writes of a HostSyncCommand its conditions left
+	// alone, by position (api.HostSyncResult.Refused); the others
+	// applied.
+	Refused []int
 	// Duplicate is set when the command's request ID was already applied:
 	// Index, Result and Removed are then the original write's, and
 	// nothing was applied again.
@@ -160,8 +164,10 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		return &ApplyResult{Index: rec.Index, Result: rec.Result, Removed: rec.Removed, Duplicate: true}, nil
 	}
 	var (
-		res api.Result
-		evs []Event
+		res     api.Result
+		evs     []Event
+		refused []int
+		removed int
 	)
 	switch r := req.(type) {
 	case *RegisterRequest:
@@ -188,6 +194,10 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.expire(index, r)
 	case *NodeHealthRequest:
 		res, evs = s.nodeHealth(index, r)
+	case *NodeHealthBatchRequest:
+		res, evs = s.nodeHealthBatch(index, r)
+	case *HostSyncRequest:
+		res, evs, refused, removed = s.hostSync(index, r)
 	case *PaddingRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
@@ -196,7 +206,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 			return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
 		}
 	}
-	ar := &ApplyResult{Index: index, Result: res}
+	ar := &ApplyResult{Index: index, Result: res, Removed: removed, Refused: refused}
 	if res == api.ResultDeregistered || res == ResultExpired {
 		ar.Removed = len(evs)
 	}
