@@ -55,9 +55,14 @@ func (r *HostSyncRequest) Size() int {
 		n += HostSyncSize(p)
 	}
 	for _, d := range r.Deregister {
-		n += len(d.Type) + len(d.Name) + len(d.AllocID) + hostSyncOverhead
+		n += d.Size()
 	}
 	return n
+}
+
+// Size is what d adds to a HostSyncRequest's Size.
+func (d HostDeregistration) Size() int {
+	return len(d.Type) + len(d.Name) + len(d.AllocID) + hostSyncOverhead
 }
 
 // HostSyncSize is what registering p adds to a HostSyncRequest's Size:
