@@ -44,7 +44,8 @@ func BenchmarkApply(b *testing.B) {
 // one of: a new registration (a new host's instance), the deregistration
 // of one instance, a node's health mark (20 instances suspect, or
 // cleared) and the deregistration of a node (20 instances). The cost per
-// write must not grow with H. "grow" is the older case: registrations
+// write must not grow with H. "host-sync" is a new host's 20
+// registrations in one entry (HostSyncCommand). "grow" is the older case: registrations
 // spread over 1,000 hosts into a state that grows with b.N.
 func BenchmarkApplyHosts(b *testing.B) {
 	b.Run("grow", benchApplyGrow)
@@ -78,6 +79,15 @@ var fleetOps = []struct {
 		p.NodeID = fmt.Sprintf("newhost-%d", i/fleetNames)
 		return reg(p)
 	}},
+	{"host-sync", func(i, hosts int) Request {
+		// A new host's 20 registrations in one entry (its agent's
+		// first round): the cost per write is per host here, 20
+		// instances, against 20 of "register".
+		if i >= hosts {
+			return nil
+		}
+		return newHostSync(i)
+	}},
 	{"deregister", func(i, hosts int) Request {
 		if i >= hosts*fleetNames {
 			return nil
@@ -97,6 +107,19 @@ var fleetOps = []struct {
 		}
 		return &DeregisterNodeRequest{NodeID: fmt.Sprintf("host-%d", i)}
 	}},
+}
+
+// newHostSync is new host i's round: its fleetNames registrations, as
+// "register" writes them one by one (new-<instance>, newhost-<i>).
+func newHostSync(i int) *HostSyncRequest {
+	r := &HostSyncRequest{HostSyncRequest: api.HostSyncRequest{NodeID: fmt.Sprintf("newhost-%d", i)}}
+	r.IfNodeID = r.NodeID
+	for n := range fleetNames {
+		p := plugin("csi", fmt.Sprintf("name-%02d", n), fmt.Sprintf("new-%d", i*fleetNames+n))
+		p.NodeID = r.NodeID
+		r.Register = append(r.Register, p)
+	}
+	return r
 }
 
 func suspectReason(suspect bool) string {
