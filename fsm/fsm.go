@@ -118,9 +118,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	cur := f.state.Load()
 	next := *cur // a private copy: its trees are replaced, never changed
-	if len(logs) > 1 {
-		// One entry gains nothing from a transaction and pays for
-		// opening it.
+	if len(logs) > 1 || (len(logs) == 1 && writesMany(logs[0])) {
+		// One entry of one write gains nothing from a transaction and
+		// pays for opening it.
 		next.beginBatch()
 	}
 	out := make([]interface{}, len(logs))
@@ -142,6 +142,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.sink.Applied(&next, events)
 	}
 	return out
+}
+
+// writesMany reports whether l is an entry that writes many instances at
+// once (a host's sync): one whose writes share a transaction as a batch's
+// entries do.
+func writesMany(l *raft.Log) bool {
+	return l.Type == raft.LogCommand && len(l.Data) > 0 &&
+		(CommandType(l.Data[0]) == HostSyncCommand || CommandType(l.Data[0]) == NodeHealthBatchCommand)
 }
 
 // apply decodes and applies one command entry.

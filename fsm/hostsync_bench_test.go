@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -45,7 +46,9 @@ func BenchmarkHostSyncStorm(b *testing.B) {
 					}
 				}
 				b.ReportAllocs()
+				runtime.GC()
 				b.ResetTimer()
+				from := cpuTime(b)
 				for range b.N {
 					f := New(nil)
 					for i := 0; i < len(logs); i += 64 {
@@ -59,6 +62,7 @@ func BenchmarkHostSyncStorm(b *testing.B) {
 						b.Fatalf("%d instances", f.State().Len())
 					}
 				}
+				b.ReportMetric(float64((cpuTime(b)-from).Nanoseconds())/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(len(logs)), "entries")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(hosts), "ns/host")
 			})
