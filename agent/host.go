@@ -273,13 +273,18 @@ func (h *Host) Sync(ctx context.Context) error {
 		}
 	}
 	var r round
+	wanted := make(map[key]bool)
 	for _, want := range h.Plugins() {
+		wanted[keyOf(want)] = true
 		if got := have[keyOf(want)]; got == nil || !api.SameContent(got, want) {
 			r.register = append(r.register, want)
 		}
 	}
 	if h.allReady() {
 		for k, got := range have {
+			if wanted[k] {
+				continue
+			}
 			r.deregister = append(r.deregister, api.HostDeregistration{Type: k.typ, Name: k.name, AllocID: k.alloc, IfModifyIndex: got.ModifyIndex})
 		}
 		// In key order: a round's writes do not depend on map order.
