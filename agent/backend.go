@@ -54,6 +54,29 @@ func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api
 		fmt.Sprintf("deregister %s/%s/%s", req.Type, req.Name, req.AllocID))
 }
 
+// SyncHost sends a host's anti-entropy writes to a server as one call,
+// which the server writes as one entry (see backend.Backend). While a
+// server this agent sees alive does not serve it (a rolling upgrade), it
+// sends nothing and answers api.ErrUnsupported: the host then writes one
+// instance at a time, as before.
+func (c *Client) SyncHost(ctx context.Context, req api.HostSyncRequest) (api.HostSyncResult, error) {
+	if err := req.Validate(); err != nil {
+		return api.HostSyncResult{}, err
+	}
+	for _, m := range c.gossip.AliveServers() {
+		if m.RPCVersion < agentrpc.HostSyncRPCVersion {
+			return api.HostSyncResult{}, fmt.Errorf("host sync: %w: server %s does not serve it yet", api.ErrUnsupported, m.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	var res api.HostSyncResult
+	if err := c.callTraced(ctx, true, agentrpc.HostSync, &agentrpc.HostSyncArgs{Request: req, Token: c.writeToken(ctx)}, &res); err != nil {
+		return res, fmt.Errorf("host sync of node %s (%d writes): %w", req.NodeID, req.Writes(), err)
+	}
+	return res, nil
+}
+
 // DeregisterNode removes every instance of a node through a server.
 func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
 	if err := api.ValidateIdentifier("node", nodeID); err != nil {

@@ -23,6 +23,10 @@ type Writer interface {
 	NodeID() string
 	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
 	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
+	// SyncHost makes an anti-entropy round's writes as one (see
+	// backend.Backend); api.ErrUnsupported says a server does not know
+	// how yet, and nothing was sent.
+	SyncHost(ctx context.Context, req api.HostSyncRequest) (api.HostSyncResult, error)
 	Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
 }
 
@@ -86,9 +90,11 @@ type Host struct {
 	rand func(n int64) int64
 }
 
-// HostStats count what anti-entropy did.
+// HostStats count what anti-entropy did. Writes counts its calls that
+// wrote: one per instance one at a time, one per SyncHost otherwise (a
+// log entry each).
 type HostStats struct {
-	Rounds, Failed, Registered, Deregistered int
+	Rounds, Failed, Registered, Deregistered, Writes int
 }
 
 type key struct{ typ, name, alloc string }
@@ -120,11 +126,36 @@ func NewHost(cfg HostConfig) (*Host, error) {
 func (h *Host) NodeID() string { return h.node }
 
 func (h *Host) lock(k key) func() {
-	f := fnv.New32a()
-	f.Write([]byte(k.typ + "\x00" + k.name + "\x00" + k.alloc))
-	m := &h.keys[f.Sum32()%uint32(len(h.keys))]
+	m := &h.keys[stripe(k)]
 	m.Lock()
 	return m.Unlock
+}
+
+// stripe is k's lock in Host.keys.
+func stripe(k key) int {
+	f := fnv.New32a()
+	f.Write([]byte(k.typ + "\x00" + k.name + "\x00" + k.alloc))
+	return int(f.Sum32() % uint32(len(Host{}.keys)))
+}
+
+// lockAll locks the stripes of keys, in stripe order (Put and Deregister
+// hold one at a time, and lockAll's callers take theirs in one order: no
+// two can wait on each other).
+func (h *Host) lockAll(keys []key) func() {
+	stripes := make([]int, 0, len(keys))
+	for _, k := range keys {
+		stripes = append(stripes, stripe(k))
+	}
+	slices.Sort(stripes)
+	stripes = slices.Compact(stripes)
+	for _, i := range stripes {
+		h.keys[i].Lock()
+	}
+	return func() {
+		for _, i := range stripes {
+			h.keys[i].Unlock()
+		}
+	}
 }
 
 // Register registers info for this host (its NodeID is set to the host's)
@@ -238,9 +269,12 @@ func (h *Host) owned(p *api.PluginInfo) bool {
 
 // Sync makes one anti-entropy round: it reads the node's instances (a
 // linearizable read: a lagging server's answer would cost a round, e.g.
-// show instances already reaped) and registers what is missing or
-// different, then removes what the host no longer has, each write under
-// its instance's lock with the host's wish checked again.
+// show instances already reaped), then registers what is missing or
+// different and removes what the host no longer has, with the host's
+// wish checked again under each instance's lock. The writes go as one
+// (SyncHost: one log entry for the host's round, a few when it has more
+// than one entry carries); while a server does not know how, one
+// instance at a time.
 func (h *Host) Sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 	defer cancel()
@@ -254,56 +288,189 @@ func (h *Host) Sync(ctx context.Context) error {
 			have[keyOf(p)] = p
 		}
 	}
-	var errs []error
-	registered, deregistered := 0, 0
+	var r round
+	wanted := make(map[key]bool)
 	for _, want := range h.Plugins() {
-		k := keyOf(want)
-		if got := have[k]; got != nil && api.SameContent(got, want) {
+		wanted[keyOf(want)] = true
+		if got := have[keyOf(want)]; got == nil || !api.SameContent(got, want) {
+			r.register = append(r.register, want)
+		}
+	}
+	if h.allReady() {
+		for k, got := range have {
+			if wanted[k] {
+				continue
+			}
+			r.deregister = append(r.deregister, api.HostDeregistration{Type: k.typ, Name: k.name, AllocID: k.alloc, IfModifyIndex: got.ModifyIndex})
+		}
+		// In key order: a round's writes do not depend on map order.
+		slices.SortFunc(r.deregister, func(a, b api.HostDeregistration) int {
+			return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Name, b.Name), strings.Compare(a.AllocID, b.AllocID))
+		})
+	}
+	if err := h.syncBatched(ctx, &r); errors.Is(err, api.ErrUnsupported) {
+		h.syncOneByOne(ctx, &r)
+	}
+	h.mu.Lock()
+	h.stats.Rounds++
+	h.stats.Registered += r.registered
+	h.stats.Deregistered += r.deregistered
+	h.stats.Writes += r.writes
+	if len(r.errs) > 0 {
+		h.stats.Failed++
+	}
+	h.mu.Unlock()
+	if r.registered+r.deregistered > 0 {
+		h.logger.Info("anti-entropy corrected the registry", "registered", r.registered, "deregistered", r.deregistered, "writes", r.writes)
+	}
+	return errors.Join(r.errs...)
+}
+
+// round is one anti-entropy round: what it found to write, what it did.
+type round struct {
+	register   []*api.PluginInfo // the host's wish as the round read it
+	deregister []api.HostDeregistration
+
+	registered, deregistered int
+	writes                   int // calls that wrote (log entries, but for refusals)
+	errs                     []error
+	done                     int // writes of register, then deregister, made
+}
+
+// syncBatched makes r's writes in as few SyncHost calls as their bounds
+// allow, each under the locks of its instances with the host's wish
+// checked again. It answers api.ErrUnsupported, having written nothing,
+// when a server does not know SyncHost.
+func (h *Host) syncBatched(ctx context.Context, r *round) error {
+	for r.done < len(r.register)+len(r.deregister) {
+		keys := h.nextChunk(r)
+		err := h.syncChunk(ctx, r, keys)
+		if errors.Is(err, api.ErrUnsupported) {
+			return err
+		}
+		r.done += len(keys)
+	}
+	return nil
+}
+
+// nextChunk is the keys of r's next writes (from r.done) that one
+// request carries.
+func (h *Host) nextChunk(r *round) []key {
+	var keys []key
+	size := len(h.node)
+	for i := r.done; i < len(r.register)+len(r.deregister) && len(keys) < api.MaxHostSyncWrites; i++ {
+		var k key
+		var n int
+		if i < len(r.register) {
+			k, n = keyOf(r.register[i]), api.HostSyncSize(r.register[i])
+		} else {
+			d := r.deregister[i-len(r.register)]
+			k, n = key{d.Type, d.Name, d.AllocID}, d.Size()
+		}
+		if len(keys) > 0 && size+n > api.MaxHostSyncBytes {
+			break
+		}
+		keys, size = append(keys, k), size+n
+	}
+	return keys
+}
+
+// syncChunk writes the chunk of r starting at r.done, of keys, as one
+// SyncHost under the keys' locks: a registration only if the host still
+// wants it as the round read it, a removal only if it still does not
+// want it (as the single writes check).
+func (h *Host) syncChunk(ctx context.Context, r *round, keys []key) error {
+	defer h.lockAll(keys)()
+	req := api.HostSyncRequest{NodeID: h.node}
+	h.mu.Lock()
+	for i := range keys {
+		if j := r.done + i; j < len(r.register) {
+			if cur := h.desired[keys[i]]; cur != nil && api.SameContent(cur, r.register[j]) {
+				req.Register = append(req.Register, cur.Copy())
+			}
+		} else if _, wanted := h.desired[keys[i]]; !wanted {
+			req.Deregister = append(req.Deregister, r.deregister[j-len(r.register)])
+		}
+	}
+	h.mu.Unlock()
+	if req.Writes() == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	defer cancel()
+	res, err := h.be.SyncHost(wctx, req)
+	if errors.Is(err, api.ErrUnsupported) {
+		return err
+	}
+	h.noteWrite(err)
+	if err != nil {
+		r.errs = append(r.errs, err)
+		return err
+	}
+	r.writes++
+	refused := make(map[int]bool, len(res.Refused))
+	for _, i := range res.Refused {
+		refused[i] = true
+	}
+	for i, p := range req.Register {
+		if refused[i] {
+			// Another node's instance, as a single registration's
+			// conflict says.
+			r.errs = append(r.errs, fmt.Errorf("register %s/%s/%s: %w: the instance belongs to another node", p.Type, p.Name, p.AllocID, api.ErrConflict))
 			continue
 		}
+		r.registered++
+	}
+	// A removal refused is an instance no longer this node's to remove
+	// (taken over, or changed since it was read): success, as the
+	// single conditional deregister's conflict is.
+	for i := range req.Deregister {
+		if !refused[len(req.Register)+i] {
+			r.deregistered++
+		}
+	}
+	return nil
+}
+
+// syncOneByOne makes r's writes from r.done one instance at a time, as
+// hosts did before SyncHost: each under its instance's lock, with the
+// host's wish checked again.
+func (h *Host) syncOneByOne(ctx context.Context, r *round) {
+	for ; r.done < len(r.register); r.done++ {
+		want := r.register[r.done]
+		k := keyOf(want)
 		unlock := h.lock(k)
 		h.mu.Lock()
 		cur := h.desired[k]
 		h.mu.Unlock()
 		if cur != nil && api.SameContent(cur, want) { // still wanted, as it was
 			if _, err := h.register(ctx, cur); err != nil {
-				errs = append(errs, err)
+				r.errs = append(r.errs, err)
 			} else {
-				registered++
+				r.registered++
+				r.writes++
 			}
 		}
 		unlock()
 	}
-	if h.allReady() {
-		for k, got := range have {
-			unlock := h.lock(k)
-			h.mu.Lock()
-			_, wanted := h.desired[k]
-			h.mu.Unlock()
-			if !wanted {
-				if err := h.deregister(ctx, k, got.ModifyIndex); err != nil {
-					errs = append(errs, err)
-				} else {
-					deregistered++
-				}
+	for _, d := range r.deregister[r.done-len(r.register):] {
+		k := key{d.Type, d.Name, d.AllocID}
+		unlock := h.lock(k)
+		h.mu.Lock()
+		_, wanted := h.desired[k]
+		h.mu.Unlock()
+		if !wanted {
+			if err := h.deregister(ctx, k, d.IfModifyIndex); err != nil {
+				r.errs = append(r.errs, err)
+			} else {
+				r.deregistered++
+				r.writes++
 			}
-			unlock()
 		}
+		unlock()
 	}
-	h.mu.Lock()
-	h.stats.Rounds++
-	h.stats.Registered += registered
-	h.stats.Deregistered += deregistered
-	if len(errs) > 0 {
-		h.stats.Failed++
-	}
-	h.mu.Unlock()
-	if registered+deregistered > 0 {
-		h.logger.Info("anti-entropy corrected the registry", "registered", registered, "deregistered", deregistered)
-	}
-	return errors.Join(errs...)
+	r.done = len(r.register) + len(r.deregister)
 }
-
 func (h *Host) allReady() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

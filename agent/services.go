@@ -121,6 +121,7 @@ func (s *Services) emitMetrics(ctx context.Context, node string, events func() f
 		telemetry.SetCounter64([]string{"anti_entropy", "failed_rounds"}, float64(hs.Failed), nl)
 		telemetry.SetCounter64([]string{"anti_entropy", "registered"}, float64(hs.Registered), nl)
 		telemetry.SetCounter64([]string{"anti_entropy", "deregistered"}, float64(hs.Deregistered), nl)
+		telemetry.SetCounter64([]string{"anti_entropy", "writes"}, float64(hs.Writes), nl)
 		if s.Watcher != nil {
 			ws := s.Watcher.Stats()
 			telemetry.SetCounter64([]string{"plugins_dir", "probes"}, float64(ws.Probes), nl)

@@ -17,6 +17,7 @@ const (
 	Deregister     = "Agent.Deregister"     // DeregisterArgs -> WriteResult
 	DeregisterNode = "Agent.DeregisterNode" // DeregisterNodeArgs -> WriteResult
 	Renew          = "Agent.Renew"          // RenewArgs -> RenewResult
+	HostSync       = "Agent.HostSync"       // HostSyncArgs -> HostSyncResult (servers from HostSyncRPCVersion)
 	Query          = "Agent.Query"          // Query -> QueryResult
 	Subscribe      = "Agent.Subscribe"      // SubscribeArgs -> a stream of Event
 	Status         = "Agent.Status"         // struct{} -> StatusReply
@@ -92,6 +93,19 @@ type DeregisterNodeArgs struct {
 	Token     string `codec:",omitempty"`
 }
 
+// HostSyncRPCVersion is the RPCVersion (gossip.Meta) of servers that
+// serve HostSync: a client agent sends one only while every server it
+// sees alive says so, and its host writes one instance at a time
+// otherwise.
+const HostSyncRPCVersion = 6
+
+// HostSyncArgs carries a host's anti-entropy writes, as one (see
+// api.HostSyncRequest). No request ID: a repeat changes nothing.
+type HostSyncArgs struct {
+	Request api.HostSyncRequest
+	Token   string `codec:",omitempty"`
+}
+
 // RenewArgs carries a lease renewal on behalf of Token's holder.
 type RenewArgs struct {
 	Request api.RenewRequest
@@ -135,3 +149,4 @@ func (a RegisterArgs) CallerToken() string        { return a.Token }
 func (a DeregisterArgs) CallerToken() string      { return a.Token }
 func (a DeregisterNodeArgs) CallerToken() string  { return a.Token }
 func (a RenewArgs) CallerToken() string           { return a.Token }
+func (a HostSyncArgs) CallerToken() string        { return a.Token }

@@ -200,6 +200,33 @@ func Register(ctx context.Context, p *api.PluginInfo) (context.Context, error) {
 	return backend.WithIfNodeID(ctx, id.Node), nil
 }
 
+// SyncHost checks a host's writes as each of its single writes is
+// checked: write on every type it registers or removes and, for a
+// node-bound caller, the request of its own node. It returns the context
+// to write in: for a node-bound caller one that makes the registrations
+// conditional (as Register's); the removals are conditional on the
+// request's node whoever asks.
+func SyncHost(ctx context.Context, req api.HostSyncRequest) (context.Context, error) {
+	id := From(ctx)
+	for _, p := range req.Register {
+		if p != nil && !id.Grants.CanWrite(p.Type) {
+			return ctx, deny("register plugins of type " + p.Type)
+		}
+	}
+	for _, d := range req.Deregister {
+		if !id.Grants.CanWrite(d.Type) {
+			return ctx, deny("deregister plugins of type " + d.Type)
+		}
+	}
+	if id.Node == "" {
+		return ctx, nil
+	}
+	if req.NodeID != id.Node {
+		return ctx, deny(fmt.Sprintf("sync the plugins of node %q (it is bound to node %q)", req.NodeID, id.Node))
+	}
+	return backend.WithIfNodeID(ctx, id.Node), nil
+}
+
 // Deregister checks a deregistration and returns the request to run: for a
 // node-bound caller it is made conditional on the caller's node, so that
 // the check is made where the entry is applied, against the instance as

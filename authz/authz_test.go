@@ -185,3 +185,45 @@ func TestRefusalsAreCounted(t *testing.T) {
 		t.Fatalf("plugreg_acl_denied_total %v (%v), want 2", n, ok)
 	}
 }
+
+// A host sync is checked as each of its single writes is: write on every
+// type it registers or removes, and a node-bound caller's own node, whose
+// registrations are then conditional on it.
+func TestSyncHost(t *testing.T) {
+	csiWriter := api.TokenAuthorizer(&api.ACLToken{Policies: []api.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}}})
+	sync := func(node string, types ...string) api.HostSyncRequest {
+		r := api.HostSyncRequest{NodeID: node}
+		for i, ty := range types {
+			if i%2 == 0 {
+				r.Register = append(r.Register, &api.PluginInfo{Type: ty, NodeID: node})
+			} else {
+				r.Deregister = append(r.Deregister, api.HostDeregistration{Type: ty})
+			}
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		id     Identity
+		req    api.HostSyncRequest
+		denied bool
+		ifNode string
+	}{
+		{"everyone, unbound", Identity{Grants: api.AllowAll()}, sync("h1", "csi", "device"), false, ""},
+		{"its own node", Identity{Grants: api.AllowAll(), Node: "h1"}, sync("h1", "csi", "device"), false, "h1"},
+		{"another node", Identity{Grants: api.AllowAll(), Node: "h1"}, sync("h2", "csi"), true, ""},
+		{"a type it may not register", Identity{Grants: csiWriter}, sync("h1", "csi", "csi", "device"), true, ""},
+		{"a type it may not remove", Identity{Grants: csiWriter}, sync("h1", "csi", "device"), true, ""},
+		{"no identity", Identity{}, sync("h1", "csi"), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, err := SyncHost(With(context.Background(), tc.id), tc.req)
+			if denied := errors.Is(err, api.ErrPermissionDenied); denied != tc.denied || (err != nil && !denied) {
+				t.Fatalf("err %v, want denied %v", err, tc.denied)
+			}
+			if err == nil && backend.IfNodeID(ctx) != tc.ifNode {
+				t.Errorf("conditional on %q, want %q", backend.IfNodeID(ctx), tc.ifNode)
+			}
+		})
+	}
+}

@@ -42,6 +42,14 @@ func (g guard) Deregister(ctx context.Context, req api.DeregisterRequest) (api.W
 	return g.b.Deregister(ctx, req)
 }
 
+func (g guard) SyncHost(ctx context.Context, req api.HostSyncRequest) (api.HostSyncResult, error) {
+	ctx, err := SyncHost(ctx, req)
+	if err != nil {
+		return api.HostSyncResult{}, err
+	}
+	return g.b.SyncHost(ctx, req)
+}
+
 func (g guard) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
 	if err := DeregisterNode(ctx, nodeID); err != nil {
 		return api.WriteResult{}, err

@@ -29,6 +29,14 @@ type Backend interface {
 	Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error)
 	Deregister(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error)
 	DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error)
+	// SyncHost makes a host's anti-entropy writes (its registrations and
+	// removals) as one log entry where every server knows how, one write
+	// each otherwise; the writes their conditions refuse are reported in
+	// the result, not as an error. A node-bound caller's registrations
+	// are conditional as its single ones are (WithIfNodeID). A client
+	// agent whose servers do not all serve it answers api.ErrUnsupported
+	// and sends nothing.
+	SyncHost(ctx context.Context, req api.HostSyncRequest) (api.HostSyncResult, error)
 	// Renew renews the lease of a leased instance on the leader (never a
 	// log entry): api.ErrNotFound when there is no such lease.
 	Renew(ctx context.Context, req api.RenewRequest) (api.RenewResult, error)

@@ -37,6 +37,7 @@ var agentMethods = map[string]agentMethod{
 	agentrpc.Deregister:      {rule: authz.WriteSome},
 	agentrpc.DeregisterNode:  {rule: authz.WriteSome},
 	agentrpc.Renew:           {rule: authz.WriteSome},
+	agentrpc.HostSync:        {rule: authz.WriteSome},
 	agentrpc.Query:           {},
 	agentrpc.Subscribe:       {},
 	agentrpc.Status:          {},
@@ -184,6 +185,16 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return nil, true, api.ToWire(err)
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
+		return res, true, api.ToWire(err)
+	case agentrpc.HostSync:
+		var args agentrpc.HostSyncArgs
+		actx, err := as(&args, &args.Token)
+		if err != nil {
+			return nil, true, api.ToWire(err)
+		}
+		// Checked whole where it is written (Server.hostSync), before
+		// any of it is.
+		res, err := g.SyncHost(actx, args.Request)
 		return res, true, api.ToWire(err)
 	case agentrpc.Renew:
 		var args agentrpc.RenewArgs

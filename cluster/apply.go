@@ -148,11 +148,7 @@ func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	res := &fsm.ApplyResult{Index: reply.Index, Result: reply.Result, Removed: reply.Removed, Duplicate: reply.Duplicate}
-	if reply.Rejected != "" {
-		res.Err = rejection(reply.RejectedCode, reply.Rejected)
-	}
-	return res, nil
+	return reply.applied(), nil
 }
 
 // rpcError turns an RPC failure into an *Error with the right outcome.

@@ -246,11 +246,7 @@ func (r *applyReply) result() fwdResult {
 	if r.ErrCode != "" {
 		return fwdResult{err: (&api.WireError{Code: r.ErrCode, Outcome: api.Outcome(r.ErrOutcome), Msg: r.ErrMsg}).Err()}
 	}
-	res := &fsm.ApplyResult{Index: r.Index, Result: r.Result, Removed: r.Removed, Duplicate: r.Duplicate}
-	if r.Rejected != "" {
-		res.Err = rejection(r.RejectedCode, r.Rejected)
-	}
-	return fwdResult{res: res}
+	return fwdResult{res: r.applied()}
 }
 
 // applyBatchLocal proposes every command of a forwarded batch to raft,
@@ -298,10 +294,7 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 			out.Replies[i].fail(err)
 			continue
 		}
-		out.Replies[i] = applyReply{Index: res.Index, Result: res.Result, Removed: res.Removed, Duplicate: res.Duplicate}
-		if res.Err != nil {
-			out.Replies[i].reject(res.Err)
-		}
+		out.Replies[i] = replyOf(res)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
@@ -11,9 +12,10 @@ import (
 
 // The leader's side of instance health (api.InstanceHealth): the instances
 // of a node that is not alive in gossip are suspect until the node is
-// alive again or reaped. The leader marks them with one NodeHealthCommand
-// per node when the node fails or leaves, and clears its marks when the
-// node is alive again; the node's own agent clears them too when it next
+// alive again or reaped. The leader marks them when the node fails or
+// leaves, and clears its marks when the node is alive again, the nodes of
+// one reconcile together (a NodeHealthBatchCommand per
+// fsm.MaxNodeHealthBatch of them); the node's own agent clears them too when it next
 // re-asserts its registrations. The other checker, an agent's probes of
 // its plugins, writes through the instance's registration.
 
@@ -70,25 +72,49 @@ func (s *Server) markNodes(stop <-chan struct{}, members []gossip.Member, marks 
 		s.logger.Debug("not marking node health: a server does not know it yet", "server", old)
 		return
 	}
-	for _, req := range todo {
+	// Many nodes at once (a rack, the fleet after a partition) are an
+	// entry per MaxNodeHealthBatch of them, not one per node each
+	// waiting for the one before; while a server does not apply
+	// batches, one per node.
+	size := 1
+	if s.serverBelow(rpcVersionHostSync) == "" {
+		size = fsm.MaxNodeHealthBatch
+	}
+	for chunk := range slices.Chunk(todo, size) {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		res, err := s.write(ctx, req)
-		cancel()
-		if err != nil {
-			s.logger.Warn("node health not written; will retry", "node", req.NodeID, "suspect", req.Suspect, "error", err)
-			continue
+		s.writeNodeHealth(chunk, marks)
+	}
+}
+
+// writeNodeHealth writes the marks and clearings of reqs in one entry
+// (one NodeHealthCommand for one node, a NodeHealthBatchCommand for
+// more) and records them in marks once written.
+func (s *Server) writeNodeHealth(reqs []*fsm.NodeHealthRequest, marks nodeMarks) {
+	var req fsm.Request = reqs[0]
+	if len(reqs) > 1 {
+		b := &fsm.NodeHealthBatchRequest{Nodes: make([]fsm.NodeHealthRequest, len(reqs))}
+		for i, r := range reqs {
+			b.Nodes[i] = *r
 		}
-		if req.Suspect {
-			marks[req.NodeID] = true
-			s.logger.Info("instances of a node not alive in gossip marked suspect", "node", req.NodeID, "reason", req.Reason, "index", res.Index)
-		} else {
-			delete(marks, req.NodeID)
-			s.logger.Info("node alive again: suspect marks cleared", "node", req.NodeID, "index", res.Index)
+		req = b
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	res, err := s.write(ctx, req)
+	cancel()
+	for _, r := range reqs {
+		switch {
+		case err != nil:
+			s.logger.Warn("node health not written; will retry", "node", r.NodeID, "suspect", r.Suspect, "error", err)
+		case r.Suspect:
+			marks[r.NodeID] = true
+			s.logger.Info("instances of a node not alive in gossip marked suspect", "node", r.NodeID, "reason", r.Reason, "index", res.Index)
+		default:
+			delete(marks, r.NodeID)
+			s.logger.Info("node alive again: suspect marks cleared", "node", r.NodeID, "index", res.Index)
 		}
 	}
 }

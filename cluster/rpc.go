@@ -48,6 +48,28 @@ type applyReply struct {
 	ErrCode    string      `codec:",omitempty"`
 	ErrOutcome api.Outcome `codec:",omitempty"` // omitted before 2026-11-25: the code's
 	ErrMsg     string      `codec:",omitempty"`
+	// Refused: the writes of a host sync its conditions left alone
+	// (fsm.ApplyResult.Refused); only a leader that applies host syncs
+	// sends it, and only for one.
+	Refused []int `codec:",omitempty"`
+}
+
+// replyOf is res in its wire form.
+func replyOf(res *fsm.ApplyResult) applyReply {
+	r := applyReply{Index: res.Index, Result: res.Result, Removed: res.Removed, Duplicate: res.Duplicate, Refused: res.Refused}
+	if res.Err != nil {
+		r.reject(res.Err)
+	}
+	return r
+}
+
+// applied is what a reply says the FSM answered.
+func (r *applyReply) applied() *fsm.ApplyResult {
+	res := &fsm.ApplyResult{Index: r.Index, Result: r.Result, Removed: r.Removed, Duplicate: r.Duplicate, Refused: r.Refused}
+	if r.Rejected != "" {
+		res.Err = rejection(r.RejectedCode, r.Rejected)
+	}
+	return res
 }
 
 // reject records the FSM's refusal err in the reply, in its wire form.
@@ -127,11 +149,8 @@ func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface
 		if err != nil {
 			return nil, err
 		}
-		reply := &applyReply{Index: res.Index, Result: res.Result, Removed: res.Removed, Duplicate: res.Duplicate}
-		if res.Err != nil {
-			reply.reject(res.Err)
-		}
-		return reply, nil
+		reply := replyOf(res)
+		return &reply, nil
 	case rpcApplyBatch:
 		var args applyBatchArgs
 		if err := dec(&args); err != nil {

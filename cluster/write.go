@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
@@ -154,14 +155,35 @@ const rpcVersionProtoCommands = 4
 // registerRequest for before).
 const rpcVersionConditionalRegister = 5
 
+// rpcVersionHostSync is the RPCVersion (gossip.Meta) of servers that
+// apply fsm.HostSyncCommand and fsm.NodeHealthBatchCommand and serve
+// agentrpc.HostSync: a host's sync is one entry, and the leader's marks
+// of many nodes one, once every server of the configuration says so (one
+// write per instance, and per node, before).
+const rpcVersionHostSync = agentrpc.HostSyncRPCVersion
+
 // rpcVersion is what this release's servers say they speak.
-const rpcVersion = rpcVersionConditionalRegister
+const rpcVersion = rpcVersionHostSync
 
 // write encodes req, proposes it, and waits until this server has applied
 // its index.
 func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, error) {
+	res, err := s.writeApplied(ctx, req)
+	if res == nil {
+		return api.WriteResult{}, err
+	}
+	if err != nil {
+		return api.WriteResult{Index: res.Index}, err
+	}
+	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
+}
+
+// writeApplied is write answering the FSM's whole result (with the
+// writes a host sync's conditions refused); it is nil when nothing is
+// known of the entry, and with an error whenever the write failed.
+func (s *Server) writeApplied(ctx context.Context, req fsm.Request) (*fsm.ApplyResult, error) {
 	if s.hub.IsShutdown() {
-		return api.WriteResult{}, ErrShutdown
+		return nil, ErrShutdown
 	}
 	enc := fsm.Msgpack
 	if s.serverBelow(rpcVersionProtoCommands) == "" {
@@ -169,22 +191,22 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 	}
 	cmd, err := fsm.EncodeCommandIn(req, enc)
 	if err != nil {
-		return api.WriteResult{}, err
+		return nil, err
 	}
 	res, err := s.Apply(ctx, cmd)
 	if err != nil {
-		return api.WriteResult{}, err
+		return nil, err
 	}
 	if res.Err != nil {
-		return api.WriteResult{Index: res.Index}, res.Err
+		return res, res.Err
 	}
 	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
 	_, err = s.journal.WaitForIndex(wctx, res.Index)
 	tracing.End(span, err)
 	if err != nil {
-		return api.WriteResult{Index: res.Index}, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
+		return res, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
 	}
-	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
+	return res, nil
 }
 
 // serverBelow names a server of the Raft configuration whose gossip does

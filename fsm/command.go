@@ -62,6 +62,10 @@ func (t CommandType) String() string {
 		return "deregister(protobuf)"
 	case ConditionalRegisterCommand:
 		return "conditional-register"
+	case HostSyncCommand:
+		return "host-sync"
+	case NodeHealthBatchCommand:
+		return "node-health-batch"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -250,6 +254,8 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(ExpireRequest)
 	case NodeHealthCommand:
 		req = new(NodeHealthRequest)
+	case NodeHealthBatchCommand:
+		req = new(NodeHealthBatchRequest)
 	case ACLBootstrapCommand:
 		req = new(ACLBootstrapRequest)
 	case ACLTokenSetCommand:

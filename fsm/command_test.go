@@ -24,6 +24,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		&ConditionalRegisterRequest{Plugin: leased(plugin("csi", "ebs", "a3"), time.Minute), IfNodeID: "n1", RequestID: "r4"},
 		&RegisterRequest{Plugin: leased(plugin("csi", "ebs", "a2"), time.Minute)},
 		expiry(lease("csi", "ebs", "a1", 3), lease("csi", "efs", "a2", 9)),
+		hostSync("n1", true, []*api.PluginInfo{p, leased(plugin("csi", "ebs", "a3"), time.Minute)}, api.HostDeregistration{Type: "csi", Name: "efs", AllocID: "a2", IfModifyIndex: 9}),
+		&NodeHealthBatchRequest{Nodes: []NodeHealthRequest{{NodeID: "n1", Suspect: true, Reason: "failed", LastSeen: time.Unix(1700000000, 5).UTC()}, {NodeID: "n2"}}},
 	} {
 		t.Run(req.CommandType().String(), func(t *testing.T) {
 			b, err := EncodeCommand(req)

@@ -24,6 +24,10 @@ type ApplyResult struct {
 	Result  api.Result
 	Removed int   // instances removed, for deregister, deregister-node and expire
 	Err     error // the command was rejected; the state did not change
+	// Refused are the writes of a HostSyncCommand its conditions left
+	// alone, by position (api.HostSyncResult.Refused); the others
+	// applied.
+	Refused []int
 	// Duplicate is set when the command's request ID was already applied:
 	// Index, Result and Removed are then the original write's, and
 	// nothing was applied again.
@@ -114,9 +118,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	cur := f.state.Load()
 	next := *cur // a private copy: its trees are replaced, never changed
-	if len(logs) > 1 {
-		// One entry gains nothing from a transaction and pays for
-		// opening it.
+	if len(logs) > 1 || (len(logs) == 1 && writesMany(logs[0])) {
+		// One entry of one write gains nothing from a transaction and
+		// pays for opening it.
 		next.beginBatch()
 	}
 	out := make([]interface{}, len(logs))
@@ -140,6 +144,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
+// writesMany reports whether l is an entry that writes many instances at
+// once (a host's sync): one whose writes share a transaction as a batch's
+// entries do.
+func writesMany(l *raft.Log) bool {
+	return l.Type == raft.LogCommand && len(l.Data) > 0 &&
+		(CommandType(l.Data[0]) == HostSyncCommand || CommandType(l.Data[0]) == NodeHealthBatchCommand)
+}
+
 // apply decodes and applies one command entry.
 func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 	req, err := DecodeCommand(data)
@@ -160,8 +172,10 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		return &ApplyResult{Index: rec.Index, Result: rec.Result, Removed: rec.Removed, Duplicate: true}, nil
 	}
 	var (
-		res api.Result
-		evs []Event
+		res     api.Result
+		evs     []Event
+		refused []int
+		removed int
 	)
 	switch r := req.(type) {
 	case *RegisterRequest:
@@ -188,6 +202,10 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.expire(index, r)
 	case *NodeHealthRequest:
 		res, evs = s.nodeHealth(index, r)
+	case *NodeHealthBatchRequest:
+		res, evs = s.nodeHealthBatch(index, r)
+	case *HostSyncRequest:
+		res, evs, refused, removed = s.hostSync(index, r)
 	case *PaddingRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
@@ -196,7 +214,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 			return &ApplyResult{Index: index, Err: fmt.Errorf("apply entry %d: %w", index, err)}, nil
 		}
 	}
-	ar := &ApplyResult{Index: index, Result: res}
+	ar := &ApplyResult{Index: index, Result: res, Removed: removed, Refused: refused}
 	if res == api.ResultDeregistered || res == ResultExpired {
 		ar.Removed = len(evs)
 	}

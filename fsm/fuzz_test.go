@@ -25,6 +25,9 @@ func FuzzDecodeCommand(f *testing.F) {
 		expiry(lease("csi", "ebs", "a1", 1), lease("csi", "ebs", "a2", 9)),
 		&ConditionalRegisterRequest{Plugin: plugin("csi", "ebs", "a1"), IfNodeID: "n1", RequestID: "r"},
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "n1"},
+		hostSync("n1", true, []*api.PluginInfo{plugin("csi", "ebs", "a1"), plugin("csi", "efs", "a1")}, api.HostDeregistration{Type: "csi", Name: "gpu", AllocID: "a1", IfModifyIndex: 3}),
+		hostSync("n1", false, nil, api.HostDeregistration{Type: "csi", Name: "gpu", AllocID: "a1"}),
+		&NodeHealthBatchRequest{Nodes: []NodeHealthRequest{{NodeID: "n1", Suspect: true, Reason: "failed", LastSeen: time.Unix(1700000000, 0).UTC()}, {NodeID: "n2"}}},
 	} {
 		for _, enc := range []Encoding{Msgpack, Protobuf} {
 			b, _ := EncodeCommandIn(req, enc)

@@ -81,3 +81,64 @@ func (s *State) nodeHealth(index uint64, r *NodeHealthRequest) (api.Result, []Ev
 	}
 	return ResultHealth, events
 }
+
+// NodeHealthBatchCommand is the marks and clearings of many nodes in one
+// entry: each NodeHealthRequest of it applies as its own entry would, in
+// order. The leader proposes it when many nodes fail or come back at once
+// (a rack, a zone, the fleet after a partition): a thousand failed hosts
+// were a thousand entries, each waiting for the one before. A new type:
+// binaries older than it refuse it, so the leader proposes one only
+// while every server of the configuration says it knows it (cluster's
+// rpcVersionHostSync); before that, one NodeHealthCommand per node.
+const NodeHealthBatchCommand CommandType = 15
+
+// MaxNodeHealthBatch bounds the nodes of one NodeHealthBatchCommand: a
+// node's marks are an event per instance (20 for a typical host), and
+// one entry's events are delivered together.
+const MaxNodeHealthBatch = 100
+
+// NodeHealthBatchRequest is a NodeHealthBatchCommand. Like
+// NodeHealthRequest it carries no request ID.
+type NodeHealthBatchRequest struct {
+	Nodes []NodeHealthRequest
+}
+
+func (*NodeHealthBatchRequest) CommandType() CommandType { return NodeHealthBatchCommand }
+func (*NodeHealthBatchRequest) ID() string               { return "" }
+
+// Validate checks each node's request, and that the batch names each node
+// once and holds 1 to MaxNodeHealthBatch of them.
+func (r *NodeHealthBatchRequest) Validate() error {
+	switch n := len(r.Nodes); {
+	case n == 0:
+		return fmt.Errorf("%w: node health batch of no node", api.ErrInvalid)
+	case n > MaxNodeHealthBatch:
+		return fmt.Errorf("%w: node health batch of %d nodes, at most %d", api.ErrTooLarge, n, MaxNodeHealthBatch)
+	}
+	seen := make(map[string]bool, len(r.Nodes))
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if err := n.Validate(); err != nil {
+			return err
+		}
+		if seen[n.NodeID] {
+			return fmt.Errorf("%w: node health batch names node %s twice", api.ErrInvalid, n.NodeID)
+		}
+		seen[n.NodeID] = true
+	}
+	return nil
+}
+
+// nodeHealthBatch applies r: each node's events in turn. The result is
+// ResultHealth if any instance changed, api.ResultUnchanged otherwise.
+func (s *State) nodeHealthBatch(index uint64, r *NodeHealthBatchRequest) (api.Result, []Event) {
+	var events []Event
+	for i := range r.Nodes {
+		_, evs := s.nodeHealth(index, &r.Nodes[i])
+		events = append(events, evs...)
+	}
+	if len(events) == 0 {
+		return api.ResultUnchanged, nil
+	}
+	return ResultHealth, events
+}

@@ -96,6 +96,9 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		if h.rng.Intn(3) == 0 { // a node-bound caller's: often refused
 			req = NewRegisterRequest(p, h.requestID(), h.pick("n1", "n2"))
 		}
+		if h.rng.Intn(5) == 0 { // a host's sync: often partly refused
+			req = h.hostSync(p, state)
+		}
 	case k < 51:
 		// A lessor's batch: instances of the state at their index (or at
 		// a stale one: a re-registration won), and one that is gone.
@@ -166,6 +169,34 @@ func (h *history) next(t *testing.T, state *State) []byte {
 	return data
 }
 
+// hostSync is p's node's sync: p and its node's other allocs of p's name,
+// and the removal of some of the node's instances of another name, as
+// read (their ModifyIndex) or not.
+func (h *history) hostSync(p *api.PluginInfo, state *State) *HostSyncRequest {
+	r := &HostSyncRequest{HostSyncRequest: api.HostSyncRequest{NodeID: p.NodeID, Register: []*api.PluginInfo{p}}}
+	for _, alloc := range []string{"a6", "a7"} {
+		if h.rng.Intn(2) == 0 {
+			q := p.Copy()
+			q.AllocID = alloc
+			r.Register = append(r.Register, q)
+		}
+	}
+	for _, cur := range state.NodeInstances(h.pick("n1", "n2", "n3")) {
+		if cur.Name == p.Name || h.rng.Intn(3) != 0 {
+			continue
+		}
+		d := api.HostDeregistration{Type: cur.Type, Name: cur.Name, AllocID: cur.AllocID}
+		if h.rng.Intn(2) == 0 {
+			d.IfModifyIndex = cur.ModifyIndex
+		}
+		r.Deregister = append(r.Deregister, d)
+	}
+	if h.rng.Intn(2) == 0 {
+		r.IfNodeID = r.NodeID
+	}
+	return r
+}
+
 // outcome is what an FSM answered for one entry, comparable across FSMs.
 type outcome struct {
 	Index     uint64
@@ -173,11 +204,12 @@ type outcome struct {
 	Removed   int
 	Duplicate bool
 	Err       string
+	Refused   string
 }
 
 func outcomeOf(v interface{}) outcome {
 	r := v.(*ApplyResult)
-	o := outcome{Index: r.Index, Result: r.Result, Removed: r.Removed, Duplicate: r.Duplicate}
+	o := outcome{Index: r.Index, Result: r.Result, Removed: r.Removed, Duplicate: r.Duplicate, Refused: fmt.Sprint(r.Refused)}
 	if r.Err != nil {
 		o.Err = r.Err.Error()
 	}

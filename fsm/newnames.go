@@ -14,6 +14,12 @@ func validateNew(req Request) error {
 		return api.ValidateNewPlugin(r.Plugin)
 	case *ConditionalRegisterRequest:
 		return api.ValidateNewPlugin(r.Plugin)
+	case *HostSyncRequest:
+		for _, p := range r.Register {
+			if err := api.ValidateNewPlugin(p); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -55,14 +55,15 @@ const (
 	// most.
 	Msgpack Encoding = iota
 	// Protobuf is the encoding of RegisterProtoCommand,
-	// DeregisterProtoCommand and ConditionalRegisterCommand (which has
-	// no other).
+	// DeregisterProtoCommand, and of ConditionalRegisterCommand and
+	// HostSyncCommand (which have no other).
 	Protobuf
 )
 
 // encodingOf is the encoding of an entry of type t.
 func encodingOf(t CommandType) Encoding {
-	if t == RegisterProtoCommand || t == DeregisterProtoCommand || t == ConditionalRegisterCommand {
+	switch t {
+	case RegisterProtoCommand, DeregisterProtoCommand, ConditionalRegisterCommand, HostSyncCommand:
 		return Protobuf
 	}
 	return Msgpack
@@ -86,6 +87,8 @@ func EncodeCommandIn(req Request, enc Encoding) ([]byte, error) {
 		encode = func() []byte {
 			return appendRegisterProto(ConditionalRegisterCommand, r.Plugin, r.RequestID, r.IfNodeID)
 		}
+	case *HostSyncRequest:
+		encode = func() []byte { return encodeHostSyncProto(r) }
 	}
 	if enc != Protobuf || encode == nil {
 		return EncodeCommand(req)
@@ -106,6 +109,23 @@ func encodeRegisterProto(r *RegisterRequest) []byte {
 // appendRegisterProto encodes a registration entry of type t
 // (RegisterProtoCommand, or ConditionalRegisterCommand with ifNodeID).
 func appendRegisterProto(t CommandType, plugin *api.PluginInfo, requestID, ifNodeID string) []byte {
+	b := appendPluginField([]byte{byte(t)}, 1, plugin,
+		protowire.SizeTag(2)+protowire.SizeBytes(len(requestID))+protowire.SizeTag(3)+protowire.SizeBytes(len(ifNodeID)))
+	if requestID != "" {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, requestID)
+	}
+	if ifNodeID != "" {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendString(b, ifNodeID)
+	}
+	return b
+}
+
+// appendPluginField appends plugin to b as field num, a
+// pluginpb.PluginInfo, with room for reserve more bytes after it (one
+// allocation for a whole entry).
+func appendPluginField(b []byte, num protowire.Number, plugin *api.PluginInfo, reserve int) []byte {
 	p := pluginpb.FromPlugin(plugin)
 	// The options go last, in key order (vtprotobuf writes a map in Go's
 	// random order): equal requests encode to equal bytes, as msgpack's
@@ -125,10 +145,8 @@ func appendRegisterProto(t CommandType, plugin *api.PluginInfo, requestID, ifNod
 	}
 	head := p.SizeVT()
 	size := head + len(tail)
-	b := make([]byte, 0, 1+protowire.SizeTag(1)+protowire.SizeVarint(uint64(size))+size+
-		protowire.SizeTag(2)+protowire.SizeBytes(len(requestID))+protowire.SizeTag(3)+protowire.SizeBytes(len(ifNodeID)))
-	b = append(b, byte(t))
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = slices.Grow(b, protowire.SizeTag(num)+protowire.SizeVarint(uint64(size))+size+reserve)
+	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	b = append(b, make([]byte, head)...)
 	// MarshalToSizedBufferVT fills exactly the last head bytes; it cannot
@@ -136,16 +154,7 @@ func appendRegisterProto(t CommandType, plugin *api.PluginInfo, requestID, ifNod
 	if _, err := p.MarshalToSizedBufferVT(b[len(b)-head:]); err != nil {
 		panic(fmt.Sprintf("fsm: marshal a sized PluginInfo: %v", err))
 	}
-	b = append(b, tail...)
-	if requestID != "" {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, requestID)
-	}
-	if ifNodeID != "" {
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendString(b, ifNodeID)
-	}
-	return b
+	return append(b, tail...)
 }
 
 // pluginOptionsField is pluginpb.PluginInfo's options field (map entries
@@ -200,6 +209,8 @@ func decodeProto(t CommandType, body []byte) (Request, error) {
 			return nil, err
 		}
 		return &ConditionalRegisterRequest{Plugin: p, IfNodeID: ifNodeID, RequestID: requestID}, nil
+	case HostSyncCommand:
+		return decodeHostSyncProto(body)
 	case DeregisterProtoCommand:
 		var r ConditionalDeregisterRequest
 		err := eachField(body, func(num protowire.Number, v []byte, n uint64) {
@@ -249,11 +260,17 @@ func decodeRegisterProto(body []byte, known map[protowire.Number]protowire.Type)
 	if plugin == nil {
 		return nil, "", "", fmt.Errorf("no plugin")
 	}
+	p, err = decodePluginProto(plugin)
+	return p, requestID, ifNodeID, err
+}
+
+// decodePluginProto decodes a pluginpb.PluginInfo.
+func decodePluginProto(b []byte) (*api.PluginInfo, error) {
 	var pb pluginpb.PluginInfo
-	if err := pb.UnmarshalVT(plugin); err != nil {
-		return nil, "", "", fmt.Errorf("plugin: %w", err)
+	if err := pb.UnmarshalVT(b); err != nil {
+		return nil, fmt.Errorf("plugin: %w", err)
 	}
-	return pb.API(), requestID, ifNodeID, nil
+	return pb.API(), nil
 }
 
 // eachField calls fn with every field of a protobuf message body whose

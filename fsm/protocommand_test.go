@@ -35,6 +35,9 @@ func protoRequests() []Request {
 		&ConditionalDeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfModifyIndex: 1 << 40},
 		&ConditionalRegisterRequest{Plugin: full, IfNodeID: "n2", RequestID: "r4"},
 		&ConditionalRegisterRequest{Plugin: suspect(plugin("csi", "ebs", "a3"), "probe"), IfNodeID: "n1"},
+		hostSync("n1", true, []*api.PluginInfo{full, leased(plugin("csi", "ebs", "a2"), 90*time.Second), suspect(plugin("csi", "ebs", "a3"), "probe")},
+			api.HostDeregistration{Type: "csi", Name: "efs", AllocID: "a1", IfModifyIndex: 1 << 40}, api.HostDeregistration{Type: "csi", Name: "efs", AllocID: "a2"}),
+		hostSync("n1", false, nil, api.HostDeregistration{Type: "csi", Name: "efs", AllocID: "a1"}),
 	}
 }
 

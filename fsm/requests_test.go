@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
@@ -30,7 +31,7 @@ func TestRequestIDDeduplicates(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := a.apply(tc.req)
-			if *got != tc.want {
+			if !reflect.DeepEqual(*got, tc.want) {
 				t.Fatalf("got %+v, want %+v", *got, tc.want)
 			}
 			if len(a.rec.events) != events {

@@ -390,3 +390,66 @@ func TestLeasesChecker(t *testing.T) {
 		})
 	}
 }
+
+// A host's sync in one entry is, to the model, its single writes in
+// order: the same events, and refused writes that change nothing; and the
+// leader's node-health batch is its per-node marks.
+func TestModelHostSyncAndHealthBatch(t *testing.T) {
+	plug := func(name, alloc, value, node string) map[string]interface{} {
+		return map[string]interface{}{"Type": "t", "Name": name, "AllocID": alloc, "Version": value, "NodeID": node,
+			"ConnectionInfo": map[string]string{"SocketPath": "/s"}}
+	}
+	raw := func(v interface{}) json.RawMessage { b, _ := json.Marshal(v); return b }
+	setup := func() *Registry {
+		r := NewRegistry()
+		r.Apply(1, "register", raw(map[string]interface{}{"Plugin": plug("x", "a1", "v1", "h1")}))
+		r.Apply(2, "register", raw(map[string]interface{}{"Plugin": plug("x", "b1", "v1", "h2")}))
+		r.Apply(3, "register", raw(map[string]interface{}{"Plugin": plug("y", "a1", "v1", "h1")}))
+		r.Apply(4, "register", raw(map[string]interface{}{"Plugin": plug("y", "a2", "v1", "h1")}))
+		return r
+	}
+	shapes := func(evs []ModelEvent) []string {
+		var out []string
+		for _, e := range evs {
+			e.Index = 0
+			out = append(out, e.String())
+		}
+		return out
+	}
+	batch := setup()
+	res, got := batch.Apply(5, "host-sync", raw(map[string]interface{}{
+		"NodeID": "h1", "IfNodeID": "h1",
+		"Register":   []interface{}{plug("x", "a1", "v2", "h1"), plug("x", "b1", "v2", "h1"), plug("z", "a1", "v1", "h1")},
+		"Deregister": []interface{}{map[string]interface{}{"Type": "t", "Name": "y", "AllocID": "a1", "IfModifyIndex": 3}, map[string]interface{}{"Type": "t", "Name": "y", "AllocID": "a2", "IfModifyIndex": 9}},
+	}))
+	single := setup()
+	var want []ModelEvent
+	for i, w := range []struct {
+		command string
+		req     interface{}
+	}{
+		{"conditional-register", map[string]interface{}{"Plugin": plug("x", "a1", "v2", "h1"), "IfNodeID": "h1"}},
+		{"conditional-register", map[string]interface{}{"Plugin": plug("x", "b1", "v2", "h1"), "IfNodeID": "h1"}},
+		{"conditional-register", map[string]interface{}{"Plugin": plug("z", "a1", "v1", "h1"), "IfNodeID": "h1"}},
+		{"conditional-deregister", map[string]interface{}{"Type": "t", "Name": "y", "AllocID": "a1", "IfNodeID": "h1", "IfModifyIndex": 3}},
+		{"conditional-deregister", map[string]interface{}{"Type": "t", "Name": "y", "AllocID": "a2", "IfNodeID": "h1", "IfModifyIndex": 9}},
+	} {
+		_, evs := single.Apply(uint64(5+i), w.command, raw(w.req))
+		want = append(want, evs...)
+	}
+	if res != "synced" || strings.Join(shapes(got), "\n") != strings.Join(shapes(want), "\n") {
+		t.Errorf("host sync: %s\n%s\nsingle writes:\n%s", res, strings.Join(shapes(got), "\n"), strings.Join(shapes(want), "\n"))
+	}
+	if v, _ := batch.Get("t", "x", "b1"); v != "v1" {
+		t.Errorf("another node's instance after a bound host's sync: %q", v)
+	}
+	if res, evs := batch.Apply(6, "host-sync", raw(map[string]interface{}{"NodeID": "h1", "Register": []interface{}{plug("z", "a1", "v1", "h1")}})); res != "unchanged" || len(evs) != 0 {
+		t.Errorf("a sync changing nothing: %s %v", res, evs)
+	}
+	res, got = batch.Apply(7, "node-health-batch", raw(map[string]interface{}{"Nodes": []interface{}{map[string]interface{}{"NodeID": "h1", "Suspect": true}, map[string]interface{}{"NodeID": "h2", "Suspect": true}}}))
+	_, w1 := single.Apply(10, "node-health", raw(map[string]interface{}{"NodeID": "h1", "Suspect": true}))
+	_, w2 := single.Apply(11, "node-health", raw(map[string]interface{}{"NodeID": "h2", "Suspect": true}))
+	if res != "health" || strings.Join(shapes(got), "\n") != strings.Join(shapes(append(w1, w2...)), "\n") {
+		t.Errorf("node-health batch: %s %v, per node %v", res, got, append(w1, w2...))
+	}
+}

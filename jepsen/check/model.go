@@ -41,23 +41,35 @@ func (e ModelEvent) String() string {
 	return fmt.Sprintf("%d %s %s/%s/%s=%s cur=%s", e.Index, e.EventType, e.Info.Type, e.Info.Name, e.Info.Alloc, e.Info.Value, cur)
 }
 
+// pluginReq is a journaled registration's plugin.
+type pluginReq struct {
+	Type, Name, AllocID, Version, NodeID string
+	ConnectionInfo                       *struct{ SocketPath, Address string }
+	Health                               *struct{ Check string }
+	TTL                                  string
+}
+
 // request is the part of a journaled command the model needs.
 type request struct {
-	Plugin *struct {
-		Type, Name, AllocID, Version, NodeID string
-		ConnectionInfo                       *struct{ SocketPath, Address string }
-		Health                               *struct{ Check string }
-		TTL                                  string
-	}
+	Plugin              *pluginReq
 	Type, Name, AllocID string // deregister, conditional-deregister
-	IfNodeID            string // conditional-deregister, conditional-register
+	IfNodeID            string // conditional-deregister, conditional-register, host-sync
 	IfModifyIndex       uint64 // conditional-deregister
-	NodeID              string // deregister-node, node-health
+	NodeID              string // deregister-node, node-health, host-sync
 	Suspect             bool   // node-health
 	Leases              []struct {
 		Type, Name, AllocID string
 		ModifyIndex         uint64
 	} // expire
+	Register   []*pluginReq // host-sync
+	Deregister []struct {
+		Type, Name, AllocID string
+		IfModifyIndex       uint64
+	} // host-sync
+	Nodes []struct {
+		NodeID  string
+		Suspect bool
+	} // node-health-batch
 }
 
 // Apply applies one journaled command and returns its result and events.
@@ -74,15 +86,19 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 			// What a node-bound agent token writes.
 			return "conflict", nil
 		}
-		sock := ""
-		if p.ConnectionInfo != nil {
-			sock = p.ConnectionInfo.SocketPath + "|" + p.ConnectionInfo.Address
+		return r.registerPlugin(index, p)
+	case "host-sync":
+		return r.HostSync(index, req)
+	case "node-health-batch":
+		var evs []ModelEvent
+		for _, n := range req.Nodes {
+			_, e := r.NodeHealth(index, n.NodeID, n.Suspect)
+			evs = append(evs, e...)
 		}
-		health := ""
-		if p.Health != nil {
-			health = p.Health.Check
+		if len(evs) == 0 {
+			return "unchanged", nil
 		}
-		return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock, Health: health, TTL: p.TTL})
+		return "health", evs
 	case "deregister":
 		return r.Deregister(index, req.Type, req.Name, req.AllocID)
 	case "conditional-deregister":
@@ -96,6 +112,43 @@ func (r *Registry) Apply(index uint64, command string, raw json.RawMessage) (str
 		return r.Expire(index, req)
 	}
 	return "", nil
+}
+
+// registerPlugin registers p.
+func (r *Registry) registerPlugin(index uint64, p *pluginReq) (string, []ModelEvent) {
+	sock := ""
+	if p.ConnectionInfo != nil {
+		sock = p.ConnectionInfo.SocketPath + "|" + p.ConnectionInfo.Address
+	}
+	health := ""
+	if p.Health != nil {
+		health = p.Health.Check
+	}
+	return r.Register(index, p.Type, p.Name, inst{Alloc: p.AllocID, Value: p.Version, NodeID: p.NodeID, Socket: sock, Health: health, TTL: p.TTL})
+}
+
+// HostSync applies a host's round in one entry as its single writes: each
+// registration (conditional on the owner with IfNodeID), then each
+// removal conditional on the host's node (and its ModifyIndex when set);
+// a write its condition refuses changes nothing. "synced" if any changed
+// an instance, else "unchanged".
+func (r *Registry) HostSync(index uint64, req request) (string, []ModelEvent) {
+	var evs []ModelEvent
+	for _, p := range req.Register {
+		if req.IfNodeID != "" && r.ownedElsewhere(p.Type, p.Name, p.AllocID, req.IfNodeID) {
+			continue
+		}
+		_, e := r.registerPlugin(index, p)
+		evs = append(evs, e...)
+	}
+	for _, d := range req.Deregister {
+		_, e := r.DeregisterIf(index, d.Type, d.Name, d.AllocID, req.NodeID, d.IfModifyIndex)
+		evs = append(evs, e...)
+	}
+	if len(evs) == 0 {
+		return "unchanged", nil
+	}
+	return "synced", evs
 }
 
 // Expire removes each named instance that is still the leased

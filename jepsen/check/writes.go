@@ -65,7 +65,7 @@ func Writes(ops []Op, t *Truth) []Violation {
 // lessor's expiries): no request ID. The model replays it; it is exempt
 // only from having been issued by the workload.
 func byLeader(e *Entry) bool {
-	return e.RequestID == "" && (e.Command == "node-health" || e.Command == "expire")
+	return e.RequestID == "" && (e.Command == "node-health" || e.Command == "node-health-batch" || e.Command == "expire")
 }
 
 // byStubAgent reports whether e is an agent's write of a stub plugin: no
@@ -82,6 +82,19 @@ func byStubAgent(e *Entry) bool {
 	var req request
 	if err := json.Unmarshal(e.Request, &req); err != nil {
 		return false
+	}
+	if e.Command == "host-sync" { // every write of the round on the stub type
+		for _, p := range req.Register {
+			if p == nil || p.Type != StubPluginType {
+				return false
+			}
+		}
+		for _, d := range req.Deregister {
+			if d.Type != StubPluginType {
+				return false
+			}
+		}
+		return len(req.Register)+len(req.Deregister) > 0
 	}
 	typ := req.Type // deregister, conditional-deregister
 	if req.Plugin != nil {
