@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/gossip"
 )
@@ -46,7 +47,9 @@ func (s staticServers) NumMembers() int { return len(s) }
 func (s staticServers) AliveServers() []gossip.Meta {
 	out := make([]gossip.Meta, 0, len(s))
 	for _, addr := range s {
-		out = append(out, gossip.Meta{ID: addr, RaftAddr: addr, Role: api.RoleServer})
+		// Servers of this release (the simulator builds them from the same
+		// tree): every method this agent calls is served, host sync too.
+		out = append(out, gossip.Meta{ID: addr, RaftAddr: addr, Role: api.RoleServer, RPCVersion: agentrpc.HostSyncRPCVersion})
 	}
 	return out
 }
