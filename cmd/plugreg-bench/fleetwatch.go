@@ -494,6 +494,18 @@ func (b *fleetBench) restartServers(ctx context.Context) (*fleetRecovery, error)
 		}
 	}
 	deadline := t0.Add(b.f.timeout)
+	if err := b.waitApplied(ctx, want); err != nil {
+		return nil, err
+	}
+	r.ReadySeconds = time.Since(t0).Seconds()
+	if err := b.resumed(ctx, r, t0, deadline, hr0, wr0); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// waitApplied waits until every server has applied index want.
+func (b *fleetBench) waitApplied(ctx context.Context, want uint64) error {
 	ok := waitFor(ctx, b.f.timeout, func() bool {
 		for i := range b.pc.nodes {
 			if got, err := appliedIndex(ctx, b.sys, i); err != nil || got < want {
@@ -503,13 +515,9 @@ func (b *fleetBench) restartServers(ctx context.Context) (*fleetRecovery, error)
 		return true
 	})
 	if !ok {
-		return nil, fmt.Errorf("fleet: the servers did not serve index %d again within %v", want, b.f.timeout)
+		return fmt.Errorf("fleet: the servers did not serve index %d within %v", want, b.f.timeout)
 	}
-	r.ReadySeconds = time.Since(t0).Seconds()
-	if err := b.resumed(ctx, r, t0, deadline, hr0, wr0); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return nil
 }
 
 // resumed fills r's resumption figures: a marker written now reaches
@@ -618,6 +626,11 @@ func (b *fleetBench) failover(ctx context.Context) (*fleetRecovery, error) {
 		return nil, err
 	}
 	if err := b.pc.waitReady(ctx, 120*time.Second); err != nil {
+		return nil, err
+	}
+	// A restarted server serves its last snapshot until the leader tells
+	// it what is committed since: list once it has caught up.
+	if err := b.waitApplied(ctx, first.idx); err != nil {
 		return nil, err
 	}
 	if r.Listed, err = b.listedPerServer(ctx); err != nil {
