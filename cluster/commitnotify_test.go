@@ -1,35 +1,16 @@
 package cluster_test
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testlog"
 )
-
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestFollowersLearnTheCommitAtOnce runs a cluster whose raft would tell
 // followers the commit index of the last write only after an hour
@@ -38,7 +19,7 @@ func (l *lockedBuffer) String() string {
 // (the follower waits for its own apply) and applied on every node with no
 // write after it, and no follower may log a refused notice.
 func TestFollowersLearnTheCommitAtOnce(t *testing.T) {
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	c := testcluster.New(t, 3, testcluster.Options{Modify: func(i int, cfg *cluster.Config) {
 		cfg.CommitTimeout = time.Hour
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: cfg.NodeID, Level: hclog.Warn, Output: &logs})

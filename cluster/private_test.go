@@ -1,13 +1,11 @@
 package cluster_test
 
 import (
-	"bytes"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/internal/testing/testlog"
 )
 
 // Whoever made the data dir (an operator's mkdir, a chart's hostPath:
@@ -42,7 +41,7 @@ func testDataDirFilesPrivate(t *testing.T, store string) {
 	if store == cluster.LogStoreBolt {
 		os.Remove(filepath.Join(dir, "wal"))
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	c := testcluster.New(t, 1, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) {
 		cfg.DataDir, cfg.LogStore = dir, store
 		cfg.WALSegmentSize = 16 << 10 // segments rotate as it runs
@@ -64,14 +63,14 @@ func testDataDirFilesPrivate(t *testing.T, store string) {
 		t.Fatal(err)
 	}
 	os.Chmod(clientDir, 0o755)
-	var clientLogs syncBuffer
+	var clientLogs testlog.Buffer
 	c.AddClient(func(cfg *agent.Config) {
 		cfg.DataDir = clientDir
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: &clientLogs, Level: hclog.Warn})
 	})
 	for _, d := range []struct {
 		dir  string
-		logs *syncBuffer
+		logs *testlog.Buffer
 	}{{dir, &logs}, {clientDir, &clientLogs}} {
 		checkPrivate(t, d.dir)
 		if !strings.Contains(d.logs.String(), "the data dir may be listed by its group or by other users") {
@@ -108,22 +107,4 @@ func checkPrivate(t *testing.T, dir string) {
 	if len(loose) > 0 {
 		t.Errorf("%s: not the agent's alone (want files 0600, dirs 0700): %v", dir, loose)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

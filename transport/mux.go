@@ -126,6 +126,15 @@ func (m *Mux) untrack(c net.Conn) {
 func (m *Mux) handle(conn net.Conn) {
 	defer m.wg.Done()
 	proto, wrapped, err := m.open(conn)
+	if errors.Is(err, errClosedUnused) {
+		// A dial given up (a client agent's timeout while the server's
+		// accept queue is long, as in a fleet's start storm), not a
+		// refusal: at a fleet's scale a warning each is thousands.
+		m.logger.Debug("connection closed before its first byte", "from", conn.RemoteAddr())
+		m.untrack(conn)
+		conn.Close()
+		return
+	}
 	if err != nil {
 		m.logger.Warn("connection refused", "from", conn.RemoteAddr(), "error", err)
 		m.untrack(conn)
@@ -165,6 +174,9 @@ func (m *Mux) handle(conn net.Conn) {
 	}
 }
 
+// errClosedUnused: the peer closed the connection before its first byte.
+var errClosedUnused = errors.New("closed by the peer before its first byte")
+
 // open reads a connection's first byte and, for TLS, makes the handshake
 // and reads the protocol byte inside it. It refuses plaintext when TLS is
 // required, and Raft from a peer that is not a server of this cluster.
@@ -173,6 +185,9 @@ func (m *Mux) open(conn net.Conn) (byte, net.Conn, error) {
 	defer conn.SetReadDeadline(time.Time{})
 	var b [1]byte
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil, errClosedUnused
+		}
 		return 0, nil, fmt.Errorf("first byte: %w", err)
 	}
 	if b[0] != protoTLS {

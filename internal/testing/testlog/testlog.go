@@ -9,6 +9,7 @@
 package testlog
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 	"testing"
@@ -56,4 +57,24 @@ func (w *Writer) Logger(name string, level hclog.Level) hclog.Logger {
 // New returns a logger for t: NewWriter(t).Logger(name, level).
 func New(t testing.TB, name string, level hclog.Level) hclog.Logger {
 	return NewWriter(t).Logger(name, level)
+}
+
+// Buffer collects log output written from many goroutines, for a test to
+// read what was logged. The zero value is ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is everything written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
