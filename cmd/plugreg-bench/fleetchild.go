@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -281,6 +282,9 @@ type fleetChurnWrite struct {
 
 func (c *fleetChild) mux() *http.ServeMux {
 	m := http.NewServeMux()
+	// The host process's own profile (curl .../debug/pprof/profile):
+	// where a simulated host's CPU at rest goes.
+	m.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	m.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, c.state(r.URL.Query().Get("drain") == "1"))
 	})
