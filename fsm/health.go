@@ -85,8 +85,9 @@ func (s *State) nodeHealth(index uint64, r *NodeHealthRequest) (api.Result, []Ev
 // NodeHealthBatchCommand is the marks and clearings of many nodes in one
 // entry: each NodeHealthRequest of it applies as its own entry would, in
 // order. The leader proposes it when many nodes fail or come back at once
-// (a rack, a zone, the fleet after a partition): a thousand failed hosts
-// were a thousand entries, each waiting for the one before. A new type:
+// (a rack, a zone, the fleet after a partition): one entry per node
+// would make a thousand failed hosts a thousand entries, each waiting
+// for the one before. A new type:
 // binaries older than it refuse it, so the leader proposes one only
 // while every server of the configuration says it knows it (cluster's
 // rpcVersionHostSync); before that, one NodeHealthCommand per node.

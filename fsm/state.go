@@ -323,8 +323,8 @@ func (s *State) checkCondition(r *ConditionalDeregisterRequest) error {
 
 // deregisterNode removes the node's instances, found in the node index
 // (by Type, Name, AllocID): O(log L) each. Within one name they go
-// newest first, as a walk of the recency list found them, so the events
-// (and each one's Current) are what they always were.
+// newest first, in recency-list order, so the events (and each one's
+// Current) come out in the order every replica and older release emits.
 func (s *State) deregisterNode(index uint64, nodeID string) (api.Result, []Event) {
 	mine := s.NodeInstances(nodeID)
 	if len(mine) == 0 {

@@ -175,8 +175,8 @@ func TestAliveServersAllocationIsBoundedByTheServers(t *testing.T) {
 }
 
 // The peers file holds every server that did not leave, first, then at
-// most maxSavedClients alive client agents: it was every member, and a
-// rejoin walked all of them.
+// most maxSavedClients alive client agents, so that neither the file nor
+// a rejoin through it grows with the fleet.
 func TestPeersFileIsBounded(t *testing.T) {
 	t0 := time.Unix(10_000, 0)
 	for _, tc := range []struct{ servers, clients, failedClients int }{
