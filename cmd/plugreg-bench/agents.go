@@ -311,6 +311,23 @@ type memberTrans struct {
 	at     time.Time
 }
 
+// startMemberLog polls the members through the servers at urls until ctx
+// ends, in a goroutine wg waits for; close the returned transport's idle
+// connections when done.
+func startMemberLog(ctx context.Context, sys *plugregSystem, urls []string, wg *sync.WaitGroup) (*memberLog, interface{ CloseIdleConnections() }, error) {
+	cli, tr, err := sys.newClient(urls)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := &memberLog{trans: map[string][]memberTrans{}, last: map[string]string{}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.run(ctx, cli)
+	}()
+	return m, tr, nil
+}
+
 func (m *memberLog) run(ctx context.Context, cli *client.Client) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -404,17 +421,11 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 	if b.leader, err = pc.leader(ctx); err != nil {
 		return rep, err
 	}
-	mcli, mtr, err := b.sys.newClient([]string{pc.url(pc.nodes[b.leader])})
-	if err != nil {
+	var mtr interface{ CloseIdleConnections() }
+	if b.members, mtr, err = startMemberLog(ctx, b.sys, []string{pc.url(pc.nodes[b.leader])}, &wg); err != nil {
 		return rep, err
 	}
 	defer mtr.CloseIdleConnections()
-	b.members = &memberLog{trans: map[string][]memberTrans{}, last: map[string]string{}}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b.members.run(ctx, mcli)
-	}()
 
 	if err := b.phaseStart(ctx); err != nil {
 		return rep, err

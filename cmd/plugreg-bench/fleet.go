@@ -315,17 +315,12 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 		b.track = append(b.track, t)
 	}
 	// Any live server's gossip view: one of them is killed and restarted.
-	mcli, mtr, err := b.sys.newClient(pc.httpAddrs())
+	memb, mtr, err := startMemberLog(ctx, b.sys, pc.httpAddrs(), &wg)
 	if err != nil {
 		return rep, err
 	}
 	defer mtr.CloseIdleConnections()
-	b.memb = &memberLog{trans: map[string][]memberTrans{}, last: map[string]string{}}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b.memb.run(ctx, mcli)
-	}()
+	b.memb = memb
 	time.Sleep(2 * time.Second) // the servers' RSS at rest, empty
 	for i := 0; i < members; i++ {
 		rss, _ := procStatus(b.sys.pid(i), "VmRSS:")
