@@ -63,6 +63,13 @@ func TestGossipForgetsAClientAgentOnlyOnceReaped(t *testing.T) {
 				})
 				return
 			}
+			// Each agent is declared dead by its own probes: the one
+			// without plugins may be forgotten before this one has left
+			// suspicion (which reads as alive).
+			c.Eventually(60*time.Second, "the agent with a plugin declared failed", func() bool {
+				m, known := memberOn(c.Leader(), withPlugin)
+				return known && m.Status == gossip.StatusFailed
+			})
 			// Several forget passes (one a second with fast gossip) past
 			// the interval.
 			deadline := time.Now().Add(3 * forgetAfter)
