@@ -394,3 +394,37 @@ func TestHubStatsBoundTheTypes(t *testing.T) {
 		t.Fatalf("%d changes of other types, want 5", n)
 	}
 }
+
+// Shutdown ends every subscription, those waiting for events and those
+// blocked handing one to a consumer that stopped reading, though none of
+// their contexts ends: each subscription's context is cut off with the
+// journal (the only way out of a blocked send once the journal's own
+// channel is no longer in its select).
+func TestShutdownEndsBlockedAndWaitingSubscriptions(t *testing.T) {
+	s := newStore(t, 0)
+	ctx := context.Background()
+	blocked, err := s.Watch(ctx, registry.Filter{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := s.Deliver(ctx, registry.Filter{Types: []string{"device"}}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More than the blocked one's buffer: its goroutine waits in a send.
+	for i := range registry.DefaultSubscriptionBuffer + 2 {
+		mustRegister(t, s, plugin("csi", "ebs", fmt.Sprint(i)))
+	}
+	done := make(chan struct{})
+	go func() { s.Shutdown(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown did not return: a subscription outlived the journal")
+	}
+	for range blocked {
+	}
+	if _, open := <-waiting; open {
+		t.Fatal("the waiting subscription delivered after Shutdown")
+	}
+}

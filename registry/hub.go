@@ -137,9 +137,18 @@ func (h *Hub) start(ctx context.Context, sub *subscription) error {
 	sub.waiter, sub.filterKey = newWaiter(sub.filter), sub.filter.key()
 	h.subs.Add(1) // under mu: Shutdown cannot be waiting yet
 	h.watchers.Add(1)
+	// The subscription's own context, ended by the caller's or by the
+	// journal's closing: its selects wait on this one channel, no other
+	// subscription's. Waiting on the journal's Done as well made every
+	// subscriber lock that one channel at every send and wait: with
+	// 10,000 of them, contention on it was most of a write's delivery.
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(h.journal.life, cancel)
 	go func() {
 		defer h.subs.Done()
 		defer h.watchers.Add(-1)
+		defer cancel()
+		defer stop()
 		sub.run(ctx)
 	}()
 	return nil

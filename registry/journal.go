@@ -50,7 +50,10 @@ type Journal struct {
 	// all at every batch cost each a wake-up and a sleep per batch.
 	waiters indexWaiters
 	closed  bool
-	done    chan struct{} // closed by Close
+	// life ends when the journal is closed: its Done channel is the
+	// journal's, and each subscription's context is cut off with it.
+	life    context.Context
+	endLife context.CancelFunc
 	// changes counts the events applied, by kind and plugin type, since
 	// the journal began (metrics); types past MaxCountedTypes are counted
 	// under OtherTypes.
@@ -90,11 +93,13 @@ func NewJournal(size int) *Journal {
 	if size <= 0 {
 		size = DefaultJournalSize
 	}
+	life, endLife := context.WithCancel(context.Background())
 	return &Journal{
 		ring:      make([]slot, size),
 		state:     fsm.NewState(),
 		aclNotify: make(chan struct{}),
-		done:      make(chan struct{}),
+		life:      life,
+		endLife:   endLife,
 		changes:   map[Change]uint64{},
 		types:     map[string]bool{},
 	}
@@ -210,12 +215,12 @@ func (j *Journal) Close() {
 	defer j.mu.Unlock()
 	if !j.closed {
 		j.closed = true
-		close(j.done)
+		j.endLife()
 	}
 }
 
 // Done is closed when the journal is closed.
-func (j *Journal) Done() <-chan struct{} { return j.done }
+func (j *Journal) Done() <-chan struct{} { return j.life.Done() }
 
 // State returns the latest state the FSM published, and so its index.
 func (j *Journal) State() *fsm.State {
@@ -249,7 +254,7 @@ func (j *Journal) WaitForIndex(ctx context.Context, index uint64) (*fsm.State, e
 		// forwarded meanwhile gives up and leaves a waiter.
 		j.forget(ch)
 		return nil, ctx.Err()
-	case <-j.done:
+	case <-j.life.Done():
 		return nil, ErrShutdown
 	}
 }

@@ -127,8 +127,6 @@ func (s *subscription) send(ctx context.Context, ev delivery.Event) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	case <-s.j.done:
-		return false
 	}
 }
 
@@ -151,8 +149,6 @@ func (s *subscription) wait(ctx context.Context, more <-chan struct{}) bool {
 	case <-more:
 	case <-tick:
 	case <-ctx.Done():
-		return false
-	case <-s.j.done:
 		return false
 	}
 	return true
