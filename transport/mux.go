@@ -136,7 +136,13 @@ func (m *Mux) handle(conn net.Conn) {
 		return
 	}
 	if err != nil {
-		m.logger.Warn("connection refused", "from", conn.RemoteAddr(), "error", err)
+		select {
+		case <-m.done:
+			// This server's shutdown closed it, silent so far.
+			m.logger.Debug("connection closed at shutdown before its first byte", "from", conn.RemoteAddr())
+		default:
+			m.logger.Warn("connection refused", "from", conn.RemoteAddr(), "error", err)
+		}
 		m.untrack(conn)
 		conn.Close()
 		return

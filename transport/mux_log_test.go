@@ -44,3 +44,35 @@ func TestMuxWarnsOnlyAboutConnectionsThatSaidSomething(t *testing.T) {
 		t.Fatalf("%d warnings, want 1, about the unknown protocol byte; log:\n%s", n, out)
 	}
 }
+
+// A connection still silent when the server shuts down is closed by the
+// shutdown, not refused: at a fleet's scale a restart closed hundreds of
+// them, each one a warning.
+func TestMuxShutdownDoesNotWarnAboutSilentConnections(t *testing.T) {
+	var logs testlog.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	h := func(context.Context, string, func(interface{}) error) (interface{}, error) { return nil, nil }
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", m.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	accepted := func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.conns) == 1
+	}
+	for deadline := time.Now().Add(10 * time.Second); !accepted(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was never accepted")
+		}
+	}
+	m.Close()
+	if out := logs.String(); strings.Contains(out, "[WARN]") {
+		t.Fatalf("a warning at shutdown; log:\n%s", out)
+	}
+}
