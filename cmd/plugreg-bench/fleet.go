@@ -59,7 +59,7 @@ const (
 func fleetServerIP(i int) string { return "127.0.3." + strconv.Itoa(i+1) }
 func fleetProcIP(k int) string   { return "127.0.3." + strconv.Itoa(10+k) }
 
-var allFleetScenarios = []string{"churn", "snapshot", "restart", "failover", "dark"}
+var allFleetScenarios = []string{"churn", "snapshot", "restart", "failover", "dark", "rolling", "storm"}
 
 // fleetOptions are the -fleet-* flags.
 type fleetOptions struct {
@@ -166,6 +166,9 @@ type fleetStep struct {
 	WatcherHeapBytesEach  float64 `json:"server_live_heap_bytes_per_watcher"`
 
 	Churn *fleetChurn `json:"churn,omitempty"`
+	// Storm: the leader was killed during this step's start (scenario
+	// storm, at the last size).
+	Storm *stormKill `json:"leader_killed_in_start,omitempty"`
 }
 
 // fleetChurn is a steady churn's figures.
@@ -213,6 +216,7 @@ type fleetReport struct {
 	Restart  *fleetRecovery `json:"servers_restart,omitempty"`
 	Failover *fleetRecovery `json:"failover,omitempty"`
 	Dark     *fleetDark     `json:"dark,omitempty"`
+	Rolling  *fleetRolling  `json:"rolling_restart,omitempty"`
 
 	// Gossiping hosts a server's view showed other than alive after they
 	// were first alive (false suspicions: the bench had not stopped them),
@@ -381,6 +385,11 @@ func runFleet(ctx context.Context, o *options, bin, dir string) (rep *fleetRepor
 			return rep, err
 		}
 	}
+	if f.scenarios["rolling"] {
+		if rep.Rolling, err = b.rollingRestart(ctx); err != nil {
+			return rep, err
+		}
+	}
 	rep.LoadAvgEnd = loadAvg()
 	return rep, nil
 }
@@ -437,6 +446,9 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 	}
 	st.Procs, st.GossipHosts = len(b.procs), b.gossipCount()
 	deadline := t0.Add(f.timeout)
+	if f.scenarios["storm"] && size == f.total() {
+		st.Storm = b.startStormKill(ctx, t0, from*f.plugins, size*f.plugins)
+	}
 	for _, p := range started {
 		if err := b.waitChild(ctx, p, deadline, func(s fleetChildState) bool { return s.Started+s.Failed == p.spec.Count }); err != nil {
 			return nil, err
@@ -453,8 +465,20 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 		st.ListedSeconds = append(st.ListedSeconds, at.Sub(t0).Seconds())
 	}
 	st.ListedEvery = slices.Max(st.ListedSeconds)
+	if k := st.Storm; k != nil {
+		<-k.done
+		if k.err != nil {
+			return nil, fmt.Errorf("fleet: the leader's kill in the start storm: %w", k.err)
+		}
+		if err := b.pc.waitReady(ctx, 120*time.Second); err != nil {
+			return nil, err
+		}
+	}
 	cpu1, _ := cpuTime(b.sys.pid(l))
 	st.StartLeaderCPUPerW = ms(cpu1-cpu0) / float64(max(1, st.NewHosts*f.plugins))
+	if st.Storm != nil {
+		st.StartLeaderCPUPerW = 0 // the killed leader's, then its restart's: not the leader's
+	}
 	var lat []float64
 	for _, p := range started {
 		if err := b.waitChild(ctx, p, deadline, func(s fleetChildState) bool { return s.Announced+s.Failed == p.spec.Count }); err != nil {
@@ -471,7 +495,7 @@ func (b *fleetBench) growTo(ctx context.Context, size int) (*fleetStep, error) {
 		st.StartWriteErrors += s.PutErrors
 	}
 	st.StartWrites = len(lat)
-	st.StartWriteP50Ms, st.StartWriteP99Ms = pctMs(lat, 0.5), pctMs(lat, 0.99)
+	st.StartWriteP50Ms, st.StartWriteP99Ms = quantile(lat, 0.5), quantile(lat, 0.99)
 	logf("fleet: %d hosts: processes and clients up after %.2fs; %d instances listed on every server after %.2fs (per server %v); start writes p50 %.1fms p99 %.1fms, %d errors (anti-entropy retried them); leader CPU %.3f ms per instance",
 		size, st.SpawnSeconds, want, st.ListedEvery, st.ListedSeconds, st.StartWriteP50Ms, st.StartWriteP99Ms, st.StartWriteErrors, st.StartLeaderCPUPerW)
 	return st, nil
@@ -653,9 +677,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// pctMs is the nearest-rank percentile of v (milliseconds); 0 when empty
+// quantile is the nearest-rank p-quantile of v, in v's unit; 0 when empty
 // (JSON has no NaN).
-func pctMs(v []float64, p float64) float64 {
+func quantile(v []float64, p float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}

@@ -79,6 +79,14 @@ func printFleet(w io.Writer, rep *report) {
 		pf("  %d hosts dark (%d gossiping) for %.0f s: %d gossiping marked not alive; churn meanwhile p99 %.1f ms, commit -> last watcher p99 (lower bound) %.1f ms; upstreams back %.2f s and gossip hosts alive %.2f s after SIGCONT; listed then %v (reaped ones missing), every instance listed again %.2f s after SIGCONT\n",
 			d.Hosts, d.GossipHosts, d.Seconds, d.MarkedNotAlive, d.Churn.WriteP99, d.Churn.AckToLastP99, d.ResumedSeconds, d.AliveSeconds, d.InstancesListed, d.RelistedSeconds)
 	}
+	if k := r.Steps[len(r.Steps)-1].Storm; k != nil {
+		pf("  leader killed -9 in the start storm at %.2f s (%d instances listed then), restarted at %.2f s: every instance listed on every server after %.2f s\n",
+			k.KilledAtSeconds, k.ListedAtKill, k.RestartedAtSeconds, r.Steps[len(r.Steps)-1].ListedEvery)
+	}
+	if ro := r.Rolling; ro != nil {
+		pf("  rolling restart of the agents, %d host processes (%d hosts) one at a time: %.1f s in all, per process p50 %.2f s max %.2f s (SIGTERM to every host's upstream delivering); fewest instances listed %d of %d; start writes p50 %.1f ms p99 %.1f ms, %d failed; %d resets to hosts; listed after %v\n",
+			ro.Procs, ro.Hosts, ro.TotalSeconds, ro.PerProcP50Seconds, ro.PerProcMaxSeconds, ro.FewestListed, ro.Hosts*r.Plugins, ro.StartWriteP50Ms, ro.StartWriteP99Ms, ro.StartWriteErrs, ro.HostResets, ro.Listed)
+	}
 	pf("  false suspicions (gossiping hosts seen not alive by a server before any fault, over the starts and churns): %d of %d\n", r.FalseSuspicions, r.GossipHosts)
 	for _, n := range r.Notes {
 		pf("note: %s\n", n)

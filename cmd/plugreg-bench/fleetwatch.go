@@ -24,6 +24,7 @@ type fleetTracker struct {
 	allocs map[string]bool
 	resets int
 	count  atomic.Int64
+	lw     lowWater
 }
 
 func (b *fleetBench) startTracker(ctx context.Context, nd *plugregNode, wg *sync.WaitGroup) (*fleetTracker, error) {
@@ -67,6 +68,7 @@ func (t *fleetTracker) apply(ev *client.Event) {
 		}
 	}
 	t.count.Store(int64(len(t.allocs)))
+	t.noteCount(int64(len(t.allocs)))
 }
 
 // waitCount waits until the server lists want instances of the fleet and
@@ -307,9 +309,9 @@ func (b *fleetBench) churn(ctx context.Context, d time.Duration) (*fleetChurn, e
 		ackToLast = append(ackToLast, float64(r.last-min(w.AckNs, r.first))/1e6)
 		startToLast = append(startToLast, float64(r.last-w.StartNs)/1e6)
 	}
-	c.WriteP50, c.WriteP99 = pctMs(lat, 0.5), pctMs(lat, 0.99)
-	c.AckToLastP50, c.AckToLastP99, c.AckToLastMax = pctMs(ackToLast, 0.5), pctMs(ackToLast, 0.99), pctMs(ackToLast, 1)
-	c.StartToLastP99 = pctMs(startToLast, 0.99)
+	c.WriteP50, c.WriteP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	c.AckToLastP50, c.AckToLastP99, c.AckToLastMax = quantile(ackToLast, 0.5), quantile(ackToLast, 0.99), quantile(ackToLast, 1)
+	c.StartToLastP99 = quantile(startToLast, 0.99)
 	logf("fleet: churn: %d writes (%d errors) p50 %.1fms p99 %.1fms; commit (ack or first receipt) -> last of %d watchers p50 %.1fms p99 %.1fms max %.1fms (start -> last p99 %.1fms), %d not at every watcher; leader %.2f ms CPU per write",
 		c.Writes, c.Errors, c.WriteP50, c.WriteP99, c.Watchers, c.AckToLastP50, c.AckToLastP99, c.AckToLastMax, c.StartToLastP99, c.Undelivered, c.LeaderCPUPerWrite)
 	return c, nil
