@@ -599,10 +599,18 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 	h0, l0 := b.hostProcsCPU(), mustCPU(b.sys.pid(l))
 	t0 := time.Now()
 	prof := b.profileLeader(ctx, l, b.f.idle, fmt.Sprintf("leader-rest-%d-hosts.pprof", st.Hosts))
+	// The first host process: its hosts gossip, where the rest's do not.
+	hostProf := b.profile(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.procs[0].url, max(1, int(b.f.idle.Seconds()))),
+		fmt.Sprintf("hosts-000-rest-%d-hosts.pprof", st.Hosts))
 	if err := sleepCtx(ctx, b.f.idle); err != nil {
 		return err
 	}
-	if err := prof(); err != nil {
+	if err := errors.Join(prof(), hostProf()); err != nil {
+		return err
+	}
+	// What the leader's heap holds per host: its connections, streams
+	// and registrations.
+	if err := b.profile(ctx, "http://"+b.pc.nodes[l].pprofAddr()+"/debug/pprof/heap?gc=1", fmt.Sprintf("leader-heap-rest-%d-hosts.pprof", st.Hosts))(); err != nil {
 		return err
 	}
 	el := time.Since(t0).Seconds()
@@ -649,6 +657,12 @@ func (b *fleetBench) rest(ctx context.Context, st *fleetStep) error {
 // profileLeader takes a CPU profile of the leader over d into name in
 // -fleet-profile, if set; the function it returns waits for it.
 func (b *fleetBench) profileLeader(ctx context.Context, l int, d time.Duration, name string) func() error {
+	return b.profile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pc.nodes[l].pprofAddr(), max(1, int(d.Seconds()))), name)
+}
+
+// profile fetches the profile at u into name in -fleet-profile, if set,
+// in the background; the function it returns waits for it.
+func (b *fleetBench) profile(ctx context.Context, u, name string) func() error {
 	if b.f.profileDir == "" {
 		return func() error { return nil }
 	}
@@ -656,10 +670,7 @@ func (b *fleetBench) profileLeader(ctx context.Context, l int, d time.Duration, 
 		return func() error { return fmt.Errorf("-fleet-profile: %w", err) }
 	}
 	done := make(chan error, 1)
-	go func() {
-		u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pc.nodes[l].pprofAddr(), max(1, int(d.Seconds())))
-		done <- fetch(ctx, u, filepath.Join(b.f.profileDir, name))
-	}()
+	go func() { done <- fetch(ctx, u, filepath.Join(b.f.profileDir, name)) }()
 	return func() error { return <-done }
 }
 
