@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +130,55 @@ func TestACLChangedOnlyOnTokenChanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Only the newest sharedWindow events keep the shared event and encodings
+// of their first delivery; an older one read by a late reader is shared
+// with nobody and kept by nobody: what the ring holds in encodings is
+// bounded by the window, not by -journal-size.
+func TestOnlyTheNewestEventsKeepTheirSharedEncodings(t *testing.T) {
+	const events = sharedWindow + 1000
+	j := NewJournal(events + 10)
+	f := fsm.New(j)
+	for i := range events {
+		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: strconv.Itoa(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: cmd})
+	}
+	kept := func() (n int) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for i := range j.n {
+			if j.ring[(j.start+i)%len(j.ring)].shared != nil {
+				n++
+			}
+		}
+		return n
+	}
+	// A late reader from the start: every event delivered, shared ones
+	// (equal for two reads) only within the window.
+	w := newWaiter(Filter{})
+	b := j.read(w, 0, Filter{}, true, events)
+	if len(b.events) != events {
+		t.Fatalf("read %d events, want %d", len(b.events), events)
+	}
+	if n := kept(); n != sharedWindow {
+		t.Fatalf("%d events keep their shared encodings, want the newest %d", n, sharedWindow)
+	}
+	again := j.read(newWaiter(Filter{}), 0, Filter{}, true, events)
+	if again.events[0].shared == b.events[0].shared {
+		t.Fatal("an event past the window was shared between two late readers: it is kept")
+	}
+	if last := events - 1; again.events[last].shared != b.events[last].shared {
+		t.Fatal("the newest event was not shared between two readers")
+	}
+	// New events move the window: the oldest kept one lets go.
+	cmd, _ := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "next", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}})
+	f.Apply(&raft.Log{Index: events + 1, Type: raft.LogCommand, Data: cmd})
+	if n := kept(); n != sharedWindow-1 {
+		t.Fatalf("%d events keep their shared encodings after one more, want %d", n, sharedWindow-1)
 	}
 }
