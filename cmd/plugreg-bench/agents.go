@@ -28,6 +28,7 @@ import (
 const (
 	agentHTTPPort   = 28500
 	agentGossipPort = 28401
+	agentPprofPort  = 28601
 	agentPrefix     = "agent-"
 )
 
@@ -484,6 +485,9 @@ func (b *agentBench) phaseStart(ctx context.Context) error {
 			"-bind", agentIP(i), "-http-port", strconv.Itoa(agentHTTPPort), "-gossip-port", strconv.Itoa(agentGossipPort),
 			"-plugins-dir", pdir, "-retry-join", "-log-level", "warn"}
 		args = append(args, joins...)
+		if b.o.agentProfile != "" {
+			args = append(args, "-pprof", fmtAddr(agentIP(i), agentPprofPort))
+		}
 		p := &proc{name: agentName(i), path: b.bin, args: args, logPath: filepath.Join(b.agentDir(i), "agent.log")}
 		if b.o.agentProcs > 0 {
 			p.env = []string{"GOMAXPROCS=" + strconv.Itoa(b.o.agentProcs)}
@@ -597,12 +601,26 @@ func (b *agentBench) phaseSettle(ctx context.Context) error {
 	cpu0, scpu0 := b.agentsCPU(), clusterCPU(b.sys)
 	others := b.othersCPU()
 	t0 := time.Now()
+	// One agent's CPU profile over the settle (-agent-profile): where an
+	// agent at rest spends it.
+	prof := make(chan error, 1)
+	if dir := b.o.agentProfile; dir != "" {
+		go func() {
+			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", fmtAddr(agentIP(0), agentPprofPort), max(1, int(b.o.agentSettle.Seconds())))
+			prof <- errors.Join(os.MkdirAll(dir, 0o755), fetch(ctx, u, filepath.Join(dir, "agent-0-rest.pprof")))
+		}()
+	} else {
+		prof <- nil
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(b.o.agentSettle):
 	}
 	el := time.Since(t0)
+	if err := <-prof; err != nil {
+		return fmt.Errorf("agents: -agent-profile: %w", err)
+	}
 	rep.SettleOthersCPUShare = others()
 	rep.AgentIdleCPUPerSec = ms(b.agentsCPU()-cpu0) / el.Seconds() / float64(len(b.procs))
 	rep.ServerIdleCPUPerSec = ms(clusterCPU(b.sys)-scpu0) / el.Seconds() / members

@@ -59,6 +59,7 @@ type options struct {
 	workloads    map[string]bool
 	rounds       int
 	watchers     int
+	agentProfile string
 	jsonOut      bool
 	keep         bool
 	dir          string
@@ -198,6 +199,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.agentReapAfter, "agent-reap-after", 5*time.Second, "agents: the servers' -node-reap-after")
 	fs.DurationVar(&o.agentSettle, "agent-settle", 10*time.Second, "agents: wait this long after start before reading memory (and CPU at rest over it)")
 	fs.DurationVar(&o.agentTimeout, "agent-timeout", 5*time.Minute, "agents: give up on a phase after this long")
+	fs.StringVar(&o.agentProfile, "agent-profile", "", "agents: serve pprof on every agent and write agent 0's CPU profile over the settle (at rest) to this dir")
 	fs.IntVar(&o.agentProcs, "agent-gomaxprocs", 1, "agents: GOMAXPROCS of every agent process (0: Go's default, the machine's CPUs)")
 	fs.DurationVar(&o.agentInterval, "agent-start-interval", 0, "agents: wait this long between agent starts (0: all at once)")
 	fs.BoolVar(&o.pauseIdle, "pause-idle", true, "stop (SIGSTOP) every other system's processes during a system's cell and failover round; resume it and wait for a steady leader before its own")
