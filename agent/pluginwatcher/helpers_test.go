@@ -45,7 +45,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 
 // shortDir returns a fresh directory with a short path: a unix socket's
 // path is limited to 108 bytes, and t.TempDir's paths carry the test name.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pw")
 	if err != nil {
@@ -59,7 +59,7 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-func testLogger(t *testing.T) hclog.Logger {
+func testLogger(t testing.TB) hclog.Logger {
 	return testlog.New(t, t.Name(), hclog.Debug)
 }
 
@@ -69,7 +69,7 @@ func testLogger(t *testing.T) hclog.Logger {
 // registry code. It counts calls, can be told to fail, and fails the test
 // if two calls for one plugin name ever overlap.
 type storeRegistrar struct {
-	t      *testing.T
+	t      testing.TB
 	store  *localreg.Local
 	nodeID string
 
@@ -92,7 +92,7 @@ type storeRegistrar struct {
 // error no one classified, as a transport's may be.
 var errToldToFail = errors.New("registrar told to fail")
 
-func newStoreRegistrar(t *testing.T, nodeID string) *storeRegistrar {
+func newStoreRegistrar(t testing.TB, nodeID string) *storeRegistrar {
 	s := localreg.New(1024)
 	t.Cleanup(s.Shutdown)
 	return &storeRegistrar{t: t, store: s, nodeID: nodeID, inFlight: map[string]bool{}}
@@ -186,7 +186,7 @@ type fakePlugin struct {
 
 // startPlugin serves the registration API at path, answering info; each
 // setup runs before the socket accepts anything.
-func startPlugin(t *testing.T, path string, info *registerapi.PluginInfo, setup ...func(*fakePlugin)) *fakePlugin {
+func startPlugin(t testing.TB, path string, info *registerapi.PluginInfo, setup ...func(*fakePlugin)) *fakePlugin {
 	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -321,7 +321,7 @@ const testNode = "node-7"
 
 // testConfig has short timeouts, so that tests see retries and probes
 // quickly; tests never rely on how quickly.
-func testConfig(t *testing.T, dir string, reg Registrar) Config {
+func testConfig(t testing.TB, dir string, reg Registrar) Config {
 	cfg := DefaultConfig()
 	cfg.Dir = dir
 	cfg.NodeID = testNode
