@@ -15,13 +15,7 @@ import (
 // (thousands of them in a fleet's start storm): it is not warned about. A
 // connection that sends a byte no protocol has still is.
 func TestMuxWarnsOnlyAboutConnectionsThatSaidSomething(t *testing.T) {
-	var logs testlog.Buffer
-	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
-	h := func(context.Context, string, func(interface{}) error) (interface{}, error) { return nil, nil }
-	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), logger, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, logs := listenLoggingWarnings(t)
 	dial := func(send []byte) {
 		conn, err := net.Dial("tcp", m.Addr().String())
 		if err != nil {
@@ -49,13 +43,7 @@ func TestMuxWarnsOnlyAboutConnectionsThatSaidSomething(t *testing.T) {
 // shutdown, not refused: at a fleet's scale a restart closed hundreds of
 // them, each one a warning.
 func TestMuxShutdownDoesNotWarnAboutSilentConnections(t *testing.T) {
-	var logs testlog.Buffer
-	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
-	h := func(context.Context, string, func(interface{}) error) (interface{}, error) { return nil, nil }
-	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), logger, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, logs := listenLoggingWarnings(t)
 	conn, err := net.Dial("tcp", m.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -75,4 +63,18 @@ func TestMuxShutdownDoesNotWarnAboutSilentConnections(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "[WARN]") {
 		t.Fatalf("a warning at shutdown; log:\n%s", out)
 	}
+}
+
+// listenLoggingWarnings is a Mux on loopback whose warnings go to the
+// returned buffer.
+func listenLoggingWarnings(t *testing.T) (*Mux, *testlog.Buffer) {
+	t.Helper()
+	logs := &testlog.Buffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})
+	h := func(context.Context, string, func(interface{}) error) (interface{}, error) { return nil, nil }
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, logs
 }
