@@ -365,26 +365,33 @@ func (b *fleetBench) writeMarker(ctx context.Context, deadline time.Time) (uint6
 // waitMarker waits until every host of procs received the marker at idx
 // and returns the last receipt.
 func (b *fleetBench) waitMarker(ctx context.Context, procs []*fleetProc, idx uint64, deadline time.Time) (time.Time, error) {
+	t0, said := time.Now(), time.Now()
 	for {
 		var last int64
-		missing := 0
+		var missing []string
 		for _, p := range procs {
 			var ts []int64
 			if err := b.getJSON(ctx, fmt.Sprintf("%s/signals?index=%d", p.url, idx), &ts); err != nil {
 				return time.Time{}, err
 			}
-			for _, t := range ts {
+			for j, t := range ts {
 				if t == 0 {
-					missing++
+					missing = append(missing, fleetHostName(p.spec.From+j))
 				}
 				last = max(last, t)
 			}
 		}
-		if missing == 0 {
+		if len(missing) == 0 {
 			return time.Unix(0, last), nil
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("fleet: %d hosts never received the marker at %d", missing, idx)
+			return time.Time{}, fmt.Errorf("fleet: %d hosts never received the marker at %d (%s)", len(missing), idx, firstFew(missing))
+		}
+		// A host that lags far behind the others is worth a look while
+		// it still runs (its process's log, the servers' streams).
+		if time.Since(said) >= 30*time.Second {
+			said = time.Now()
+			logf("fleet: %d hosts still without the marker at %d after %v: %s", len(missing), idx, time.Since(t0).Round(time.Second), firstFew(missing))
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return time.Time{}, err
@@ -761,4 +768,12 @@ func (m *memberLog) status(name string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.last[name]
+}
+
+// firstFew is up to five of names, and how many more.
+func firstFew(names []string) string {
+	if len(names) <= 5 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
 }
