@@ -119,11 +119,7 @@ func TestHostSyncAppliesAsItsSingleWrites(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			batch, single := newApplier(t), newApplier(t)
-			for _, req := range setup {
-				batch.apply(req)
-				single.apply(req)
-			}
+			batch, single := twinAppliers(t, setup)
 			mark := len(batch.rec.events)
 			res := batch.fsm.Apply(batch.entry(tc.req)).(*ApplyResult)
 			if res.Err != nil {
@@ -303,11 +299,7 @@ func TestNodeHealthBatchAppliesAsItsSingleMarks(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			batch, single := newApplier(t), newApplier(t)
-			for _, req := range setup {
-				batch.apply(req)
-				single.apply(req)
-			}
+			batch, single := twinAppliers(t, setup)
 			at := len(batch.rec.events)
 			res := batch.apply(&NodeHealthBatchRequest{Nodes: tc.nodes})
 			for i := range tc.nodes {
@@ -391,4 +383,16 @@ func TestHostSyncAllocatesNoMoreThanItsSingleWrites(t *testing.T) {
 	if one > twenty {
 		t.Fatalf("one entry of 20 registrations: %.0f allocations; 20 entries applied together: %.0f", one, twenty)
 	}
+}
+
+// twinAppliers are two appliers that have applied the same setup: one
+// for a batched command, one for its one-by-one equivalent.
+func twinAppliers(t *testing.T, setup []Request) (batch, single *applier) {
+	t.Helper()
+	batch, single = newApplier(t), newApplier(t)
+	for _, req := range setup {
+		batch.apply(req)
+		single.apply(req)
+	}
+	return batch, single
 }
