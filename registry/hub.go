@@ -139,9 +139,9 @@ func (h *Hub) start(ctx context.Context, sub *subscription) error {
 	h.watchers.Add(1)
 	// The subscription's own context, ended by the caller's or by the
 	// journal's closing: its selects wait on this one channel, no other
-	// subscription's. Waiting on the journal's Done as well made every
-	// subscriber lock that one channel at every send and wait: with
-	// 10,000 of them, contention on it was most of a write's delivery.
+	// subscription's. A channel every subscription selects on has its
+	// lock taken at every send and wait: with 10,000 subscribers the
+	// contention on it would be most of a write's delivery.
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(h.journal.life, cancel)
 	go func() {

@@ -20,9 +20,9 @@ const DefaultJournalSize = 65536
 // read well within it, so each event is still encoded once per node; a
 // reader catching up from further back gets a shared event of its own
 // for each older event, not kept. Kept for the whole ring, the
-// encodings were most of a server's live heap at 1,000 hosts (28 % in
-// protobuf encodings of events every stream had long read), a cost set
-// by -journal-size rather than by what anyone still reads.
+// encodings would cost what -journal-size allows rather than what anyone
+// still reads: at 1,000 hosts, 28 % of a server's live heap, in events
+// every stream had read long before.
 const sharedWindow = 8192
 
 // Journal is a node's bounded, in-memory record of the events its FSM

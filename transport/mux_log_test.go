@@ -40,8 +40,8 @@ func TestMuxWarnsOnlyAboutConnectionsThatSaidSomething(t *testing.T) {
 }
 
 // A connection still silent when the server shuts down is closed by the
-// shutdown, not refused: at a fleet's scale a restart closed hundreds of
-// them, each one a warning.
+// shutdown, not refused: at a fleet's scale a restart closes hundreds of
+// them, and a warning each would bury the ones that matter.
 func TestMuxShutdownDoesNotWarnAboutSilentConnections(t *testing.T) {
 	m, logs := listenLoggingWarnings(t)
 	conn, err := net.Dial("tcp", m.Addr().String())

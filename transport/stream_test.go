@@ -136,18 +136,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		got, err := recvInts(t, s)
-		if err != io.EOF {
-			t.Fatalf("end: %v, want io.EOF", err)
-		}
-		if len(got) != 1000 {
-			t.Fatalf("got %d values, want 1000", len(got))
-		}
-		for i, v := range got {
-			if v != i {
-				t.Fatalf("value %d is %d", i, v)
-			}
-		}
+		wantCount(t, s, 1000)
 		if err := s.Recv(new(int)); err != io.EOF {
 			t.Fatalf("Recv after the end: %v, want io.EOF again", err)
 		}
@@ -158,18 +147,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		got, err := recvInts(t, s)
-		if err != io.EOF {
-			t.Fatalf("end: %v, want io.EOF", err)
-		}
-		for i, v := range got {
-			if v != i {
-				t.Fatalf("value %d is %d", i, v)
-			}
-		}
-		if len(got) != 100 {
-			t.Fatalf("got %d values, want 100", len(got))
-		}
+		wantCount(t, s, 100)
 	})
 	t.Run("end with error", func(t *testing.T) {
 		s, err := p.Stream(ctx, addr, "Fail", 3)
@@ -421,5 +399,22 @@ func TestCallHeaderUnchanged(t *testing.T) {
 	want := enc(&oldHeader{Method: "Apply", Timeout: time.Second})
 	if !bytes.Equal(got, want) {
 		t.Fatalf("header %x, was %x", got, want)
+	}
+}
+
+// wantCount reads s to its clean end and checks it carried 0, 1, ... n-1.
+func wantCount(t *testing.T, s *Stream, n int) {
+	t.Helper()
+	got, err := recvInts(t, s)
+	if err != io.EOF {
+		t.Fatalf("end: %v, want io.EOF", err)
+	}
+	if len(got) != n {
+		t.Fatalf("got %d values, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("value %d is %d", i, v)
+		}
 	}
 }
