@@ -191,11 +191,19 @@ func Register(ctx context.Context, p *api.PluginInfo) (context.Context, error) {
 	if !id.Grants.CanWrite(p.Type) {
 		return ctx, deny("register plugins of type " + p.Type)
 	}
+	return boundToNode(ctx, id, p.NodeID, "register plugins")
+}
+
+// boundToNode lets a caller bound to a node (a client agent's token) write
+// only for that node, and makes its registrations conditional on the
+// instances they replace being that node's; any other caller writes as
+// it is. what names the write in the refusal.
+func boundToNode(ctx context.Context, id Identity, node, what string) (context.Context, error) {
 	if id.Node == "" {
 		return ctx, nil
 	}
-	if p.NodeID != id.Node {
-		return ctx, deny(fmt.Sprintf("register plugins of node %q (it is bound to node %q)", p.NodeID, id.Node))
+	if node != id.Node {
+		return ctx, deny(fmt.Sprintf("%s of node %q (it is bound to node %q)", what, node, id.Node))
 	}
 	return backend.WithIfNodeID(ctx, id.Node), nil
 }
@@ -218,13 +226,7 @@ func SyncHost(ctx context.Context, req api.HostSyncRequest) (context.Context, er
 			return ctx, deny("deregister plugins of type " + d.Type)
 		}
 	}
-	if id.Node == "" {
-		return ctx, nil
-	}
-	if req.NodeID != id.Node {
-		return ctx, deny(fmt.Sprintf("sync the plugins of node %q (it is bound to node %q)", req.NodeID, id.Node))
-	}
-	return backend.WithIfNodeID(ctx, id.Node), nil
+	return boundToNode(ctx, id, req.NodeID, "sync the plugins")
 }
 
 // Deregister checks a deregistration and returns the request to run: for a
