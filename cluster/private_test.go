@@ -55,7 +55,12 @@ func testDataDirFilesPrivate(t *testing.T, store string) {
 	}
 	c.Eventually(30*time.Second, "a snapshot", func() bool {
 		metas, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
-		return len(metas) > 0
+		for _, m := range metas {
+			if !strings.HasSuffix(filepath.Dir(m), ".tmp") {
+				return true // a finished snapshot, whose modes are checked
+			}
+		}
+		return false
 	})
 	// A client agent's data dir (its node ID, gossip peers) likewise.
 	clientDir := filepath.Join(t.TempDir(), "client")
@@ -94,6 +99,11 @@ func checkPrivate(t *testing.T, dir string) {
 		}
 		want := fs.FileMode(0o600)
 		switch {
+		case d.IsDir() && strings.HasSuffix(path, ".tmp") && filepath.Base(filepath.Dir(path)) == "snapshots":
+			// A snapshot raft is creating this instant (0755 until
+			// syncedSnapshotStore.Create tightens it, inside the private
+			// snapshots dir); the finished ones are checked.
+			return fs.SkipDir
 		case d.IsDir():
 			want = 0o700
 		case !d.Type().IsRegular():
