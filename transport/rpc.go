@@ -155,6 +155,17 @@ func ServeRPC(base context.Context, h RPCHandler) ConnHandler {
 	return ServeRPCWith(base, h, ServeOptions{})
 }
 
+// requestContext is one request's context: cancelled when the caller's
+// timeout (if it sent one) passes or the server's base ends, and by cancel
+// once the request is done. Exactly one context is derived from base: one
+// derived and dropped stays registered with base for the server's life.
+func requestContext(base context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(base, timeout)
+	}
+	return context.WithCancel(base)
+}
+
 // ServeRPCWith is ServeRPC with options.
 func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHandler {
 	writeTimeout := opts.StreamWriteTimeout
@@ -194,10 +205,7 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 			}
 			conn.SetReadDeadline(time.Now().Add(argsTimeout))
 			lr.n = maxArgs(hdr.Method)
-			ctx, cancel := context.WithCancel(base)
-			if hdr.Timeout > 0 {
-				ctx, cancel = context.WithTimeout(base, hdr.Timeout)
-			}
+			ctx, cancel := requestContext(base, hdr.Timeout)
 			ctx = tracing.Context{Traceparent: hdr.Traceparent, Tracestate: hdr.Tracestate}.With(ctx)
 			ctx = WithCallerToken(ctx, hdr.Token)
 			decoded := false

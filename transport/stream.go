@@ -77,10 +77,7 @@ func statusOf(err error) rpcStatus {
 // serveStream writes the stream's frames to conn until the streamer ends,
 // then the end frame. The caller closes the connection afterwards.
 func serveStream(base context.Context, hdr rpcHeader, conn net.Conn, r *bufio.Reader, w *bufio.Writer, enc *codec.Encoder, s Streamer, writeTimeout time.Duration) {
-	ctx, cancel := context.WithCancel(base)
-	if hdr.Timeout > 0 {
-		ctx, cancel = context.WithTimeout(base, hdr.Timeout)
-	}
+	ctx, cancel := requestContext(base, hdr.Timeout)
 	defer cancel()
 	// The peer sends nothing more on a streamed connection: any read
 	// that returns means it closed the connection or went away.
