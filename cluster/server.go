@@ -76,13 +76,12 @@ type Server struct {
 	// (the mux accepts connections from the moment the port opens).
 	rpcReady atomic.Bool
 
-	raftGone     chan struct{}   // closed once Raft has stopped (or was never started)
-	needsRestart chan error      // see NeedsRestart
-	ctx          context.Context // cancelled by Shutdown
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup // every goroutine the Server starts
-	shutOnce     sync.Once
-	shutErr      error
+	raftGone chan struct{}   // closed once Raft has stopped (or was never started)
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the Server starts
+	shutOnce sync.Once
+	shutErr  error
 }
 
 // New starts a server node: opens its data dir, starts Raft, gossip and
@@ -108,7 +107,6 @@ func New(cfg *Config) (*Server, error) {
 		ctx:          ctx,
 		cancel:       cancel,
 		raftGone:     make(chan struct{}),
-		needsRestart: make(chan error, 1),
 	}
 	if err := s.start(); err != nil {
 		s.Shutdown()
@@ -265,14 +263,6 @@ func (s *Server) setupRaft() error {
 	}); err != nil {
 		return err
 	}
-	// raft claiming entries its emptied store lost cannot go on
-	// (hashicorp/raft issue 697): the server asks to be restarted.
-	s.goFunc(func() {
-		if err := raftx.WatchStaleLastLog(s.ctx, store, s.raft.Stats); err != nil {
-			s.logger.Error("raft cannot go on until restarted; restarting", "error", err)
-			s.needsRestart <- err // buffered: the one send
-		}
-	})
 	if !existing && cfg.BootstrapExpect == 1 {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(s.raftAddr), Suffrage: raft.Voter,
@@ -457,12 +447,6 @@ func (s *Server) RaftConfiguration() ([]raft.Server, error) {
 
 // Stats returns raft's stats (state, term, indexes, ...).
 func (s *Server) Stats() map[string]string { return s.raft.Stats() }
-
-// NeedsRestart receives, once, why this server cannot go on without a
-// restart of its process (hashicorp/raft issue 697; see
-// raftx.WatchStaleLastLog). Nothing is lost: the log and the snapshot on
-// disk are consistent; only raft's memory is not.
-func (s *Server) NeedsRestart() <-chan error { return s.needsRestart }
 
 // AppliedIndex is the index of the last entry this node's FSM applied.
 func (s *Server) AppliedIndex() uint64 { return s.fsm.State().Index() }

@@ -21,17 +21,17 @@
 //     write (raft-wal v0.4.2 cannot append again after a write failed for
 //     want of room; not reported upstream as far as searched) and its
 //     meta store closed by plugreg (v0.4.2's Open leaves it open when it
-//     fails); its Emptied notice serves WatchStaleLastLog. Opened by
-//     cluster/logstore.go (openStores) and cluster/inspect.go.
-//   - WatchStaleLastLog: finds raft claiming entries its emptied log store
-//     no longer holds, which only a restart mends (hashicorp/raft issue
-//     697: such a server refused every entry from the leader, for good).
-//     Run by cluster/server.go (setupRaft) in a goroutine the Server owns,
-//     which hands the error to Server.NeedsRestart; cmd/plugreg then
-//     re-executes the agent.
+//     fails). Opened by cluster/logstore.go (openStores) and
+//     cluster/inspect.go.
+//
+// Fixed inside raft instead (third_party/raft, a patched copy that go.mod
+// replaces hashicorp/raft with, because nothing outside raft can set its
+// last log index): issue 697 and a follower matching the previous entry
+// against its snapshot (third_party/raft/PATCHES.md).
 //
 // Each one's whole-cluster tests stay in package cluster (and
 // cmd/plugreg), where it is wired: TestShutdownRightAfterElection (498),
-// TestReplicationIsNotPipelined (612), the deposed-leader tests in
-// installsnapshot_test.go (697), commitnotify_test.go (28/282).
+// TestReplicationIsNotPipelined (612), commitnotify_test.go (28/282); the
+// raft patch's are in installsnapshot_test.go and cmd/plugreg's
+// deposed_test.go.
 package raftx

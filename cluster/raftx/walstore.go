@@ -33,8 +33,7 @@ func (p privateFiles) Create(dir, name string, size uint64) (types.WritableFile,
 }
 
 // WALStore is raft-wal as the log and stable store, reopened from disk
-// after any failed write, and saying when a deletion emptied the log (for
-// hashicorp/raft issue 697: see Emptied). raft-wal v0.4.2 (the newest; not
+// after any failed write. raft-wal v0.4.2 (the newest; not
 // reported upstream as far as searched, docs/dependencies.md) cannot
 // recover in process from a write that failed for want of room: a segment
 // rotation that fails leaves its tail sealed and every later append
@@ -60,7 +59,6 @@ type WALStore struct {
 	meta *metadb.BoltMetaDB
 	gen  uint64 // counts opens, so one failure reopens once
 
-	emptied chan struct{} // a deletion left the log empty (see Emptied)
 }
 
 var (
@@ -74,7 +72,7 @@ var errWALClosed = errors.New("wal is closed")
 // OpenWAL opens the WAL in dir, which must exist, with segments of size
 // bytes.
 func OpenWAL(dir string, size int, logger hclog.Logger) (*WALStore, error) {
-	s := &WALStore{dir: dir, size: size, logger: logger, emptied: make(chan struct{}, 1)}
+	s := &WALStore{dir: dir, size: size, logger: logger}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
@@ -166,28 +164,8 @@ func (s *WALStore) StoreLogs(ls []*raft.Log) error {
 }
 
 func (s *WALStore) DeleteRange(min, max uint64) error {
-	var empty bool
-	err := s.do(true, func(w *wal.WAL) error {
-		if err := w.DeleteRange(min, max); err != nil {
-			return err
-		}
-		last, err := w.LastIndex()
-		empty = err == nil && last == 0
-		return nil
-	})
-	if empty {
-		select {
-		case s.emptied <- struct{}{}:
-		default: // one pending is enough
-		}
-	}
-	return err
+	return s.do(true, func(w *wal.WAL) error { return w.DeleteRange(min, max) })
 }
-
-// Emptied receives after a deletion that left the log empty: raft's
-// removeOldLogs after it installed a snapshot, when raft's last log index
-// may be left stale (hashicorp/raft issue 697; WatchStaleLastLog).
-func (s *WALStore) Emptied() <-chan struct{} { return s.emptied }
 
 func (s *WALStore) Set(k, v []byte) error {
 	return s.do(true, func(w *wal.WAL) error { return w.Set(k, v) })

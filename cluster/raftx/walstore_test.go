@@ -40,39 +40,6 @@ func storeEntries(t *testing.T, ls raft.LogStore, from, to, term uint64, batch u
 	}
 }
 
-// Emptied says when a deletion left the log empty (what raft's
-// removeOldLogs does after installing a snapshot, where hashicorp/raft
-// issue 697 starts), and only then; one notice waits however many came.
-func TestWALSaysWhenEmptied(t *testing.T) {
-	w := openWAL(t, t.TempDir(), 64<<10)
-	emptied := func() bool {
-		select {
-		case <-w.Emptied():
-			return true
-		default:
-			return false
-		}
-	}
-	storeEntries(t, w, 1, 100, 1, 10)
-	if err := w.DeleteRange(1, 50); err != nil {
-		t.Fatal(err)
-	}
-	if emptied() {
-		t.Fatal("a deletion that left entries 51-100 said the log was empty")
-	}
-	for range 2 {
-		if err := w.DeleteRange(1, 100); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !emptied() {
-		t.Fatal("no notice after the log was emptied")
-	}
-	if emptied() {
-		t.Fatal("a second notice waited; one is enough")
-	}
-}
-
 // A wal whose disk filled up must take entries again once there is room,
 // without a restart. raft-wal creates a segment file (O_EXCL) and then
 // preallocates it; when the preallocation fails (ENOSPC) it leaves the

@@ -408,7 +408,7 @@ func startAndRunAgent(s *agentSettings, a *agentSetup) error {
 	logRunning(logger, s, a, n)
 	warnUnprotected(logger, a.api, a.tlsc, enc)
 	startDone()
-	return sigs.restartUnlessStopped(logger, runUntilStopped(logger, n, leaveCh, a.tlsc, sigs))
+	return runUntilStopped(logger, n, leaveCh, a.tlsc, sigs)
 }
 
 // startAgentNode starts the server or the client agent and its HTTP API.
@@ -573,17 +573,6 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc
 		case err := <-n.done:
 			stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 			return fmt.Errorf("http server: %w", err)
-		case err := <-n.needsRestart():
-			// Raft's memory disagrees with its store (hashicorp/raft
-			// issue 697); a new process reads both from disk. The agent
-			// runs itself again in place (same PID, arguments and
-			// environment), so no supervisor is needed for it.
-			logger.Error("restarting the agent", "reason", err, "within", signalStopGrace)
-			// The new process opens the data dir afresh: files this one
-			// left open close at exec (Go opens them close-on-exec), so
-			// even a stop that timed out does not stand in its way. An
-			// operator's signal meanwhile means stop, not restart.
-			return stopToRestart(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 		}
 	}
 }
@@ -629,28 +618,6 @@ func (s *signals) guardStart(logger hclog.Logger) (done func()) {
 func (s *signals) stop() {
 	signal.Stop(s.term)
 	signal.Stop(s.hup)
-}
-
-// restartUnlessStopped is the agent's last word on err, runUntilStopped's
-// answer: a restart (errRestartAgent) becomes a plain stop (nil) if a
-// stop signal arrived after the restart's stop. Between that stop and the
-// exec no one reads the signals, and one waiting in the channel would be
-// lost with the process image: the new process would run on, deaf to the
-// SIGTERM that was sent to stop it (CI saw a server ignore its stop that
-// way). Signals are released first: one that arrives after this ends the
-// process by its default action, which is what it asks for.
-func (s *signals) restartUnlessStopped(logger hclog.Logger, err error) error {
-	if !errors.Is(err, errRestartAgent) {
-		return err
-	}
-	s.stop()
-	select {
-	case sg := <-s.term:
-		logger.Info("signal before the restart: stopped, not restarting", "signal", sg)
-		return nil
-	default:
-		return errRestartAgent
-	}
 }
 
 // reloadTLS re-reads the certificate, key and CA files; a failure keeps

@@ -206,29 +206,9 @@ func runDev(args []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	// A server that cannot go on without a new process (hashicorp/raft
-	// issue 697; an agent re-executes itself) stops the dev cluster: its
-	// data is temporary, so run it again.
-	restart := make(chan error, len(nodes))
-	done := make(chan struct{})
-	defer close(done)
-	for _, n := range nodes {
-		go func() {
-			select {
-			case err := <-n.needsRestart():
-				restart <- fmt.Errorf("%s: %w", n.nodeID(), err)
-			case <-done:
-			}
-		}()
-	}
-	select {
-	case <-sig:
-		fmt.Println("\nstopping the dev cluster")
-		return stopAll()
-	case err := <-restart:
-		fmt.Printf("\nstopping the dev cluster: a server must restart, run plugreg dev again: %v\n", err)
-		return errors.Join(err, stopAll())
-	}
+	<-sig
+	fmt.Println("\nstopping the dev cluster")
+	return stopAll()
 }
 
 // nodeSecurity gives a dev agent its own gossip keyring (in dataDir) when

@@ -8,7 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/buildinfo"
@@ -61,22 +60,6 @@ func usage() {
 // it cannot read (sysexits.h EX_DATAERR).
 const exitDataErr = 65
 
-// errRestartAgent is runAgent's answer once it stopped an agent that must
-// start again in a new process (cluster.Server.NeedsRestart).
-var errRestartAgent = errors.New("the agent must restart")
-
-// reexec replaces the process with a new run of the same binary, arguments
-// and environment; it returns only if that fails (then the agent exits 1
-// and its supervisor restarts it).
-func reexec() {
-	exe, err := os.Executable()
-	if err == nil {
-		err = syscall.Exec(exe, os.Args, os.Environ())
-	}
-	fmt.Fprintf(os.Stderr, "plugreg %s: restarting the agent: %v\n", os.Args[1], err)
-	os.Exit(1)
-}
-
 func main() {
 	if len(os.Args) == 2 && (os.Args[1] == "-v" || os.Args[1] == "--version" || os.Args[1] == "-version") {
 		fmt.Println(buildinfo.Read())
@@ -96,9 +79,6 @@ func main() {
 		os.Exit(2)
 	}
 	if err := cmd.run(os.Args[2:]); err != nil {
-		if err == errRestartAgent {
-			reexec()
-		}
 		if err == errUsage {
 			os.Exit(2)
 		}

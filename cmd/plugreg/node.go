@@ -59,15 +59,6 @@ func setupMetrics(logger hclog.Logger) http.Handler {
 	return h
 }
 
-// needsRestart receives when the server cannot go on without a new
-// process (cluster.Server.NeedsRestart); never on a client agent.
-func (n *node) needsRestart() <-chan error {
-	if n.srv == nil {
-		return nil
-	}
-	return n.srv.NeedsRestart()
-}
-
 // traceFlushGrace bounds the wait at stop for the trace collector to take
 // the spans still queued: a collector that is down must not hold a
 // SIGTERM up (systemd and Kubernetes would kill the agent).

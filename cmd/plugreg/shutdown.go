@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -43,48 +42,4 @@ func stopWithin(logger hclog.Logger, stop func() error, stage func() string, gra
 		logger.Warn("second signal; exiting at once", "signal", s, "abandoned", stage())
 		return fmt.Errorf("%w (while %s)", errStopForced, stage())
 	}
-}
-
-// stopToRestart stops the agent before it runs itself again in a new
-// process (errRestartAgent). A signal meanwhile is the operator's stop,
-// not the "second signal" of stopWithin: the stop goes on within the same
-// grace and the agent then exits as after any stop (0 if it stopped
-// cleanly) instead of starting again; a second signal forces it as
-// usual. Before this, the first SIGTERM during a restart exited at once
-// with status 1, which a supervisor reads as a failure.
-func stopToRestart(logger hclog.Logger, stop func() error, stage func() string, grace time.Duration, sig <-chan os.Signal) error {
-	force := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	var (
-		wg        sync.WaitGroup
-		stopAsked bool // written by the goroutine, read after wg.Wait
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case s := <-sig:
-				if !stopAsked {
-					stopAsked = true
-					logger.Info("signal during the restart: the agent stops instead", "signal", s)
-					continue
-				}
-				force <- s // the only send: it returns
-				return
-			case <-done:
-				return
-			}
-		}
-	}()
-	err := stopWithin(logger, stop, stage, grace, force)
-	close(done)
-	wg.Wait()
-	if stopAsked || errors.Is(err, errStopForced) {
-		return err
-	}
-	if err != nil {
-		logger.Warn("stopping before the restart", "error", err)
-	}
-	return errRestartAgent
 }

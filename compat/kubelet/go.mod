@@ -82,3 +82,5 @@ require (
 )
 
 replace github.com/plugreg/plugreg => ../..
+
+replace github.com/hashicorp/raft => ../../third_party/raft
