@@ -61,9 +61,17 @@ func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore)
 	if err != nil {
 		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("last index: %w", err)}
 	}
-	if metas, err := snaps.List(); err == nil && len(metas) > 0 && metas[0].Index+1 > first {
-		first = metas[0].Index + 1
+	var snapshot uint64
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+		snapshot = metas[0].Index
 	}
+	// Entries between the newest snapshot and the log would be skipped
+	// without a word: the FSM would go on from the snapshot as if they
+	// had never been committed.
+	if last != 0 && first > snapshot+1 {
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("the log starts at entry %d but the newest snapshot ends at %d: entries %d-%d are missing", first, snapshot, snapshot+1, first-1)}
+	}
+	first = max(first, snapshot+1)
 	var entry raft.Log
 	for i := first; i != 0 && i <= last; i++ {
 		if err := logs.GetLog(i, &entry); err != nil {

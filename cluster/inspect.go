@@ -87,12 +87,17 @@ func InspectDataDir(dir string) (*DataDirState, error) {
 		st.PeersJSON = true
 	}
 
-	logs, stable, closer, err := openStoresForInspect(dir, st.LogStore)
+	raw, stable, closer, err := openStoresForInspect(dir, st.LogStore)
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	defer closer.Close()
-	if st.CurrentTerm, err = stableUint64(stable, "CurrentTerm"); err != nil { // raft's key (keyCurrentTerm)
+	// Each entry read is checked, as the agent checks it at start.
+	logs, err := raftx.ReadChecksums(raw, stable)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", dir, err)
+	}
+	if st.CurrentTerm, err = raftx.StableUint64(stable, []byte("CurrentTerm")); err != nil { // raft's key (keyCurrentTerm)
 		return nil, fmt.Errorf("inspect %s: current term: %w", dir, err)
 	}
 	if st.FirstLogIndex, err = logs.FirstIndex(); err != nil {
@@ -167,16 +172,6 @@ func openStoresForInspect(dir, kind string) (raft.LogStore, raft.StableStore, io
 		}
 		return w, w, w, nil
 	}
-}
-
-// stableUint64 reads a key of raft's stable store; unset is 0 (raft-wal
-// answers 0, raft-boltdb ErrKeyNotFound).
-func stableUint64(s raft.StableStore, key string) (uint64, error) {
-	v, err := s.GetUint64([]byte(key))
-	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
-		return 0, nil
-	}
-	return v, err
 }
 
 // newestSnapshot reads the metadata of the snapshots under dir (raft's

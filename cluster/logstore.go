@@ -50,6 +50,21 @@ func storeInDir(dataDir string) string {
 // silently start from an empty log while the real one sits beside it, so
 // asking for it is an error. The closer closes both.
 func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error) {
+	logs, stable, closer, err := openStore(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Every entry is checked when read back (raftx.ChecksumStore).
+	checked, err := raftx.WithChecksums(logs, stable)
+	if err != nil {
+		closer.Close()
+		return nil, nil, nil, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
+	}
+	return checked, stable, closer, nil
+}
+
+// openStore opens the log and stable store as they are on disk.
+func openStore(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error) {
 	kind, have := cfg.LogStore, storeInDir(cfg.DataDir)
 	switch {
 	case kind == "" && have != "":

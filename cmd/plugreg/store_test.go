@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +15,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 
+	"github.com/plugreg/plugreg/cluster"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -47,6 +52,21 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "wal-meta.db", "wal"},
+		// One byte changed inside an entry's data, which neither store
+		// checks: the entry's checksum (raftx.ChecksumStore) does.
+		{"wal entry byte changed", "", func(t *testing.T, d string) {
+			writeChecksummed(t, d, cluster.LogStoreWAL, 1)
+			changeByteIn(t, filepath.Join(d, "wal", "*.wal"), "entry-50-")
+		}, "log entry 50 is damaged: checksum", "wal"},
+		{"boltdb entry byte changed", "boltdb", func(t *testing.T, d string) {
+			writeChecksummed(t, d, cluster.LogStoreBolt, 1)
+			changeByteIn(t, filepath.Join(d, "raft.db"), "entry-50-")
+		}, "log entry 50 is damaged: checksum", "raft.db"},
+		// A log that starts past the newest snapshot (here: none) would
+		// have the FSM skip the entries between.
+		{"wal gap before the log", "", func(t *testing.T, d string) {
+			writeChecksummed(t, d, cluster.LogStoreWAL, 40)
+		}, "entries 1-39 are missing", "wal"},
 		{"boltdb garbage", "boltdb", func(t *testing.T, d string) {
 			if err := os.WriteFile(filepath.Join(d, "raft.db"), bytes.Repeat([]byte("garbage "), 8192), 0o600); err != nil {
 				t.Fatal(err)
@@ -156,4 +176,69 @@ func overwrite(t *testing.T, path string, off, n int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeChecksummed writes entries from..100 under dataDir as a server's
+// store of kind holds them (through raftx.ChecksumStore), each entry's
+// data starting "entry-N-".
+func writeChecksummed(t *testing.T, dataDir, kind string, from uint64) {
+	t.Helper()
+	var (
+		store  raft.LogStore
+		stable raft.StableStore
+		closer io.Closer
+	)
+	switch kind {
+	case cluster.LogStoreWAL:
+		dir := filepath.Join(dataDir, "wal")
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		w, err := raftx.OpenWAL(dir, 64<<10, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, stable, closer = w, w, w
+	case cluster.LogStoreBolt:
+		b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, "raft.db")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, stable, closer = b, b, b
+	}
+	defer closer.Close()
+	checked, err := raftx.WithChecksums(store, stable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i <= 100; i++ {
+		data := append([]byte(fmt.Sprintf("entry-%d-", i)), bytes.Repeat([]byte{'x'}, 2000)...)
+		if err := checked.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: data}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// changeByteIn changes one byte of the data after the first marker in the
+// files glob matches: a bit flipped on disk.
+func changeByteIn(t *testing.T, glob, marker string) {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(b, []byte(marker)); i >= 0 {
+			b[i+len(marker)+100] ^= 0x01
+			if err := os.WriteFile(f, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%q is in none of %v", marker, files)
 }

@@ -1,0 +1,164 @@
+package raftx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// ChecksumStore is a raft.LogStore that keeps a CRC-32C of each entry
+// beside it and checks it on every read, so that a byte changed on disk
+// in any entry is an error, never an entry. Neither store checks what it
+// reads back: raft-wal checks a CRC only on the tail's last commit at
+// open, and bbolt checksums only its meta pages; a flipped byte in a
+// committed entry reached the FSM, and replicas diverged without a word.
+//
+// The checksum travels in the entry's Extensions, which both stores
+// persist: on disk Extensions is checksumMagic, the CRC, then the entry's
+// own Extensions; a read checks the CRC and hands raft the entry as it was
+// given (the leader's entries are replicated as raft holds them, without
+// this node's checksum). Entries written before this store wrapped the
+// log (an upgrade) carry none; the stable store records the first index
+// written with one, and an entry at or past it without one is refused
+// too, so that damage to the marker itself is found.
+type ChecksumStore struct {
+	raft.LogStore
+	// from is the first index whose entry must carry a checksum.
+	from uint64
+}
+
+// checksumFromKey is the stable store's key for ChecksumStore.from.
+var checksumFromKey = []byte("plugreg_checksummed_from")
+
+// checksumMagic starts the Extensions of an entry with a checksum.
+var checksumMagic = [4]byte{'p', 'r', 'c', '1'}
+
+const checksumHeader = len(checksumMagic) + 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CorruptEntryError is a log entry whose bytes on disk are not those
+// written: the store is damaged.
+type CorruptEntryError struct {
+	Index  uint64
+	Reason string
+}
+
+func (e *CorruptEntryError) Error() string {
+	return fmt.Sprintf("log entry %d is damaged: %s", e.Index, e.Reason)
+}
+
+// WithChecksums wraps logs. stable records, once, the first index written
+// with a checksum (the next one for a log written by an older release).
+func WithChecksums(logs raft.LogStore, stable raft.StableStore) (*ChecksumStore, error) {
+	from, err := StableUint64(stable, checksumFromKey)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", checksumFromKey, err)
+	}
+	if from == 0 {
+		last, err := logs.LastIndex()
+		if err != nil {
+			return nil, fmt.Errorf("last index: %w", err)
+		}
+		from = last + 1
+		if err := stable.SetUint64(checksumFromKey, from); err != nil {
+			return nil, fmt.Errorf("record %s: %w", checksumFromKey, err)
+		}
+	}
+	return &ChecksumStore{LogStore: logs, from: from}, nil
+}
+
+// checksum is the CRC-32C of what raft reads back of an entry: its index,
+// term, type, data and extensions (not AppendedAt, a metric only).
+func checksum(l *raft.Log, ext []byte) uint32 {
+	var head [17]byte
+	binary.BigEndian.PutUint64(head[0:], l.Index)
+	binary.BigEndian.PutUint64(head[8:], l.Term)
+	head[16] = byte(l.Type)
+	c := crc32.Update(0, castagnoli, head[:])
+	c = crc32.Update(c, castagnoli, l.Data)
+	return crc32.Update(c, castagnoli, ext)
+}
+
+// sealed is a copy of l as it is stored: its Extensions behind the
+// checksum. l itself is raft's, and stays as it is.
+func sealed(l *raft.Log) *raft.Log {
+	c := *l
+	ext := make([]byte, checksumHeader, checksumHeader+len(l.Extensions))
+	copy(ext, checksumMagic[:])
+	binary.BigEndian.PutUint32(ext[len(checksumMagic):], checksum(l, l.Extensions))
+	c.Extensions = append(ext, l.Extensions...)
+	return &c
+}
+
+// ReadChecksums wraps logs to read them only (an offline inspection): it
+// records nothing, and a log never wrapped needs no checksum.
+func ReadChecksums(logs raft.LogStore, stable raft.StableStore) (*ChecksumStore, error) {
+	from, err := StableUint64(stable, checksumFromKey)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", checksumFromKey, err)
+	}
+	if from == 0 {
+		from = math.MaxUint64
+	}
+	return &ChecksumStore{LogStore: logs, from: from}, nil
+}
+
+// StableUint64 reads a key of a stable store; unset is 0 (raft-wal
+// answers 0, raft-boltdb ErrKeyNotFound).
+func StableUint64(s raft.StableStore, key []byte) (uint64, error) {
+	v, err := s.GetUint64(key)
+	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (s *ChecksumStore) GetLog(index uint64, l *raft.Log) error {
+	if err := s.LogStore.GetLog(index, l); err != nil {
+		return err
+	}
+	if l.Index != index {
+		return &CorruptEntryError{Index: index, Reason: fmt.Sprintf("the store returned entry %d", l.Index)}
+	}
+	ext := l.Extensions
+	if len(ext) < checksumHeader || [4]byte(ext[:4]) != checksumMagic {
+		if index >= s.from {
+			return &CorruptEntryError{Index: index, Reason: "its checksum is missing"}
+		}
+		return nil // written before checksums
+	}
+	want := binary.BigEndian.Uint32(ext[len(checksumMagic):])
+	l.Extensions = ext[checksumHeader:]
+	if len(l.Extensions) == 0 {
+		l.Extensions = nil
+	}
+	if got := checksum(l, l.Extensions); got != want {
+		return &CorruptEntryError{Index: index, Reason: fmt.Sprintf("checksum %08x, written %08x", got, want)}
+	}
+	return nil
+}
+
+func (s *ChecksumStore) StoreLog(l *raft.Log) error {
+	return s.LogStore.StoreLog(sealed(l))
+}
+
+func (s *ChecksumStore) StoreLogs(ls []*raft.Log) error {
+	out := make([]*raft.Log, len(ls))
+	for i, l := range ls {
+		out[i] = sealed(l)
+	}
+	return s.LogStore.StoreLogs(out)
+}
+
+// IsMonotonic is the wrapped store's: raft treats a monotonic store's log
+// differently after a snapshot install.
+func (s *ChecksumStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
