@@ -255,6 +255,9 @@ func (s *Server) setupRaft() error {
 		machine = tracedFSM{BatchingFSM: machine, pub: s.traced}
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
+	if err := checkSnapshots(cfg); err != nil {
+		return err
+	}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {
 		return err
 	}

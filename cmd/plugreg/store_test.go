@@ -67,6 +67,18 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 		{"wal gap before the log", "", func(t *testing.T, d string) {
 			writeChecksummed(t, d, cluster.LogStoreWAL, 40)
 		}, "entries 1-39 are missing", "wal"},
+		// raft passes over a snapshot it cannot read and restores the
+		// one before: the log after that one does not reach the state.
+		{"snapshot state.bin byte changed", "", func(t *testing.T, d string) {
+			ids := writeSnapshots(t, d)
+			changeByteIn(t, filepath.Join(d, "snapshots", ids[1], "state.bin"), "state-")
+		}, "CRC mismatch", "snapshots"},
+		{"snapshot meta.json garbage", "", func(t *testing.T, d string) {
+			ids := writeSnapshots(t, d)
+			if err := os.WriteFile(filepath.Join(d, "snapshots", ids[1], "meta.json"), []byte("{garbage"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "meta.json cannot be read", "snapshots"},
 		{"boltdb garbage", "boltdb", func(t *testing.T, d string) {
 			if err := os.WriteFile(filepath.Join(d, "raft.db"), bytes.Repeat([]byte("garbage "), 8192), 0o600); err != nil {
 				t.Fatal(err)
@@ -241,4 +253,32 @@ func changeByteIn(t *testing.T, glob, marker string) {
 		}
 	}
 	t.Fatalf("%q is in none of %v", marker, files)
+}
+
+// writeSnapshots writes two snapshots under dataDir, as raft's file
+// snapshot store keeps them, and returns their IDs, oldest first.
+func writeSnapshots(t *testing.T, dataDir string) []string {
+	t.Helper()
+	store, err := raft.NewFileSnapshotStore(dataDir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "127.0.0.1:1", Suffrage: raft.Voter}}}
+	_, trans := raft.NewInmemTransport("127.0.0.1:1") // Create encodes the peers through one
+	defer trans.Close()
+	var ids []string
+	for _, index := range []uint64{10, 20} {
+		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, conf, 1, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write(append([]byte("state-"), bytes.Repeat([]byte{'s'}, 1000)...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sink.ID())
+	}
+	return ids
 }
