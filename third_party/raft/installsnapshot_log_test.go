@@ -23,7 +23,10 @@ func TestRaft_InstallSnapshotDropsConflictingSuffix(t *testing.T) {
 			conf.TrailingLogs = 5
 			conf.SnapshotThreshold = 1 << 40 // snapshots on demand only
 			conf.SnapshotInterval = time.Hour
-			c := MakeClusterCustom(t, &MakeClusterOpts{Peers: 3, Bootstrap: true, Conf: conf, MonotonicLogs: monotonic})
+			// A longstop past the in-memory transport's 5 s snapshot RPC timeout: a
+			// leader may be sending one to a peer already shut down when Close
+			// waits for it.
+			c := MakeClusterCustom(t, &MakeClusterOpts{Peers: 3, Bootstrap: true, Conf: conf, MonotonicLogs: monotonic, LongstopTimeout: 15 * time.Second})
 			defer c.Close()
 
 			old := c.Leader()
@@ -88,7 +91,10 @@ func TestRaft_PreviousEntryMatchesTheSnapshot(t *testing.T) {
 			conf.TrailingLogs = 5
 			conf.SnapshotThreshold = 1 << 40
 			conf.SnapshotInterval = time.Hour
-			c := MakeClusterCustom(t, &MakeClusterOpts{Peers: 3, Bootstrap: true, Conf: conf, MonotonicLogs: monotonic})
+			// A longstop past the in-memory transport's 5 s snapshot RPC timeout: a
+			// leader may be sending one to a peer already shut down when Close
+			// waits for it.
+			c := MakeClusterCustom(t, &MakeClusterOpts{Peers: 3, Bootstrap: true, Conf: conf, MonotonicLogs: monotonic, LongstopTimeout: 15 * time.Second})
 			defer c.Close()
 
 			old := c.Leader()
