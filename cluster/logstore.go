@@ -54,13 +54,28 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// Every entry is checked when read back (raftx.ChecksumStore).
+	// Every entry is checked when read back (raftx.ChecksumStore), and
+	// the log since each checkpoint against the leader's (verifyLogs).
 	checked, err := raftx.WithChecksums(logs, stable)
 	if err != nil {
 		closer.Close()
 		return nil, nil, nil, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
 	}
-	return checked, stable, closer, nil
+	verified := verifyLogs(checked, cfg.NodeID, cfg.Logger.Named("log-verify"))
+	return verified, stable, closers{verified, closer}, nil
+}
+
+// closers closes each in order and returns the first error.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // openStore opens the log and stable store as they are on disk.
