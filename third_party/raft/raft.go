@@ -1473,17 +1473,19 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 		r.setLeader(r.trans.DecodePeer(a.Leader), ServerID(a.ID))
 	}
 	// Verify the last log entry
-	lastSnapIdx, _ := r.getLastSnapshot()
 	if a.PrevLogEntry > 0 {
 		lastIdx, lastTerm := r.getLastEntry()
 
 		var prevLogTerm uint64
 		if a.PrevLogEntry == lastIdx {
 			prevLogTerm = lastTerm
-		} else if a.PrevLogEntry <= lastSnapIdx {
-			// Covered by our snapshot, so committed: a leader of this term
-			// holds the same entry. The log may no longer have it.
-			prevLogTerm = a.PrevLogTerm
+		} else if lastSnapIdx, lastSnapTerm := r.getLastSnapshot(); a.PrevLogEntry == lastSnapIdx {
+			// The log may start right after the snapshot: the snapshot
+			// is where its last entry is. Only an equal index matches:
+			// an entry below it is gone, and whether it was the leader's
+			// the log can no longer say (a peers.json recovery commits
+			// entries the leader never had).
+			prevLogTerm = lastSnapTerm
 		} else {
 			var prevLog Log
 			if err := r.logs.GetLog(a.PrevLogEntry, &prevLog); err != nil {
@@ -1517,9 +1519,6 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 			if entry.Index > lastLogIdx {
 				newEntries = a.Entries[i:]
 				break
-			}
-			if entry.Index <= lastSnapIdx {
-				continue // committed, in our snapshot; the log may not have it
 			}
 			var storeEntry Log
 			if err := r.logs.GetLog(entry.Index, &storeEntry); err != nil {
