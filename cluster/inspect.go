@@ -87,11 +87,12 @@ func InspectDataDir(dir string) (*DataDirState, error) {
 		st.PeersJSON = true
 	}
 
-	raw, stable, closer, err := openStoresForInspect(dir, st.LogStore)
+	raw, rawStable, closer, err := openStoresForInspect(dir, st.LogStore)
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", dir, err)
 	}
 	defer closer.Close()
+	stable := raftx.ChecksumStableStore{StableStore: rawStable}
 	// Each entry read is checked, as the agent checks it at start.
 	logs, err := raftx.ReadChecksums(raw, stable)
 	if err != nil {

@@ -54,8 +54,10 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// Every entry is checked when read back (raftx.ChecksumStore), and
-	// the log since each checkpoint against the leader's (verifyLogs).
+	// Every entry and stable value is checked when read back
+	// (raftx.ChecksumStore, ChecksumStableStore), and the log since each
+	// checkpoint against the leader's (verifyLogs).
+	stable = raftx.ChecksumStableStore{StableStore: stable}
 	checked, err := raftx.WithChecksums(logs, stable)
 	if err != nil {
 		closer.Close()

@@ -235,7 +235,8 @@ func (s *Server) setupRaft() error {
 	}
 	existing, err := raft.HasExistingState(s.logs, s.stable, snaps)
 	if err != nil {
-		return fmt.Errorf("inspect raft state: %w", err)
+		// The stores opened, so what failed is a read: a damaged value.
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("inspect raft state: %w", err)}
 	}
 	var machine raft.BatchingFSM = s.fsm
 	if cfg.ApplyLog != "" {

@@ -162,3 +162,73 @@ func (s *ChecksumStore) IsMonotonic() bool {
 	m, ok := s.LogStore.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
+
+// ChecksumStableStore is a raft.StableStore whose values carry a CRC-32C
+// of key and value, checked on every read: raft's current term and vote
+// live here, and a changed byte in the last vote's term could let a
+// server vote twice in a term. Neither store checks its values (bbolt
+// checksums only its meta pages). A value without one was written by an
+// older release and reads as before; its first write adds one.
+type ChecksumStableStore struct {
+	raft.StableStore
+}
+
+// stableMagic starts a value with a checksum.
+var stableMagic = [4]byte{'p', 'r', 's', '1'}
+
+// CorruptValueError is a stable store value whose bytes are not those
+// written.
+type CorruptValueError struct {
+	Key string
+}
+
+func (e *CorruptValueError) Error() string {
+	return fmt.Sprintf("the stable store's value of %q is damaged: its checksum does not match", e.Key)
+}
+
+func valueChecksum(k, v []byte) uint32 {
+	return crc32.Update(crc32.Checksum(k, castagnoli), castagnoli, v)
+}
+
+func (s ChecksumStableStore) Set(k, v []byte) error {
+	b := make([]byte, checksumHeader, checksumHeader+len(v))
+	copy(b, stableMagic[:])
+	binary.BigEndian.PutUint32(b[len(stableMagic):], valueChecksum(k, v))
+	return s.StableStore.Set(k, append(b, v...))
+}
+
+// Get returns k's value (nil when unset, as the wrapped store does).
+func (s ChecksumStableStore) Get(k []byte) ([]byte, error) {
+	b, err := s.StableStore.Get(k)
+	if err != nil || len(b) < checksumHeader || [4]byte(b[:4]) != stableMagic {
+		return b, err // unset, or written before checksums
+	}
+	if binary.BigEndian.Uint32(b[len(stableMagic):]) != valueChecksum(k, b[checksumHeader:]) {
+		return nil, &CorruptValueError{Key: string(k)}
+	}
+	return b[checksumHeader:], nil
+}
+
+func (s ChecksumStableStore) SetUint64(k []byte, v uint64) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return s.Set(k, b[:])
+}
+
+// GetUint64 reads a value this store wrote, or one the wrapped store wrote
+// in its own encoding before checksums (raft-wal little-endian, boltdb
+// big-endian).
+func (s ChecksumStableStore) GetUint64(k []byte) (uint64, error) {
+	raw, err := s.StableStore.Get(k)
+	if err != nil || len(raw) < checksumHeader || [4]byte(raw[:4]) != stableMagic {
+		return s.StableStore.GetUint64(k)
+	}
+	v, err := s.Get(k)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, &CorruptValueError{Key: string(k)}
+	}
+	return binary.BigEndian.Uint64(v), nil
+}

@@ -3,9 +3,11 @@ package raftx
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // An entry reads back as raft gave it (Extensions included, the caller's
@@ -70,5 +72,68 @@ func TestChecksumStore(t *testing.T) {
 	again, err := WithChecksums(w, w)
 	if err != nil || again.from != 11 {
 		t.Fatalf("reopened: from %d, %v; want 11", again.from, err)
+	}
+}
+
+// Stable values read back as written, on both stores, including those an
+// older release wrote without a checksum; a changed value is refused.
+func TestChecksumStableStore(t *testing.T) {
+	for _, kind := range []string{"wal", "boltdb"} {
+		t.Run(kind, func(t *testing.T) {
+			var raw raft.StableStore
+			switch kind {
+			case "wal":
+				raw = openWAL(t, t.TempDir(), 64<<10)
+			case "boltdb":
+				b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				raw = b
+			}
+			// Written by an older release, in the store's own encoding.
+			if err := raw.SetUint64([]byte("CurrentTerm"), 7); err != nil {
+				t.Fatal(err)
+			}
+			if err := raw.Set([]byte("LastVoteCand"), []byte("old")); err != nil {
+				t.Fatal(err)
+			}
+			s := ChecksumStableStore{StableStore: raw}
+			if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 7 {
+				t.Fatalf("an older value: %d, %v; want 7", v, err)
+			}
+			if v, err := s.Get([]byte("LastVoteCand")); err != nil || string(v) != "old" {
+				t.Fatalf("an older value: %q, %v; want old", v, err)
+			}
+			if err := s.SetUint64([]byte("CurrentTerm"), 1<<40+3); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Set([]byte("LastVoteCand"), []byte("127.0.0.1:8300")); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1<<40+3 {
+				t.Fatalf("term: %d, %v", v, err)
+			}
+			if v, err := s.Get([]byte("LastVoteCand")); err != nil || string(v) != "127.0.0.1:8300" {
+				t.Fatalf("vote: %q, %v", v, err)
+			}
+			if v, err := StableUint64(s, []byte("never set")); err != nil || v != 0 {
+				t.Fatalf("unset: %d, %v; want 0", v, err)
+			}
+			// A byte changed on disk: the value under its checksum.
+			b, err := raw.Get([]byte("CurrentTerm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-1] ^= 0x01
+			if err := raw.Set([]byte("CurrentTerm"), b); err != nil {
+				t.Fatal(err)
+			}
+			var c *CorruptValueError
+			if _, err := s.GetUint64([]byte("CurrentTerm")); !errors.As(err, &c) {
+				t.Fatalf("a changed term: %v; want it refused", err)
+			}
+		})
 	}
 }

@@ -79,6 +79,22 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "meta.json cannot be read", "snapshots"},
+		// raft's term and vote: a changed byte could let it vote twice.
+		{"wal meta db term byte changed", "", func(t *testing.T, d string) {
+			dir := filepath.Join(d, "wal")
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			w, err := raftx.OpenWAL(dir, 64<<10, hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (raftx.ChecksumStableStore{StableStore: w}).SetUint64([]byte("CurrentTerm"), 5); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			changeByteIn(t, filepath.Join(dir, "wal-meta.db"), "prs1")
+		}, `value of "CurrentTerm" is damaged`, ""},
 		{"boltdb garbage", "boltdb", func(t *testing.T, d string) {
 			if err := os.WriteFile(filepath.Join(d, "raft.db"), bytes.Repeat([]byte("garbage "), 8192), 0o600); err != nil {
 				t.Fatal(err)
@@ -245,7 +261,11 @@ func changeByteIn(t *testing.T, glob, marker string) {
 			t.Fatal(err)
 		}
 		if i := bytes.Index(b, []byte(marker)); i >= 0 {
-			b[i+len(marker)+100] ^= 0x01
+			at := i + len(marker) + 100 // inside an entry's data
+			if marker == "prs1" {
+				at = i + len(marker) + 4 // a stable value's first byte, past its checksum
+			}
+			b[at] ^= 0x01
 			if err := os.WriteFile(f, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
