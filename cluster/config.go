@@ -95,13 +95,6 @@ type Config struct {
 	// second, in one entry per leaseTick (leases.go). Zero:
 	// DefaultLeaseExpiryRate.
 	LeaseExpiryRate int
-	// LogVerifyInterval is how often the leader appends a log checkpoint,
-	// at which every server checks the entries it holds since the last one
-	// against what the leader wrote (raft-wal's verifier; a mismatch is an
-	// error line and plugreg_raft_logstore_verifier_read_checksum_failures_total).
-	// Zero: 60s. Negative: never (checkpoints from another leader are
-	// still checked).
-	LogVerifyInterval time.Duration
 	// DeadServerCleanup: a failed voter dead for longer is removed from
 	// the Raft configuration, never below MinQuorum voters. Zero: never.
 	DeadServerCleanup time.Duration
@@ -159,7 +152,6 @@ func DefaultConfig() *Config {
 		CommitTimeout:     5 * time.Millisecond,
 		ApplyTimeout:      5 * time.Second,
 		ReconcileInterval: 2 * time.Second,
-		LogVerifyInterval: 60 * time.Second,
 		NodeReapAfter:     30 * time.Second,
 		ReapBrakes:        DefaultReapBrakes(),
 		ShutdownTimeout:   3 * time.Second,
@@ -236,9 +228,6 @@ func (c *Config) withDefaults() *Config {
 	}
 	if cp.NodeReapAfter == 0 {
 		cp.NodeReapAfter = d.NodeReapAfter
-	}
-	if cp.LogVerifyInterval == 0 {
-		cp.LogVerifyInterval = d.LogVerifyInterval
 	}
 	if cp.GossipForgetAfter == 0 {
 		cp.GossipForgetAfter = max(cp.NodeReapAfter, gossip.DefaultForgetAfter)

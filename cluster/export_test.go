@@ -31,7 +31,3 @@ func PortMethods() (agent, serverOnlyMethods []string) {
 func RecordedRequestID(kind, id string) string {
 	return api.ScopeRequestID("", kind, id)
 }
-
-// AppendLogCheckpoint appends a log checkpoint now, as the leader does
-// every LogVerifyInterval.
-func (s *Server) AppendLogCheckpoint() error { return s.appendLogCheckpoint() }

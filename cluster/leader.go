@@ -68,8 +68,6 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	// The leases of this term, each a full TTL from now (leases.go).
 	endLeases := s.startLeases(stop)
 	defer endLeases()
-	endCheckpoints := s.startLogCheckpoints(stop)
-	defer endCheckpoints()
 
 	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
 	s.brakes.Store(brakes)

@@ -55,29 +55,14 @@ func openStores(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error)
 		return nil, nil, nil, err
 	}
 	// Every entry and stable value is checked when read back
-	// (raftx.ChecksumStore, ChecksumStableStore), and the log since each
-	// checkpoint against the leader's (verifyLogs).
+	// (raftx.ChecksumStore, ChecksumStableStore).
 	stable = raftx.ChecksumStableStore{StableStore: stable}
 	checked, err := raftx.WithChecksums(logs, stable)
 	if err != nil {
 		closer.Close()
 		return nil, nil, nil, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
 	}
-	verified := verifyLogs(checked, cfg.NodeID, cfg.Logger.Named("log-verify"))
-	return verified, stable, closers{verified, closer}, nil
-}
-
-// closers closes each in order and returns the first error.
-type closers []io.Closer
-
-func (cs closers) Close() error {
-	var first error
-	for _, c := range cs {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return checked, stable, closer, nil
 }
 
 // openStore opens the log and stable store as they are on disk.

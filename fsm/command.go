@@ -56,8 +56,6 @@ func (t CommandType) String() string {
 		return "restore"
 	case PaddingCommand:
 		return "padding"
-	case LogCheckpointCommand:
-		return "log-checkpoint"
 	case RegisterProtoCommand:
 		return "register(protobuf)"
 	case DeregisterProtoCommand:
@@ -268,8 +266,6 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(RestoreRequest)
 	case PaddingCommand:
 		req = new(PaddingRequest)
-	case LogCheckpointCommand:
-		req = new(LogCheckpointRequest)
 	default:
 		return nil, fmt.Errorf("%w: %d", api.ErrUnknownCommand, uint8(t))
 	}

@@ -206,7 +206,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.nodeHealthBatch(index, r)
 	case *HostSyncRequest:
 		res, evs, refused, removed = s.hostSync(index, r)
-	case *PaddingRequest, *LogCheckpointRequest:
+	case *PaddingRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
 		var err error

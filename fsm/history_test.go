@@ -134,10 +134,8 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		req = &ACLTokenSetRequest{Token: h.token(), RequestID: h.requestID()}
 	case k < 88:
 		req = &ACLTokenDeleteRequest{AccessorID: h.pick("acc-1", "acc-2", "acc-3", "acc-4"), RequestID: h.requestID()}
-	case k < 91:
-		req = &PaddingRequest{}
 	case k < 92:
-		req = &LogCheckpointRequest{}
+		req = &PaddingRequest{}
 	case k < 94:
 		// A command type a newer release added, flagged as skippable.
 		return []byte{byte(IgnoreUnknownTypeFlag | 0x33), 0x80}

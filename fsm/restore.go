@@ -96,25 +96,6 @@ func (*PaddingRequest) CommandType() CommandType { return PaddingCommand }
 func (*PaddingRequest) ID() string               { return "" }
 func (*PaddingRequest) Validate() error          { return nil }
 
-// LogCheckpointCommand is an entry that changes nothing: the leader
-// appends one now and then so that every server checks the log entries it
-// holds since the last one against the leader's (raft-wal's verifier, in
-// cluster). Flagged: binaries that do not know it skip it.
-const LogCheckpointCommand = IgnoreUnknownTypeFlag | 11
-
-// LogCheckpointRequest is a LogCheckpointCommand.
-type LogCheckpointRequest struct{}
-
-func (*LogCheckpointRequest) CommandType() CommandType { return LogCheckpointCommand }
-func (*LogCheckpointRequest) ID() string               { return "" }
-func (*LogCheckpointRequest) Validate() error          { return nil }
-
-// IsLogCheckpoint reports whether data is a LogCheckpointCommand entry,
-// from its first byte alone: it is asked of every entry appended.
-func IsLogCheckpoint(data []byte) bool {
-	return len(data) > 0 && CommandType(data[0]) == LogCheckpointCommand
-}
-
 // restoredState decodes a RestoreRequest entry into the state it installs,
 // as of the entry's index, with the restore's request ID recorded in it.
 // A nil state leaves cur as it is: a retry of a restore cur already
