@@ -137,3 +137,37 @@ func TestChecksumStableStore(t *testing.T) {
 		})
 	}
 }
+
+// What the checksums add to an entry written and read back, against the
+// store alone (an in-memory store, so that the disk does not hide it).
+func BenchmarkChecksumStore(b *testing.B) {
+	entry := &raft.Log{Type: raft.LogCommand, Term: 3, Data: bytes.Repeat([]byte("r"), 512)}
+	for _, wrapped := range []bool{false, true} {
+		name := "store"
+		if wrapped {
+			name = "store+checksum"
+		}
+		b.Run(name, func(b *testing.B) {
+			inner := raft.NewInmemStore()
+			var s raft.LogStore = inner
+			if wrapped {
+				var err error
+				if s, err = WithChecksums(inner, inner); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			var out raft.Log
+			for i := 0; b.Loop(); i++ {
+				l := *entry
+				l.Index = uint64(i + 1)
+				if err := s.StoreLogs([]*raft.Log{&l}); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.GetLog(l.Index, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
