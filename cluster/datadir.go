@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,13 +85,16 @@ func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore)
 }
 
 // checkSnapshots refuses a data dir whose snapshots raft would pass over
-// without a word: one whose meta.json cannot be read (raft lists the
-// others, so an older snapshot would be restored and the log after it
-// would not reach the newest state), and a newest one whose state.bin
-// fails its CRC (raft falls back to the one before). The newest is read
-// whole once more for its CRC: what raft reads next, from the page cache.
-// Through a store of its own that logs nothing: the refusal is the one
-// line that says what happened.
+// without a word: one newer than the newest it can read whose meta.json
+// cannot be read (raft would restore an older snapshot, from which the
+// log does not reach the newest state), and a newest one whose state.bin
+// fails its CRC (raft falls back to the one before). An older snapshot
+// that cannot be read is left alone: raft would not use it anyway. The
+// newest is read whole once more for its CRC: what raft reads next, from
+// the page cache. Through a store of its own that logs nothing (the
+// refusal is the one line that says what happened) and lists every
+// snapshot, not only the two raft keeps: a crash between a new snapshot
+// and the removal of the oldest leaves three.
 func checkSnapshots(cfg *Config) error {
 	dir := filepath.Join(cfg.DataDir, "snapshots")
 	entries, err := os.ReadDir(dir)
@@ -100,7 +104,7 @@ func checkSnapshots(cfg *Config) error {
 	if err != nil {
 		return &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hclog.NewNullLogger())
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, math.MaxInt32, hclog.NewNullLogger())
 	if err != nil {
 		return &StoreError{Path: dir, NodeID: cfg.NodeID, Err: err}
 	}
@@ -113,8 +117,16 @@ func checkSnapshots(cfg *Config) error {
 		listed[m.ID] = true
 	}
 	for _, e := range entries {
-		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") && !listed[e.Name()] {
-			return &StoreError{Path: filepath.Join(dir, e.Name()), NodeID: cfg.NodeID, Err: errors.New("snapshot's meta.json cannot be read")}
+		name := e.Name()
+		if !e.IsDir() || strings.HasSuffix(name, ".tmp") || listed[name] {
+			continue
+		}
+		var term, index, ms uint64
+		if n, _ := fmt.Sscanf(name, "%d-%d-%d", &term, &index, &ms); n != 3 {
+			continue // not a name raft gives a snapshot
+		}
+		if len(metas) == 0 || newerSnapshot(term, index, name, metas[0]) {
+			return &StoreError{Path: filepath.Join(dir, name), NodeID: cfg.NodeID, Err: errors.New("snapshot's meta.json cannot be read")}
 		}
 	}
 	if len(metas) == 0 {
@@ -125,6 +137,18 @@ func checkSnapshots(cfg *Config) error {
 		return &StoreError{Path: filepath.Join(dir, metas[0].ID), NodeID: cfg.NodeID, Err: fmt.Errorf("snapshot at index %d: %w", metas[0].Index, err)}
 	}
 	return rc.Close()
+}
+
+// newerSnapshot orders snapshots as raft's file store does: by term, then
+// index, then ID.
+func newerSnapshot(term, index uint64, id string, than *raft.SnapshotMeta) bool {
+	if term != than.Term {
+		return term > than.Term
+	}
+	if index != than.Index {
+		return index > than.Index
+	}
+	return id > than.ID
 }
 
 // newRaftNoPanic is raft.NewRaft with a panic in it (it panics on a log
