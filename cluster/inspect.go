@@ -206,14 +206,7 @@ func newestSnapshot(dir string) (*SnapshotInfo, []raft.Server, uint64, error) {
 		return nil, nil, 0, nil
 	}
 	sort.Slice(metas, func(i, j int) bool {
-		a, b := metas[i], metas[j]
-		if a.Term != b.Term {
-			return a.Term > b.Term
-		}
-		if a.Index != b.Index {
-			return a.Index > b.Index
-		}
-		return a.ID > b.ID
+		return newerSnapshot(metas[i].Term, metas[i].Index, metas[i].ID, &metas[j])
 	})
 	m := metas[0]
 	return &SnapshotInfo{ID: m.ID, Index: m.Index, Term: m.Term, Size: m.Size}, m.Configuration.Servers, m.ConfigurationIndex, nil

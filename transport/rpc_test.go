@@ -181,9 +181,9 @@ func watchers() int {
 
 // Each request, plain or streamed, with or without the caller's timeout,
 // leaves nothing registered with the server's base context once it is
-// answered. A context derived and dropped stays registered with the base
-// for the server's life: it was one per request with a timeout (144,000
-// of them, 25 MB, on a leader after a 1,000-host start).
+// answered: a context derived and dropped stays registered with the base
+// for the server's life, so one per request is memory that grows with
+// every request a server ever answers.
 func TestRequestsLeaveNothingOnTheServersContext(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	base := ownDone{Context: context.Background(), done: make(chan struct{})}

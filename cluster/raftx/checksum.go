@@ -85,14 +85,28 @@ func checksum(l *raft.Log, ext []byte) uint32 {
 	return crc32.Update(c, castagnoli, ext)
 }
 
+// withHeader is payload behind magic and sum: what is stored.
+func withHeader(magic [4]byte, sum uint32, payload []byte) []byte {
+	b := make([]byte, checksumHeader, checksumHeader+len(payload))
+	copy(b, magic[:])
+	binary.BigEndian.PutUint32(b[len(magic):], sum)
+	return append(b, payload...)
+}
+
+// splitHeader undoes withHeader; ok is false for bytes without magic (an
+// older release's, or a damaged header).
+func splitHeader(magic [4]byte, b []byte) (sum uint32, payload []byte, ok bool) {
+	if len(b) < checksumHeader || [4]byte(b[:4]) != magic {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint32(b[len(magic):]), b[checksumHeader:], true
+}
+
 // sealed is a copy of l as it is stored: its Extensions behind the
 // checksum. l itself is raft's, and stays as it is.
 func sealed(l *raft.Log) *raft.Log {
 	c := *l
-	ext := make([]byte, checksumHeader, checksumHeader+len(l.Extensions))
-	copy(ext, checksumMagic[:])
-	binary.BigEndian.PutUint32(ext[len(checksumMagic):], checksum(l, l.Extensions))
-	c.Extensions = append(ext, l.Extensions...)
+	c.Extensions = withHeader(checksumMagic, checksum(l, l.Extensions), l.Extensions)
 	return &c
 }
 
@@ -126,15 +140,14 @@ func (s *ChecksumStore) GetLog(index uint64, l *raft.Log) error {
 	if l.Index != index {
 		return &CorruptEntryError{Index: index, Reason: fmt.Sprintf("the store returned entry %d", l.Index)}
 	}
-	ext := l.Extensions
-	if len(ext) < checksumHeader || [4]byte(ext[:4]) != checksumMagic {
+	want, ext, ok := splitHeader(checksumMagic, l.Extensions)
+	if !ok {
 		if index >= s.from {
 			return &CorruptEntryError{Index: index, Reason: "its checksum is missing"}
 		}
 		return nil // written before checksums
 	}
-	want := binary.BigEndian.Uint32(ext[len(checksumMagic):])
-	l.Extensions = ext[checksumHeader:]
+	l.Extensions = ext
 	if len(l.Extensions) == 0 {
 		l.Extensions = nil
 	}
@@ -191,22 +204,30 @@ func valueChecksum(k, v []byte) uint32 {
 }
 
 func (s ChecksumStableStore) Set(k, v []byte) error {
-	b := make([]byte, checksumHeader, checksumHeader+len(v))
-	copy(b, stableMagic[:])
-	binary.BigEndian.PutUint32(b[len(stableMagic):], valueChecksum(k, v))
-	return s.StableStore.Set(k, append(b, v...))
+	return s.StableStore.Set(k, withHeader(stableMagic, valueChecksum(k, v), v))
 }
 
 // Get returns k's value (nil when unset, as the wrapped store does).
 func (s ChecksumStableStore) Get(k []byte) ([]byte, error) {
 	b, err := s.StableStore.Get(k)
-	if err != nil || len(b) < checksumHeader || [4]byte(b[:4]) != stableMagic {
-		return b, err // unset, or written before checksums
+	if err != nil {
+		return nil, err
 	}
-	if binary.BigEndian.Uint32(b[len(stableMagic):]) != valueChecksum(k, b[checksumHeader:]) {
-		return nil, &CorruptValueError{Key: string(k)}
+	v, _, err := checkValue(k, b)
+	return v, err
+}
+
+// checkValue returns the value in stored bytes b of key k, and whether it
+// carried a checksum (false: unset, or written before checksums).
+func checkValue(k, b []byte) (v []byte, checked bool, err error) {
+	sum, v, ok := splitHeader(stableMagic, b)
+	if !ok {
+		return b, false, nil
 	}
-	return b[checksumHeader:], nil
+	if sum != valueChecksum(k, v) {
+		return nil, true, &CorruptValueError{Key: string(k)}
+	}
+	return v, true, nil
 }
 
 func (s ChecksumStableStore) SetUint64(k []byte, v uint64) error {
@@ -217,18 +238,21 @@ func (s ChecksumStableStore) SetUint64(k []byte, v uint64) error {
 
 // GetUint64 reads a value this store wrote, or one the wrapped store wrote
 // in its own encoding before checksums (raft-wal little-endian, boltdb
-// big-endian).
+// big-endian), which is 8 bytes: other bytes without a checksum are a
+// damaged header, which boltdb would read as a number.
 func (s ChecksumStableStore) GetUint64(k []byte) (uint64, error) {
 	raw, err := s.StableStore.Get(k)
-	if err != nil || len(raw) < checksumHeader || [4]byte(raw[:4]) != stableMagic {
-		return s.StableStore.GetUint64(k)
+	if err != nil || raw == nil {
+		return s.StableStore.GetUint64(k) // unset: the store's own answer
 	}
-	v, err := s.Get(k)
-	if err != nil {
+	v, checked, err := checkValue(k, raw)
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	if len(v) != 8 {
+	case len(v) != 8:
 		return 0, &CorruptValueError{Key: string(k)}
+	case !checked:
+		return s.StableStore.GetUint64(k)
 	}
 	return binary.BigEndian.Uint64(v), nil
 }

@@ -56,11 +56,11 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 		// checks: the entry's checksum (raftx.ChecksumStore) does.
 		{"wal entry byte changed", "", func(t *testing.T, d string) {
 			writeChecksummed(t, d, cluster.LogStoreWAL, 1)
-			changeByteIn(t, filepath.Join(d, "wal", "*.wal"), "entry-50-")
+			changeByteIn(t, filepath.Join(d, "wal", "*.wal"), "entry-50-", 100)
 		}, "log entry 50 is damaged: checksum", "wal"},
 		{"boltdb entry byte changed", "boltdb", func(t *testing.T, d string) {
 			writeChecksummed(t, d, cluster.LogStoreBolt, 1)
-			changeByteIn(t, filepath.Join(d, "raft.db"), "entry-50-")
+			changeByteIn(t, filepath.Join(d, "raft.db"), "entry-50-", 100)
 		}, "log entry 50 is damaged: checksum", "raft.db"},
 		// A log that starts past the newest snapshot (here: none) would
 		// have the FSM skip the entries between.
@@ -71,7 +71,7 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 		// one before: the log after that one does not reach the state.
 		{"snapshot state.bin byte changed", "", func(t *testing.T, d string) {
 			ids := writeSnapshots(t, d)
-			changeByteIn(t, filepath.Join(d, "snapshots", ids[1], "state.bin"), "state-")
+			changeByteIn(t, filepath.Join(d, "snapshots", ids[1], "state.bin"), "state-", 100)
 		}, "CRC mismatch", "snapshots"},
 		{"snapshot meta.json garbage", "", func(t *testing.T, d string) {
 			ids := writeSnapshots(t, d)
@@ -81,19 +81,14 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 		}, "meta.json cannot be read", "snapshots"},
 		// raft's term and vote: a changed byte could let it vote twice.
 		{"wal meta db term byte changed", "", func(t *testing.T, d string) {
-			dir := filepath.Join(d, "wal")
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				t.Fatal(err)
-			}
-			w, err := raftx.OpenWAL(dir, 64<<10, hclog.NewNullLogger())
+			_, stable, closer := openTestStore(t, d, cluster.LogStoreWAL)
+			err := (raftx.ChecksumStableStore{StableStore: stable}).SetUint64([]byte("CurrentTerm"), 5)
+			closer.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := (raftx.ChecksumStableStore{StableStore: w}).SetUint64([]byte("CurrentTerm"), 5); err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
-			changeByteIn(t, filepath.Join(dir, "wal-meta.db"), "prs1")
+			// The value's first byte, past its 4-byte checksum.
+			changeByteIn(t, filepath.Join(d, "wal", "wal-meta.db"), "prs1", 4)
 		}, `value of "CurrentTerm" is damaged`, ""},
 		{"boltdb garbage", "boltdb", func(t *testing.T, d string) {
 			if err := os.WriteFile(filepath.Join(d, "raft.db"), bytes.Repeat([]byte("garbage "), 8192), 0o600); err != nil {
@@ -206,16 +201,10 @@ func overwrite(t *testing.T, path string, off, n int64) {
 	}
 }
 
-// writeChecksummed writes entries from..100 under dataDir as a server's
-// store of kind holds them (through raftx.ChecksumStore), each entry's
-// data starting "entry-N-".
-func writeChecksummed(t *testing.T, dataDir, kind string, from uint64) {
+// openTestStore opens (creating) a log and stable store of kind under
+// dataDir, where a server keeps it.
+func openTestStore(t *testing.T, dataDir, kind string) (raft.LogStore, raft.StableStore, io.Closer) {
 	t.Helper()
-	var (
-		store  raft.LogStore
-		stable raft.StableStore
-		closer io.Closer
-	)
 	switch kind {
 	case cluster.LogStoreWAL:
 		dir := filepath.Join(dataDir, "wal")
@@ -226,14 +215,24 @@ func writeChecksummed(t *testing.T, dataDir, kind string, from uint64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, stable, closer = w, w, w
+		return w, w, w
 	case cluster.LogStoreBolt:
 		b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dataDir, "raft.db")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, stable, closer = b, b, b
+		return b, b, b
 	}
+	t.Fatalf("log store %q", kind)
+	return nil, nil, nil
+}
+
+// writeChecksummed writes entries from..100 under dataDir as a server's
+// store of kind holds them (through raftx.ChecksumStore), each entry's
+// data starting "entry-N-".
+func writeChecksummed(t *testing.T, dataDir, kind string, from uint64) {
+	t.Helper()
+	store, stable, closer := openTestStore(t, dataDir, kind)
 	defer closer.Close()
 	checked, err := raftx.WithChecksums(store, stable)
 	if err != nil {
@@ -247,9 +246,9 @@ func writeChecksummed(t *testing.T, dataDir, kind string, from uint64) {
 	}
 }
 
-// changeByteIn changes one byte of the data after the first marker in the
-// files glob matches: a bit flipped on disk.
-func changeByteIn(t *testing.T, glob, marker string) {
+// changeByteIn flips a bit of the byte offset bytes past the first marker
+// in the files glob matches: a bit flipped on disk.
+func changeByteIn(t *testing.T, glob, marker string, offset int) {
 	t.Helper()
 	files, err := filepath.Glob(glob)
 	if err != nil {
@@ -261,11 +260,7 @@ func changeByteIn(t *testing.T, glob, marker string) {
 			t.Fatal(err)
 		}
 		if i := bytes.Index(b, []byte(marker)); i >= 0 {
-			at := i + len(marker) + 100 // inside an entry's data
-			if marker == "prs1" {
-				at = i + len(marker) + 4 // a stable value's first byte, past its checksum
-			}
-			b[at] ^= 0x01
+			b[i+len(marker)+offset] ^= 0x01
 			if err := os.WriteFile(f, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
