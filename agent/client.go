@@ -77,6 +77,8 @@ type Client struct {
 	pool   *transport.Pool
 	tokens tokenCache  // resolved ACL tokens (acl.go)
 	hub    *fanout.Hub // one upstream event stream per filter, fanned out
+	// The data dir, held until Shutdown.
+	dirLock *datadir.Lock
 
 	preferred atomic.Pointer[string] // the server that answered last
 
@@ -107,14 +109,20 @@ func New(cfg Config) (*Client, error) {
 	if err := datadir.Create(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	lock, err := datadir.Hold(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
+		lock.Release()
 		return nil, err
 	}
 	if err := datadir.Tighten(cfg.DataDir); err != nil {
+		lock.Release()
 		return nil, err
 	}
 	datadir.WarnIfListable(cfg.DataDir, cfg.Logger)
-	c := &Client{cfg: cfg, logger: cfg.Logger, pool: transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)}
+	c := &Client{cfg: cfg, logger: cfg.Logger, dirLock: lock, pool: transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	hc := cfg.Events
 	hc.Upstream = func(ctx context.Context, types []string, from *uint64) (<-chan *api.Event, error) {
@@ -126,6 +134,7 @@ func New(cfg Config) (*Client, error) {
 	hub, err := fanout.New(hc)
 	if err != nil {
 		c.pool.Close()
+		lock.Release()
 		return nil, err
 	}
 	c.hub = hub
@@ -142,6 +151,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		c.hub.Close()
 		c.pool.Close()
+		lock.Release()
 		return nil, err
 	}
 	if err := c.gossip.JoinAtStart(cfg.Join, cfg.RetryJoin, cfg.RetryInterval); err != nil {
@@ -294,6 +304,7 @@ func (c *Client) Shutdown() error {
 		c.wg.Wait()
 		err = c.gossip.Shutdown()
 		c.pool.Close()
+		err = errors.Join(err, c.dirLock.Release())
 	})
 	return err
 }

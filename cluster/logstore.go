@@ -85,7 +85,7 @@ func openStore(cfg *Config) (raft.LogStore, raft.StableStore, io.Closer, error) 
 		return b, b, b, nil
 	case LogStoreWAL:
 		dir := filepath.Join(cfg.DataDir, "wal")
-		if err := os.MkdirAll(dir, datadir.DirMode); err != nil {
+		if err := datadir.MkdirAll(dir, datadir.DirMode); err != nil {
 			return nil, nil, nil, fmt.Errorf("create wal dir: %w", err)
 		}
 		// Segments are preallocated: raft-wal's 64 MiB default would

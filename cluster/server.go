@@ -42,6 +42,7 @@ type Server struct {
 	trans       *raft.NetworkTransport
 	stable      raft.StableStore
 	storeCloser io.Closer     // closes the log and stable stores
+	dirLock     *datadir.Lock // the data dir held while this server may write there
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
@@ -94,12 +95,18 @@ func New(cfg *Config) (*Server, error) {
 	if err := datadir.Create(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	lock, err := datadir.Hold(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	if err := nodeid.Claim(cfg.DataDir, cfg.NodeID); err != nil {
+		lock.Release()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg:          cfg,
+		dirLock:      lock,
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		journal:      registry.NewJournal(cfg.JournalSize),
 		leaderNotify: make(chan bool, 16),
@@ -608,6 +615,8 @@ func (s *Server) Shutdown() error {
 			if s.storeCloser != nil {
 				errs = append(errs, s.storeCloser.Close())
 			}
+			// Kept when Raft was abandoned: it may still write there.
+			errs = append(errs, s.dirLock.Release())
 		}
 		if s.hub != nil {
 			s.hub.Shutdown()

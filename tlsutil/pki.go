@@ -13,8 +13,9 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
 	"time"
+
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // A small PKI for development and tests, with ECDSA P-256 keys: a CA, and
@@ -195,13 +196,15 @@ func orNow(t time.Time) time.Time {
 }
 
 // WriteFiles writes kp to certPath and keyPath; the key is readable by its
-// owner only.
+// owner only. Each file is replaced whole or not at all and synced (a
+// power cut after a plain write could leave an empty CA key), and the key
+// goes first: a certificate on disk means its key is there too.
 func (kp KeyPair) WriteFiles(certPath, keyPath string) error {
-	if err := os.WriteFile(certPath, kp.CertPEM, 0o644); err != nil {
-		return fmt.Errorf("write certificate: %w", err)
-	}
-	if err := os.WriteFile(keyPath, kp.KeyPEM, 0o600); err != nil {
+	if err := atomicfile.WriteFile(keyPath, kp.KeyPEM, 0o600); err != nil {
 		return fmt.Errorf("write key: %w", err)
+	}
+	if err := atomicfile.WriteFile(certPath, kp.CertPEM, 0o644); err != nil {
+		return fmt.Errorf("write certificate: %w", err)
 	}
 	return nil
 }

@@ -104,49 +104,99 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.damage(t, dataDir)
-			p := proctest.FreePorts(t, "127.0.0.1", 3)
-			args := []string{"agent", "-node", "n1", "-data-dir", dataDir, "-bind", "127.0.0.1",
-				"-http-port", strconv.Itoa(p[0]), "-server-port", strconv.Itoa(p[1]), "-gossip-port", strconv.Itoa(p[2]), "-bootstrap-expect", "1"}
+			args := serverArgs(t, "n1", dataDir)
 			if tc.logStore != "" {
 				args = append(args, "-log-store", tc.logStore)
 			}
 			cmd := exec.Command(bin, args...)
-			var stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stderr, &stderr
-			if err := cmd.Start(); err != nil {
+			refusedInOneLine(t, cmd, exitDataErr, filepath.Join(dataDir, tc.path), tc.want, "remove-peer n1", "empty data dir")
+		})
+	}
+}
+
+// A second agent started on a data dir another agent runs on is refused
+// at once in one line naming the first's process: before the data dir
+// lock, bbolt made it wait on raft.db's file lock forever, silent.
+func TestSecondAgentOnADataDirRefused(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	for _, logStore := range []string{cluster.LogStoreWAL, cluster.LogStoreBolt} {
+		t.Run(logStore, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			first := exec.Command(bin, append(serverArgs(t, "n1", dataDir), "-log-store", logStore)...)
+			var out bytes.Buffer
+			first.Stdout, first.Stderr = &out, &out
+			if err := first.Start(); err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(60 * time.Second):
-				cmd.Process.Kill()
-				<-done
-				t.Fatalf("the agent did not exit on a damaged store:\n%s", stderr.String())
-			}
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != exitDataErr {
-				t.Fatalf("exit %v, want status %d:\n%s", err, exitDataErr, stderr.String())
-			}
-			out := stderr.String()
-			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
-				t.Fatalf("a panic or a stack on stderr:\n%s", out)
-			}
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			last := lines[len(lines)-1]
-			for _, want := range []string{filepath.Join(dataDir, tc.path), tc.want, "remove-peer n1", "empty data dir"} {
-				if !strings.Contains(last, want) {
-					t.Errorf("the last line does not say %q:\n%s", want, last)
+			defer func() {
+				first.Process.Kill()
+				first.Wait()
+			}()
+			pid := strconv.Itoa(first.Process.Pid)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				b, _ := os.ReadFile(filepath.Join(dataDir, "agent.lock"))
+				if strings.TrimSpace(string(b)) == pid {
+					break
 				}
-			}
-			for _, l := range lines[:len(lines)-1] {
-				if strings.Contains(l, "[ERROR]") {
-					t.Errorf("more than one error line:\n%s", out)
+				if time.Now().After(deadline) {
+					t.Fatalf("the first agent never held its data dir:\n%s", out.String())
 				}
+				time.Sleep(50 * time.Millisecond)
 			}
+			second := exec.Command(bin, append(serverArgs(t, "n1", dataDir), "-log-store", logStore)...)
+			refusedInOneLine(t, second, 1, dataDir, "in use by another agent (pid "+pid+")")
 		})
+	}
+}
+
+// serverArgs are the arguments of a one-server cluster's agent on free
+// ports of 127.0.0.1.
+func serverArgs(t *testing.T, node, dataDir string) []string {
+	p := proctest.FreePorts(t, "127.0.0.1", 3)
+	return []string{"agent", "-node", node, "-data-dir", dataDir, "-bind", "127.0.0.1",
+		"-http-port", strconv.Itoa(p[0]), "-server-port", strconv.Itoa(p[1]), "-gossip-port", strconv.Itoa(p[2]), "-bootstrap-expect", "1"}
+}
+
+// refusedInOneLine runs cmd and wants it to exit with status code within a
+// minute, with no panic, and with one error line, its last, saying each
+// of wants.
+func refusedInOneLine(t *testing.T, cmd *exec.Cmd, code int, wants ...string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the agent did not exit:\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != code {
+		t.Fatalf("exit %v, want status %d:\n%s", err, code, stderr.String())
+	}
+	out := stderr.String()
+	if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
+		t.Fatalf("a panic or a stack on stderr:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	for _, want := range wants {
+		if !strings.Contains(last, want) {
+			t.Errorf("the last line does not say %q:\n%s", want, last)
+		}
+	}
+	for _, l := range lines[:len(lines)-1] {
+		if strings.Contains(l, "[ERROR]") {
+			t.Errorf("more than one error line:\n%s", out)
+		}
 	}
 }
 

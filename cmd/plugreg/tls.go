@@ -128,13 +128,18 @@ func runTLSCertCreate(args []string) error {
 	return nil
 }
 
-// refuseOverwrite fails if any of paths exists: a PKI file is never
-// replaced by accident.
-func refuseOverwrite(paths ...string) error {
-	for _, p := range paths {
-		if _, err := os.Stat(p); err == nil {
-			return fmt.Errorf("%s exists; not overwriting it", p)
-		}
+// refuseOverwrite fails if the pair at certPath and keyPath exists, or
+// its key does: a PKI file is never replaced by accident. An empty key
+// with no certificate is what a power cut left of an older release's
+// create (WriteFiles writes neither half now): it holds nothing, and is
+// replaced.
+func refuseOverwrite(certPath, keyPath string) error {
+	if _, err := os.Stat(certPath); err == nil {
+		return fmt.Errorf("%s exists; not overwriting it", certPath)
 	}
-	return nil
+	switch info, err := os.Stat(keyPath); {
+	case err != nil, info.Size() == 0:
+		return nil
+	}
+	return fmt.Errorf("%s exists without its certificate %s (a create cut short?); not overwriting a key: remove it to create a new pair", keyPath, certPath)
 }

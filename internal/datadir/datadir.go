@@ -10,10 +10,13 @@
 package datadir
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/plugreg/plugreg/internal/atomicfile"
 )
 
 // Modes of what plugreg writes in a data dir.
@@ -28,8 +31,35 @@ const (
 
 // Create makes dir, with Mode, if it does not exist yet.
 func Create(dir string) error {
-	if err := os.MkdirAll(dir, Mode); err != nil {
+	if err := MkdirAll(dir, Mode); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
+	}
+	return nil
+}
+
+// MkdirAll makes dir and its missing parents with mode, as os.MkdirAll
+// does, and syncs the parent of each dir it made: a new dir's name is
+// durable only once its parent is synced, and without it a power cut
+// right after the first start could take the whole data dir (whatever
+// was synced inside it) with it.
+func MkdirAll(dir string, mode fs.FileMode) error {
+	var made []string // the dirs missing, deepest first
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		made = append(made, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return err
+	}
+	for _, d := range made {
+		if err := atomicfile.SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
