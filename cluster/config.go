@@ -95,6 +95,12 @@ type Config struct {
 	// second, in one entry per leaseTick (leases.go). Zero:
 	// DefaultLeaseExpiryRate.
 	LeaseExpiryRate int
+	// StateCheckInterval is how often the leader appends a state check,
+	// at which every server takes the digest of its registry and compares
+	// it with the leader's at the one before (statecheck.go). Zero:
+	// DefaultStateCheckInterval. Negative: never (checks another leader
+	// appends are still taken and compared).
+	StateCheckInterval time.Duration
 	// DeadServerCleanup: a failed voter dead for longer is removed from
 	// the Raft configuration, never below MinQuorum voters. Zero: never.
 	DeadServerCleanup time.Duration
@@ -145,17 +151,18 @@ type Config struct {
 // DataDir and BindAddr.
 func DefaultConfig() *Config {
 	return &Config{
-		BindAddr:          "127.0.0.1",
-		ServerPort:        8300,
-		GossipPort:        8301,
-		RetryInterval:     time.Second,
-		CommitTimeout:     5 * time.Millisecond,
-		ApplyTimeout:      5 * time.Second,
-		ReconcileInterval: 2 * time.Second,
-		NodeReapAfter:     30 * time.Second,
-		ReapBrakes:        DefaultReapBrakes(),
-		ShutdownTimeout:   3 * time.Second,
-		Logger:            hclog.NewNullLogger(),
+		BindAddr:           "127.0.0.1",
+		ServerPort:         8300,
+		GossipPort:         8301,
+		RetryInterval:      time.Second,
+		CommitTimeout:      5 * time.Millisecond,
+		ApplyTimeout:       5 * time.Second,
+		ReconcileInterval:  2 * time.Second,
+		StateCheckInterval: DefaultStateCheckInterval,
+		NodeReapAfter:      30 * time.Second,
+		ReapBrakes:         DefaultReapBrakes(),
+		ShutdownTimeout:    3 * time.Second,
+		Logger:             hclog.NewNullLogger(),
 	}
 }
 
@@ -228,6 +235,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if cp.NodeReapAfter == 0 {
 		cp.NodeReapAfter = d.NodeReapAfter
+	}
+	if cp.StateCheckInterval == 0 {
+		cp.StateCheckInterval = d.StateCheckInterval
 	}
 	if cp.GossipForgetAfter == 0 {
 		cp.GossipForgetAfter = max(cp.NodeReapAfter, gossip.DefaultForgetAfter)

@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"context"
+	"io"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/fsm"
@@ -30,4 +33,11 @@ func PortMethods() (agent, serverOnlyMethods []string) {
 // off), for the tests that look a record up.
 func RecordedRequestID(kind, id string) string {
 	return api.ScopeRequestID("", kind, id)
+}
+
+// OpenLog opens a stopped server's log as the server does, entries'
+// checksums included, for the tests that change what is on disk.
+func OpenLog(cfg *Config) (raft.LogStore, io.Closer, error) {
+	logs, _, closer, err := openStores(cfg)
+	return logs, closer, err
 }

@@ -68,6 +68,12 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	// The leases of this term, each a full TTL from now (leases.go).
 	endLeases := s.startLeases(stop)
 	defer endLeases()
+	checksDone := make(chan struct{})
+	go func() {
+		defer close(checksDone)
+		s.proposeStateChecks(stop)
+	}()
+	defer func() { <-checksDone }()
 
 	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
 	s.brakes.Store(brakes)

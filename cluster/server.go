@@ -43,6 +43,7 @@ type Server struct {
 	stable      raft.StableStore
 	storeCloser io.Closer     // closes the log and stable stores
 	dirLock     *datadir.Lock // the data dir held while this server may write there
+	checker     *stateChecker // the cross-replica state check (statecheck.go)
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
@@ -132,6 +133,9 @@ func (s *Server) start() (err error) {
 		sink = s.traced
 	}
 	s.fsm = fsm.New(sink)
+	s.checker = newStateChecker(cfg.NodeID, s.logger.Named("state-check"))
+	s.fsm.OnStateCheck(s.checker.applied)
+	s.goFunc(func() { s.checker.run(s.ctx.Done()) })
 	if s.hub, err = registry.NewHub(s.journal, 0); err != nil {
 		return err
 	}

@@ -56,6 +56,8 @@ func (t CommandType) String() string {
 		return "restore"
 	case PaddingCommand:
 		return "padding"
+	case StateCheckCommand:
+		return "state-check"
 	case RegisterProtoCommand:
 		return "register(protobuf)"
 	case DeregisterProtoCommand:
@@ -266,6 +268,8 @@ func DecodeCommand(b []byte) (Request, error) {
 		req = new(RestoreRequest)
 	case PaddingCommand:
 		req = new(PaddingRequest)
+	case StateCheckCommand:
+		req = new(StateCheckRequest)
 	default:
 		return nil, fmt.Errorf("%w: %d", api.ErrUnknownCommand, uint8(t))
 	}

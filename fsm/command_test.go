@@ -26,6 +26,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		expiry(lease("csi", "ebs", "a1", 3), lease("csi", "efs", "a2", 9)),
 		hostSync("n1", true, []*api.PluginInfo{p, leased(plugin("csi", "ebs", "a3"), time.Minute)}, api.HostDeregistration{Type: "csi", Name: "efs", AllocID: "a2", IfModifyIndex: 9}),
 		&NodeHealthBatchRequest{Nodes: []NodeHealthRequest{{NodeID: "n1", Suspect: true, Reason: "failed", LastSeen: time.Unix(1700000000, 5).UTC()}, {NodeID: "n2"}}},
+		&StateCheckRequest{Node: "n1", Index: 7, Digest: bytes.Repeat([]byte{9}, 32)},
 	} {
 		t.Run(req.CommandType().String(), func(t *testing.T) {
 			b, err := EncodeCommand(req)

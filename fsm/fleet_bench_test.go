@@ -43,6 +43,16 @@ func BenchmarkSnapshotFleet(b *testing.B) {
 			b.ReportMetric(float64(buf.Len())/float64(instances), "snapshot-B/instance")
 			b.ReportMetric(heap, "heap-B/instance")
 		})
+		// What a state check costs each server (cluster's statecheck.go).
+		b.Run(fmt.Sprintf("hosts=%d/digest", hosts), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := Digest(f.State()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(instances), "ns/instance")
+		})
 		b.Run(fmt.Sprintf("hosts=%d/read", hosts), func(b *testing.B) {
 			var buf bytes.Buffer
 			if err := WriteState(&buf, f.State()); err != nil {

@@ -59,8 +59,9 @@ type Sink interface {
 // FSM is plugreg's raft.BatchingFSM. Its methods are called by raft from a
 // single goroutine; State may be called from any goroutine at any time.
 type FSM struct {
-	state atomic.Pointer[State]
-	sink  Sink
+	state   atomic.Pointer[State]
+	sink    Sink
+	onCheck func(*State, *StateCheckRequest) // nil: state checks are applied as any entry
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -90,32 +91,51 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	// A restore replaces the state whole: what precedes it in the batch
 	// is applied and published first, the restored state is published
 	// alone (the sink's Restored: readers reset), and what follows
-	// applies to it.
-	for i, l := range logs {
-		if !isRestore(l) {
-			continue
+	// applies to it. A state check ends a batch of its own, so that the
+	// hook sees the state as of the check's index on every server,
+	// however each batched its entries.
+	out := make([]interface{}, 0, len(logs))
+	for len(logs) > 0 {
+		i := 0
+		for i < len(logs) && !isRestore(logs[i]) && !(f.onCheck != nil && isStateCheck(logs[i])) {
+			i++
 		}
-		out := make([]interface{}, 0, len(logs))
-		if i > 0 {
-			out = append(out, f.ApplyBatch(logs[:i])...)
-		}
-		s, res := restoredState(f.state.Load(), l)
-		if s != nil {
-			f.state.Store(s)
-			if f.sink != nil {
-				f.sink.Restored(s)
+		switch {
+		case i == len(logs):
+			return append(out, f.applyCommands(logs)...)
+		case isRestore(logs[i]):
+			if i > 0 {
+				out = append(out, f.applyCommands(logs[:i])...)
 			}
-		} else {
-			// Refused alike everywhere, or a retry of a restore
-			// already applied; the index still advances.
-			f.ApplyBatch([]*raft.Log{{Index: l.Index, Term: l.Term, Type: raft.LogNoop}})
+			out = append(out, f.restore(logs[i]))
+		default:
+			out = append(out, f.applyCommands(logs[:i+1])...)
+			f.stateChecked(logs[i])
 		}
-		out = append(out, res)
-		if i+1 < len(logs) {
-			out = append(out, f.ApplyBatch(logs[i+1:])...)
-		}
-		return out
+		logs = logs[i+1:]
 	}
+	return out
+}
+
+// restore applies a restore entry.
+func (f *FSM) restore(l *raft.Log) interface{} {
+	s, res := restoredState(f.state.Load(), l)
+	if s == nil {
+		// Refused alike everywhere, or a retry of a restore already
+		// applied; the index still advances.
+		f.applyCommands([]*raft.Log{{Index: l.Index, Term: l.Term, Type: raft.LogNoop}})
+		return res
+	}
+	f.state.Store(s)
+	if f.sink != nil {
+		f.sink.Restored(s)
+	}
+	return res
+}
+
+// applyCommands applies entries that hold no restore, publishes the
+// resulting state once, then hands their events to the sink.
+func (f *FSM) applyCommands(logs []*raft.Log) []interface{} {
 	cur := f.state.Load()
 	next := *cur // a private copy: its trees are replaced, never changed
 	if len(logs) > 1 || (len(logs) == 1 && writesMany(logs[0])) {
@@ -206,7 +226,7 @@ func (s *State) apply(index uint64, data []byte) (*ApplyResult, []Event) {
 		res, evs = s.nodeHealthBatch(index, r)
 	case *HostSyncRequest:
 		res, evs, refused, removed = s.hostSync(index, r)
-	case *PaddingRequest:
+	case *PaddingRequest, *StateCheckRequest:
 		return &ApplyResult{Index: index, Result: ResultIgnored}, nil
 	case *ACLBootstrapRequest, *ACLTokenSetRequest, *ACLTokenDeleteRequest:
 		var err error

@@ -80,3 +80,13 @@ func dereg(ptype, name, alloc string) *DeregisterRequest {
 }
 
 func newTestEncoder(w *bytes.Buffer) *codec.Encoder { return codec.NewEncoder(w, msgpackHandle) }
+
+// entryList makes an entry of each request, in order.
+func (a *applier) entryList(reqs ...Request) []*raft.Log {
+	a.t.Helper()
+	logs := make([]*raft.Log, len(reqs))
+	for i, r := range reqs {
+		logs[i] = a.entry(r)
+	}
+	return logs
+}

@@ -134,8 +134,10 @@ func (h *history) next(t *testing.T, state *State) []byte {
 		req = &ACLTokenSetRequest{Token: h.token(), RequestID: h.requestID()}
 	case k < 88:
 		req = &ACLTokenDeleteRequest{AccessorID: h.pick("acc-1", "acc-2", "acc-3", "acc-4"), RequestID: h.requestID()}
-	case k < 92:
+	case k < 91:
 		req = &PaddingRequest{}
+	case k < 92:
+		req = &StateCheckRequest{Node: "n1"}
 	case k < 94:
 		// A command type a newer release added, flagged as skippable.
 		return []byte{byte(IgnoreUnknownTypeFlag | 0x33), 0x80}
@@ -220,6 +222,27 @@ func checkHistory(t *testing.T, seed int64, n int) {
 	h := &history{rng: rand.New(rand.NewSource(seed))}
 	primaryRec := &recorder{}
 	primary := New(primaryRec)
+	// Every FSM's digest at each state check it applies: they must agree
+	// at each index, however the FSM batched what came before.
+	digests := map[uint64][32]byte{}
+	checked := 0
+	recordDigests := func(f *FSM, who string) {
+		f.OnStateCheck(func(s *State, check *StateCheckRequest) {
+			if check == nil || check.Node != "n1" {
+				t.Fatalf("seed %d: %s: the hook had check %+v", seed, who, check)
+			}
+			d, err := Digest(s)
+			if err != nil {
+				t.Fatalf("seed %d: %s: %v", seed, who, err)
+			}
+			if want, ok := digests[s.Index()]; ok && want != d {
+				t.Fatalf("seed %d: %s: digest at %d differs from the primary's", seed, who, s.Index())
+			}
+			digests[s.Index()] = d
+			checked++
+		})
+	}
+	recordDigests(primary, "the primary")
 	type follower struct {
 		fsm     *FSM
 		rec     *recorder
@@ -244,6 +267,7 @@ func checkHistory(t *testing.T, seed int64, n int) {
 			}
 			rec := &recorder{}
 			f := &follower{fsm: New(rec), rec: rec, from: h.index, events: len(primaryRec.events)}
+			recordDigests(f.fsm, fmt.Sprintf("the FSM restored at %d", h.index))
 			if err := f.fsm.Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
 				t.Fatalf("seed %d: restore the snapshot at %d: %v", seed, h.index, err)
 			}
@@ -275,6 +299,9 @@ func checkHistory(t *testing.T, seed int64, n int) {
 		if !bytes.Equal(got.Bytes(), want.Bytes()) {
 			t.Fatalf("seed %d: the FSM restored at %d ends in another state than the primary", seed, f.from)
 		}
+	}
+	if len(digests) > 0 && checked == len(digests) {
+		t.Fatalf("seed %d: no state check was compared across FSMs", seed)
 	}
 }
 

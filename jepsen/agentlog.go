@@ -26,8 +26,10 @@ const maxPanicLines = 40
 // that fsm.WriteState refused logs: the state in memory breaks an
 // invariant the snapshot reader checks, which no fault can cause (a full
 // disk fails a snapshot with another error). Such a node can take no
-// snapshot again, and a follower that needs one gets none.
-var panicMarks = []string{"panic:", "fatal error:", "http: panic serving", "would not read back"}
+// snapshot again, and a follower that needs one gets none. And what a
+// server logs when its registry's digest differs from another server's at
+// the same index (cluster's state check): replicas that diverged.
+var panicMarks = []string{"panic:", "fatal error:", "http: panic serving", "would not read back", "registry differs from another server's"}
 
 // logLine matches a line the agent's logger wrote (hclog starts every line
 // with a timestamp); a traceback's lines never look like one.

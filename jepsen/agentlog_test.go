@@ -57,6 +57,8 @@ func TestScanPanics(t *testing.T) {
 			start(1) + "\n" + logged},
 		{name: "a snapshot the FSM refused as unreadable", log: start(0) + "\n" + logged + "\n2026-11-26T19:00:00.000Z [ERROR] plugreg.raft: failed to take snapshot: error=\"persist snapshot at 812: fsm: bad snapshot: would not read back: jplugin/p: alloc s-00-ab out of recency order\"\n" + logged,
 			want: []int{0}, lines: []int{4}},
+		{name: "replicas whose registries differ", log: start(0) + "\n" + logged + "\n2026-11-28T19:00:00.000Z [ERROR] plugreg.state-check: this server's registry differs from another server's at the same index: one of them holds damaged data: node=n2 index=24 other=n1\n" + logged,
+			want: []int{0}, lines: []int{4}},
 		{name: "the word without the colon is not a report", log: start(0) + "\n" + logged + " recovered from a panicky peer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

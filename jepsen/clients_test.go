@@ -58,7 +58,7 @@ func TestClientAgentArgs(t *testing.T) {
 		t.Fatalf("client agent %+v", c)
 	}
 	args := strings.Join(d.args(c), " ")
-	for _, f := range []string{"-server-port", "-bootstrap-expect", "-snapshot-threshold", "-snapshot-interval", "-trailing-logs",
+	for _, f := range []string{"-server-port", "-bootstrap-expect", "-snapshot-threshold", "-snapshot-interval", "-trailing-logs", "-state-check-interval",
 		"-node-reap-after", "-journal-size", "-apply-log", "-heartbeat-timeout"} {
 		if strings.Contains(args, f+" ") {
 			t.Errorf("client agent args %q have the server flag %s", args, f)

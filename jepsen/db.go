@@ -159,6 +159,7 @@ func (d *db) args(n *node) []string {
 		"-http-port", strconv.Itoa(d.httpPort), "-server-port", strconv.Itoa(d.serverPort), "-gossip-port", strconv.Itoa(d.gossipPort),
 		"-bootstrap-expect", "3", "-retry-join", "-apply-log", n.Journal,
 		"-snapshot-threshold", strconv.Itoa(d.snapshotThr), "-snapshot-interval", "300ms", "-trailing-logs", "20",
+		"-state-check-interval", "2s",
 		"-journal-size", strconv.Itoa(d.journalSize), "-node-reap-after", "-1s", "-log-level", "info"}
 	args = append(args, "-log-store", d.logStore)
 	if d.logStore == "wal" && d.walSegment > 0 {

@@ -75,6 +75,7 @@ type agentSettings struct {
 	// Raft's and the registry's, a server's only (serverOnly).
 	snapshotThreshold, trailingLogs  uint64
 	snapshotInterval                 time.Duration
+	stateCheckInterval               time.Duration
 	maxAppendEntries, journalSize    int
 	leaseExpiryRate                  int
 	nodeReapAfter, deadServerCleanup time.Duration
@@ -127,6 +128,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.Uint64Var(&s.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
 	fs.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
+	fs.DurationVar(&s.stateCheckInterval, "state-check-interval", cluster.DefaultStateCheckInterval, "how often the leader appends a state check, at which every server compares the digest of its registry with the leader's (negative: never)")
 	fs.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
 	fs.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
 	fs.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (0: 1% of the client agents, at least 1, a second's worth at once; negative: no limit)")
@@ -458,6 +460,7 @@ func (s *agentSettings) serverConfig(a *agentSetup, enc gossip.Encryption) *clus
 	cfg.ServerPort, cfg.GossipPort = s.serverPort, s.gossipPort
 	cfg.BootstrapExpect, cfg.Join, cfg.RetryJoin = s.expect, s.join, s.retryJoin
 	cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = s.snapshotThreshold, s.snapshotInterval, s.trailingLogs
+	cfg.StateCheckInterval = s.stateCheckInterval
 	cfg.MaxAppendEntries = s.maxAppendEntries
 	cfg.NodeReapAfter, cfg.DeadServerCleanup = s.nodeReapAfter, s.deadServerCleanup
 	cfg.ReapBrakes = s.reapBrakes
@@ -636,7 +639,7 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 
 // serverOnly are the flags that mean nothing to a client agent: setting
 // one with -client is a mistake worth saying.
-var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs",
+var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs", "state-check-interval",
 	"max-append-entries", "node-reap-after", "node-reap-rate", "node-reap-burst", "node-reap-pause-above", "node-reap-pause-min-failed", "dead-server-cleanup", "lease-expiry-rate", "journal-size", "raft-multiplier", "apply-log",
 	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
 
