@@ -44,6 +44,7 @@ type Server struct {
 	storeCloser io.Closer     // closes the log and stable stores
 	dirLock     *datadir.Lock // the data dir held while this server may write there
 	checker     *stateChecker // the cross-replica state check (statecheck.go)
+	fatal       chan error    // a failure that stops the server (Fatal)
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
@@ -115,6 +116,7 @@ func New(cfg *Config) (*Server, error) {
 		ctx:          ctx,
 		cancel:       cancel,
 		raftGone:     make(chan struct{}),
+		fatal:        make(chan error, 1),
 	}
 	if err := s.start(); err != nil {
 		s.Shutdown()
@@ -210,6 +212,9 @@ func (s *Server) setupRaft() error {
 	}
 	if s.logs, err = raft.NewLogCache(512, store); err != nil {
 		return err
+	}
+	if f, ok := s.storeCloser.(syncFailer); ok {
+		s.goFunc(func() { s.watchSyncs(f) })
 	}
 	if err := removeSnapshotTemps(cfg.DataDir, s.logger); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -32,8 +33,63 @@ func (p privateFiles) Create(dir, name string, size uint64) (types.WritableFile,
 	return f, nil
 }
 
+// syncWatchedFiles is raft-wal's file system with each writable file's
+// failed Sync reported to failed before the error goes back to raft-wal.
+type syncWatchedFiles struct {
+	types.VFS
+	failed func(path string, err error)
+}
+
+func (v syncWatchedFiles) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := v.VFS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return syncWatchedFile{f, filepath.Join(dir, name), v.failed}, nil
+}
+
+func (v syncWatchedFiles) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := v.VFS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return syncWatchedFile{f, filepath.Join(dir, name), v.failed}, nil
+}
+
+type syncWatchedFile struct {
+	types.WritableFile
+	path   string
+	failed func(path string, err error)
+}
+
+func (f syncWatchedFile) Sync() error {
+	err := f.WritableFile.Sync()
+	if err != nil {
+		f.failed(f.path, err)
+	}
+	return err
+}
+
+// SyncFailedError is a failed fsync of the log. It is fatal: after a
+// failed writeback Linux marks the pages clean without writing them, so
+// reads go on returning entries the disk may never have had, and a later
+// fsync succeeds without writing them (the PostgreSQL "fsyncgate").
+// Reopening, or retrying the write, would then serve and acknowledge
+// entries that a power cut takes away.
+type SyncFailedError struct {
+	Path string
+	Err  error
+}
+
+func (e *SyncFailedError) Error() string {
+	return fmt.Sprintf("fsync of %s failed: %v: what it covered may never reach the disk, while reads still return it", e.Path, e.Err)
+}
+
+func (e *SyncFailedError) Unwrap() error { return e.Err }
+
 // WALStore is raft-wal as the log and stable store, reopened from disk
-// after any failed write. raft-wal v0.4.2 (the newest; not
+// after any failed write but a failed fsync (SyncFailedError), which
+// fails every later write and is reported on Failed. raft-wal v0.4.2 (the newest; not
 // reported upstream as far as searched, docs/dependencies.md) cannot
 // recover in process from a write that failed for want of room: a segment
 // rotation that fails leaves its tail sealed and every later append
@@ -59,6 +115,9 @@ type WALStore struct {
 	meta *metadb.BoltMetaDB
 	gen  uint64 // counts opens, so one failure reopens once
 
+	syncFailed     atomic.Pointer[SyncFailedError] // the first failed fsync; set for good
+	syncFailedOnce sync.Once
+	failed         chan struct{} // closed once syncFailed is set
 }
 
 var (
@@ -72,7 +131,7 @@ var errWALClosed = errors.New("wal is closed")
 // OpenWAL opens the WAL in dir, which must exist, with segments of size
 // bytes.
 func OpenWAL(dir string, size int, logger hclog.Logger) (*WALStore, error) {
-	s := &WALStore{dir: dir, size: size, logger: logger}
+	s := &WALStore{dir: dir, size: size, logger: logger, failed: make(chan struct{})}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
@@ -86,7 +145,7 @@ func OpenWAL(dir string, size int, logger hclog.Logger) (*WALStore, error) {
 func (s *WALStore) open() error {
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(s.dir, wal.WithLogger(s.logger), wal.WithSegmentSize(s.size), wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(segment.NewFiler(s.dir, privateFiles{walfs.New()})))
+		wal.WithSegmentFiler(segment.NewFiler(s.dir, privateFiles{syncWatchedFiles{walfs.New(), s.failSync}})))
 	if err != nil {
 		meta.Close()
 		return err
@@ -124,7 +183,27 @@ func (s *WALStore) reopen(gen uint64, cause error) {
 	s.logger.Warn("reopened the wal after a failed write", "cause", cause)
 }
 
-// do runs fn on the open WAL; a failed write (or no WAL) reopens it.
+// failSync records the first failed fsync.
+func (s *WALStore) failSync(path string, err error) {
+	s.syncFailedOnce.Do(func() {
+		s.syncFailed.Store(&SyncFailedError{Path: path, Err: err})
+		close(s.failed)
+	})
+}
+
+// Failed is closed once an fsync of the log failed; SyncErr says which.
+func (s *WALStore) Failed() <-chan struct{} { return s.failed }
+
+// SyncErr is the first failed fsync of the log, or nil.
+func (s *WALStore) SyncErr() error {
+	if e := s.syncFailed.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// do runs fn on the open WAL; a failed write (or no WAL) reopens it, but
+// never once an fsync failed.
 func (s *WALStore) do(write bool, fn func(*wal.WAL) error) error {
 	s.mu.RLock()
 	w, gen := s.w, s.gen
@@ -135,6 +214,9 @@ func (s *WALStore) do(write bool, fn func(*wal.WAL) error) error {
 		err = fn(w)
 	}
 	s.mu.RUnlock()
+	if e := s.syncFailed.Load(); e != nil && err != nil {
+		return errors.Join(err, e)
+	}
 	if err != nil && (write || w == nil) {
 		s.reopen(gen, err)
 	}
@@ -155,16 +237,28 @@ func (s *WALStore) GetLog(index uint64, l *raft.Log) error {
 	return s.do(false, func(w *wal.WAL) error { return w.GetLog(index, l) })
 }
 
+// logWrite runs a write of the log, refused once an fsync of it failed.
+// raft's term and vote (Set, SetUint64) go on: they live in the meta
+// store, with syncs of its own, and raft panics when it cannot save
+// them, which would stop the server with a stack before the clean exit
+// the failed fsync asks for.
+func (s *WALStore) logWrite(fn func(*wal.WAL) error) error {
+	if e := s.syncFailed.Load(); e != nil {
+		return e
+	}
+	return s.do(true, fn)
+}
+
 func (s *WALStore) StoreLog(l *raft.Log) error {
-	return s.do(true, func(w *wal.WAL) error { return w.StoreLog(l) })
+	return s.logWrite(func(w *wal.WAL) error { return w.StoreLog(l) })
 }
 
 func (s *WALStore) StoreLogs(ls []*raft.Log) error {
-	return s.do(true, func(w *wal.WAL) error { return w.StoreLogs(ls) })
+	return s.logWrite(func(w *wal.WAL) error { return w.StoreLogs(ls) })
 }
 
 func (s *WALStore) DeleteRange(min, max uint64) error {
-	return s.do(true, func(w *wal.WAL) error { return w.DeleteRange(min, max) })
+	return s.logWrite(func(w *wal.WAL) error { return w.DeleteRange(min, max) })
 }
 
 func (s *WALStore) Set(k, v []byte) error {

@@ -1,6 +1,7 @@
 package raftx
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/plugreg/plugreg/internal/datadir"
+	"github.com/plugreg/plugreg/internal/testing/lazymount"
 )
 
 // openWAL opens a WAL in dir (created) for the test, closed at its end.
@@ -119,4 +123,54 @@ func smallTmpfs(t *testing.T, size int) string {
 		}
 	})
 	return dir
+}
+
+// A failed fsync of the log is fatal: the write that met it fails with a
+// SyncFailedError, Failed is closed, every later write of the log fails
+// the same way without the store being reopened (a reopen would read the
+// dropped entries back from the page cache and claim them), raft's term
+// still saves, and after a power cut the log holds everything stored
+// before the failure. On lazyfs, whose FailSync drops the dirty pages as
+// Linux does after a failed writeback.
+func TestWALFailedSyncIsFatal(t *testing.T) {
+	m := lazymount.New(t)
+	dir := filepath.Join(m.Dir, "wal")
+	if err := datadir.MkdirAll(dir, datadir.DirMode); err != nil { // as the server makes it
+		t.Fatal(err)
+	}
+	w := openWAL(t, dir, 1<<20)
+	storeEntries(t, w, 1, 10, 1, 5)
+	failed := m.FailSync(".wal")
+	var sf *SyncFailedError
+	err := w.StoreLogs([]*raft.Log{{Index: 11, Term: 1, Type: raft.LogCommand, Data: []byte("eleven")}})
+	if !errors.As(err, &sf) {
+		t.Fatalf("the write whose fsync failed answered %v, want a SyncFailedError", err)
+	}
+	<-failed
+	select {
+	case <-w.Failed():
+	default:
+		t.Fatal("Failed is not closed")
+	}
+	if last, err := w.LastIndex(); err != nil || last != 10 {
+		t.Fatalf("after the failed fsync the log claims %d (%v), want 10", last, err)
+	}
+	for _, idx := range []uint64{11, 12} {
+		if err := w.StoreLogs([]*raft.Log{{Index: idx, Term: 1, Type: raft.LogCommand}}); !errors.As(err, &sf) {
+			t.Fatalf("a write of %d after the failed fsync answered %v, want the SyncFailedError", idx, err)
+		}
+	}
+	if err := w.SetUint64([]byte("CurrentTerm"), 2); err != nil {
+		t.Fatalf("the term after a failed fsync of the log: %v", err)
+	}
+	var l raft.Log
+	if err := w.GetLog(10, &l); err != nil {
+		t.Fatalf("read entry 10: %v", err)
+	}
+	w.Close()
+	m.Cut(nil)
+	again := openWAL(t, dir, 1<<20)
+	if last, err := again.LastIndex(); err != nil || last != 10 {
+		t.Fatalf("after the power cut the log ends at %d (%v), want 10", last, err)
+	}
 }

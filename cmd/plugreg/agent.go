@@ -576,6 +576,11 @@ func runUntilStopped(logger hclog.Logger, n *node, leaveCh <-chan struct{}, tlsc
 		case err := <-n.done:
 			stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
 			return fmt.Errorf("http server: %w", err)
+		case err := <-n.fatal:
+			// The error is the agent's last line; the stop's own log
+			// lines come before it.
+			stopWithin(logger, func() error { return n.stop(false) }, n.stage, signalStopGrace, sig)
+			return err
 		}
 	}
 }

@@ -37,7 +37,10 @@ type node struct {
 	be       backend.Backend
 	ln       net.Listener
 	done     chan error // Serve's result
-	once     sync.Once
+	// fatal receives a failure that stops the node while it runs (a
+	// server's failed fsync of its log); nil on a client agent.
+	fatal <-chan error
+	once  sync.Once
 	// stopping says what stop is doing now, for the log line of an
 	// agent that gives up waiting.
 	stopping atomic.Value // string
@@ -115,7 +118,7 @@ func startNode(cfg *cluster.Config, httpAddr string, ao apiOptions, tlsc *tlsuti
 		ln.Close()
 		return nil, err
 	}
-	n := &node{srv: srv, core: srv, ln: ln, done: make(chan error, 1)}
+	n := &node{srv: srv, core: srv, ln: ln, done: make(chan error, 1), fatal: srv.Fatal()}
 	n.serve(srv.Backend(), cfg.Logger, ao, tlsc, onLeave)
 	return n, nil
 }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +21,10 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 
+	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/cluster/raftx"
+	"github.com/plugreg/plugreg/internal/testing/lazymount"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -148,6 +153,97 @@ func TestSecondAgentOnADataDirRefused(t *testing.T) {
 			refusedInOneLine(t, second, 1, dataDir, "in use by another agent (pid "+pid+")")
 		})
 	}
+}
+
+// A failed fsync of the log stops the server: it exits with status 65
+// and a last line that names the failure and what to do, rather than
+// reopening the log and reading back from the page cache what the disk
+// may never have had. The data dir is on lazyfs, whose FailSync fails
+// the next fsync of a segment as Linux does after a failed writeback.
+func TestFailedSyncStopsTheServer(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	m := lazymount.New(t)
+	dataDir := filepath.Join(m.Dir, "data")
+	args := serverArgs(t, "n1", dataDir)
+	cmd := exec.Command(bin, args...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	c, err := client.New(client.Config{Addrs: []string{"127.0.0.1:" + args[slices.Index(args, "-http-port")+1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(alloc string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}})
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for register("a1") != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no write was acknowledged:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	failed := m.FailSync(".wal")
+	if err := register("a2"); err == nil {
+		t.Fatal("a write whose fsync failed was acknowledged")
+	}
+	select {
+	case f := <-failed:
+		t.Logf("failed the fsync of %s (%d dirty pages dropped)", f.Name, f.Dropped)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write never reached an fsync")
+	}
+	var exitErr error
+	select {
+	case exitErr = <-done:
+		done <- exitErr // for the deferred wait
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the server did not stop after its fsync failed:\n%s", out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(exitErr, &ee) || ee.ExitCode() != exitDataErr {
+		t.Fatalf("exit %v, want status %d:\n%s", exitErr, exitDataErr, out.String())
+	}
+	text := out.String()
+	if strings.Contains(text, "panic") || strings.Contains(text, "goroutine ") {
+		t.Fatalf("a panic or a stack:\n%s", text)
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	last := lines[len(lines)-1]
+	for _, want := range []string{"stopped: the data dir cannot be trusted", "fsync of " + filepath.Join(dataDir, "wal"), "input/output error", "remove-peer n1", "empty data dir"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the last line does not say %q:\n%s", want, last)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // serverArgs are the arguments of a one-server cluster's agent on free

@@ -1,6 +1,8 @@
 package lazyfs
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,10 +24,12 @@ type fileSystem struct {
 	// are current again: every request in between fails with EIO, the
 	// dying process's included (its closes send FLUSH, which must be
 	// answered for it to exit).
-	frozen   bool
-	cuts     int   // completed cuts: a handle opened before one is stale
-	capacity int64 // bytes the files may take (Config.Capacity)
-	journal  bool  // Config.Names == Journal
+	frozen bool
+	cuts   int // completed cuts: a handle opened before one is stale
+	// failSyncs are armed fsync failures (FailSync), by name suffix.
+	failSyncs []*syncFailure
+	capacity  int64 // bytes the files may take (Config.Capacity)
+	journal   bool  // Config.Names == Journal
 }
 
 // handle is an open file or directory.
@@ -223,6 +227,7 @@ func (fs *fileSystem) newChild(dir *inode, name string, mode uint32, c fuse.Call
 	dir.cur.entries[name] = n
 	dir.cur.mtime, dir.cur.ctime = now, now
 	n.links++
+	n.name = name
 	return n
 }
 
@@ -410,6 +415,9 @@ func (fs *fileSystem) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if !st.Ok() {
 		return st
 	}
+	if fs.failSyncLocked(h.n) {
+		return fuse.EIO
+	}
 	h.n.syncData()
 	fs.commitNamesLocked()
 	if in.FsyncFlags&1 == 0 { // FUSE_FSYNC_FDATASYNC
@@ -594,6 +602,7 @@ func (fs *fileSystem) Rename(_ <-chan struct{}, in *fuse.RenameIn, oldName, newN
 	}
 	delete(from.cur.entries, oldName)
 	to.cur.entries[newName] = n
+	n.name = newName
 	if n.isDir() {
 		n.parent = to
 	}
@@ -683,4 +692,29 @@ func (fs *fileSystem) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.Stat
 	out.Files = 1 << 20
 	out.Ffree = out.Files - min(uint64(len(fs.inodes)), out.Files)
 	return fuse.OK
+}
+
+// syncFailure is one armed fsync failure (Mount.FailSync).
+type syncFailure struct {
+	suffix string
+	done   chan SyncFailure // receives the failure once it happened
+}
+
+// SyncFailure is an fsync that FailSync made fail.
+type SyncFailure struct {
+	Name    string // the file's name
+	Dropped int    // dirty pages marked clean without reaching the disk
+}
+
+// failSyncLocked fails this fsync of n if a failure armed for its name is
+// pending: n's dirty pages are dropped as a failed writeback drops them.
+func (fs *fileSystem) failSyncLocked(n *inode) bool {
+	for k, f := range fs.failSyncs {
+		if strings.HasSuffix(n.name, f.suffix) {
+			fs.failSyncs = slices.Delete(fs.failSyncs, k, k+1)
+			f.done <- SyncFailure{Name: n.name, Dropped: n.dropDirty()}
+			return true
+		}
+	}
+	return false
 }

@@ -716,3 +716,59 @@ func TestUnmountBusy(t *testing.T) {
 		t.Fatal("a write through the aborted mount succeeded")
 	}
 }
+
+// A failed fsync (FailSync) fails with EIO once, for the file armed only;
+// what it covered still reads back until the cut, a later fsync succeeds
+// without writing it, and the cut takes it: the file keeps what was
+// synced before, plus what was written and synced after.
+func TestFailSync(t *testing.T) {
+	m := mount(t)
+	d := m.Dir
+	write(t, d+"/other.db", "", true)
+	f, err := os.OpenFile(d+"/seg.wal", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syncDir(t, d)
+	page := func(c byte) []byte { return bytes.Repeat([]byte{c}, 4096) }
+	if _, err := f.WriteAt(page('a'), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	failed := m.FailSync(".wal")
+	write(t, d+"/other.db", "x", true) // another name: not the armed failure's
+	if _, err := f.WriteAt(page('b'), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the armed fsync answered %v, want EIO", err)
+	}
+	select {
+	case sf := <-failed:
+		if sf.Name != "seg.wal" || sf.Dropped != 1 {
+			t.Fatalf("failure %+v, want seg.wal with 1 page dropped", sf)
+		}
+	default:
+		t.Fatal("the failure was not reported")
+	}
+	if got := content(t, d+"/seg.wal"); got != string(page('a'))+string(page('b')) {
+		t.Fatalf("before the cut the dropped page must still read back; read %d bytes", len(got))
+	}
+	if _, err := f.WriteAt(page('c'), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("the fsync after the failed one: %v", err)
+	}
+	m.Cut(nil)
+	want := string(page('a')) + string(make([]byte, 4096)) + string(page('c'))
+	if got := content(t, d+"/seg.wal"); got != want {
+		t.Fatalf("after the cut: %d bytes, page 2 %q..., want the dropped page as zeros", len(got), got[4096:4100])
+	}
+	if got := content(t, d+"/other.db"); got != "x" {
+		t.Fatalf("other.db after the cut: %q", got)
+	}
+}

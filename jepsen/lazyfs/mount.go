@@ -174,6 +174,20 @@ func (m *Mount) Cut(kill func()) CutStats {
 	return stats
 }
 
+// FailSync makes the next fsync of a file whose name ends with suffix
+// fail with EIO, as a disk's failed writeback does on Linux: the file's
+// dirty pages are marked clean without reaching the disk, reads go on
+// returning them until a cut, and no later fsync writes them (the
+// PostgreSQL "fsyncgate"). The channel receives the failure when it
+// happened; a cut or Unmount leaves a pending one armed.
+func (m *Mount) FailSync(suffix string) <-chan SyncFailure {
+	m.fs.mu.Lock()
+	defer m.fs.mu.Unlock()
+	f := &syncFailure{suffix: suffix, done: make(chan SyncFailure, 1)}
+	m.fs.failSyncs = append(m.fs.failSyncs, f)
+	return f.done
+}
+
 // Cuts is the number of cuts so far.
 func (m *Mount) Cuts() int {
 	m.fs.mu.Lock()

@@ -43,6 +43,7 @@ type inode struct {
 	dirty map[int64]struct{} // cur's pages not shared with dur: written, zeroed or dropped since the last sync
 
 	parent   *inode // directories: the current parent (the root's is itself), for rename's loop check
+	name     string // the name it was created or last renamed under (FailSync matches it)
 	links    int    // current directory entries that name it
 	durLinks int    // durable directory entries that name it
 	lookups  uint64 // the kernel's references: entries replied minus FORGETs
@@ -166,6 +167,18 @@ func (n *inode) syncData() {
 	}
 	clear(n.dirty)
 	n.dur.size = n.cur.size
+}
+
+// dropDirty is what a failed writeback does to a file on Linux (the
+// PostgreSQL "fsyncgate"): the dirty pages are marked clean without
+// reaching the disk. Reads still return them until a power cut (or
+// eviction); no later fsync writes them; the durable view keeps what it
+// had. cur's pages then differ from dur's outside dirty, which is the
+// point: nothing will ever sync them.
+func (n *inode) dropDirty() int {
+	dropped := len(n.dirty)
+	clear(n.dirty)
+	return dropped
 }
 
 // syncDir makes the directory's current entries durable, keeping the
