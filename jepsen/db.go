@@ -47,6 +47,7 @@ type proc struct {
 	status    string // "exit status 2", "signal: killed", ...
 	byHarness bool   // the harness killed or stopped it
 	crashed   bool   // exited while the harness had not asked it to
+	expect    string // an exit status the harness caused (a failed fsync's 65): not a crash
 }
 
 // db runs the cluster under test. Processes are numbered as in hosts:
@@ -217,7 +218,7 @@ func (d *db) reap(n *node, p *proc, logf *os.File) {
 	p.cmd.Wait()
 	n.mu.Lock()
 	p.exit, p.status = d.clock(), p.cmd.ProcessState.String()
-	p.crashed = !p.byHarness
+	p.crashed = !p.byHarness && (p.expect == "" || p.status != p.expect)
 	crashed := p.crashed
 	n.mu.Unlock()
 	cause := "asked by the harness"
@@ -259,6 +260,35 @@ func (d *db) take(i int) *proc {
 		p.byHarness = true
 	}
 	return p
+}
+
+// status is how node i's last process exited ("" while it runs).
+func (d *db) status(i int) string {
+	n := d.hosts[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.procs) == 0 {
+		return ""
+	}
+	p := n.procs[len(n.procs)-1]
+	if !p.gone() {
+		return ""
+	}
+	return p.status
+}
+
+// expectExit says that node i's process is about to exit by itself with
+// status (as "exit status 65"), because of a fault the harness injects:
+// that exit is not a crash. It returns whether a process runs.
+func (d *db) expectExit(i int, status string) bool {
+	n := d.hosts[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur == nil || n.cur.gone() {
+		return false
+	}
+	n.cur.expect = status
+	return true
 }
 
 // kill sends SIGKILL and waits until the process is gone.

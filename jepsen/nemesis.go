@@ -36,7 +36,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader", "powerloss"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader", "powerloss", "fsync"}
 
 type nemesis struct {
 	db     *db
@@ -131,6 +131,8 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 		actions = []func(context.Context) fault{nm.deposedLeader}
 	case "powerloss":
 		actions = nm.powerLossActions()
+	case "fsync": // fsync.go
+		actions = []func(context.Context) fault{nm.fsyncFailLeader, nm.fsyncFailFollower}
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)
@@ -670,37 +672,50 @@ func (nm *nemesis) remove(ctx context.Context, name string, wipe bool) fault {
 		nm.recoverAll(ctx)
 		return f
 	}
-	// The leader may move meanwhile (short election timeouts on a busy
-	// machine): ask whichever node leads now, a few times.
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if ll, _ := nm.db.leader(ctx); ll >= 0 && ll != i {
-			l = ll
-		}
-		if err = nm.db.operator(ctx, l, http.MethodDelete, "/v1/operator/peers/"+nm.db.nodes[i].Name); err == nil {
-			break
-		}
-		nm.sleep(ctx, 300*time.Millisecond)
-	}
+	l, err := nm.removePeer(ctx, l, i)
 	if err != nil {
 		f.Detail = err.Error()
 		nm.recoverAll(ctx)
 		return f
 	}
 	removed := nm.peers(ctx, l) == 2
+	readded := nm.readd(ctx, i, wipe)
+	f.Effect = removed && readded
+	f.Detail = fmt.Sprintf("%s removed: %v, wiped: %v, voter again: %v", nm.db.nodes[i].Name, removed, wipe, readded)
+	nm.recoverAll(ctx)
+	return f
+}
+
+// readd starts server i again, its data dir emptied first if wipe, once it
+// was removed from the configuration, and reports whether the leader made
+// it a voter again.
+func (nm *nemesis) readd(ctx context.Context, i int, wipe bool) bool {
 	if wipe {
 		nm.db.wipe(i)
 	}
 	nm.sleep(ctx, nm.duration()/2)
 	nm.db.start(i)
-	readded := nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool {
+	return nm.waitFor(ctx, 30*time.Second, 200*time.Millisecond, func() bool {
 		ll, _ := nm.db.leader(ctx)
 		return ll >= 0 && nm.peers(ctx, ll) == 3
 	})
-	f.Effect = removed && readded
-	f.Detail = fmt.Sprintf("%s removed: %v, wiped: %v, voter again: %v", nm.db.nodes[i].Name, removed, wipe, readded)
-	nm.recoverAll(ctx)
-	return f
+}
+
+// removePeer removes server i from the Raft configuration through the
+// leader, l or whichever server leads once it moved (short election
+// timeouts on a busy machine), a few times; it returns the server asked.
+func (nm *nemesis) removePeer(ctx context.Context, l, i int) (int, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if ll, _ := nm.db.leader(ctx); ll >= 0 && ll != i {
+			l = ll
+		}
+		if err = nm.db.operator(ctx, l, http.MethodDelete, "/v1/operator/peers/"+nm.db.nodes[i].Name); err == nil {
+			return l, nil
+		}
+		nm.sleep(ctx, 300*time.Millisecond)
+	}
+	return l, err
 }
 
 func (nm *nemesis) removeWipeReadd(ctx context.Context) fault {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
 	"slices"
 	"strings"
@@ -17,13 +18,13 @@ import (
 const lazyCapacity = 128 << 20
 
 // setupPowerloss puts each server's data dir on a lazyfs of its own when
-// the powerloss family runs. With -nemesis all, a machine that cannot
+// the powerloss or the fsync family runs. With -nemesis all, a machine that cannot
 // mount FUSE directly (no /dev/fuse, not root) leaves the family out with
 // a line in run.log, as the disk family does without a tmpfs; asked for
 // by name, it is an error. Over the disk family's tmpfs when both run: the
 // lazyfs hides it, and the disk family fills the lazyfs instead.
 func setupPowerloss(d *db, r *runConfig, logf func(string, ...interface{})) error {
-	if !contains(r.nemesis, "powerloss") {
+	if !contains(r.nemesis, "powerloss") && !contains(r.nemesis, "fsync") {
 		return nil
 	}
 	var names lazyfs.Names
@@ -41,10 +42,10 @@ func setupPowerloss(d *db, r *runConfig, logf func(string, ...interface{})) erro
 		return nil
 	}
 	if !r.nemesisAll {
-		return fmt.Errorf("the powerloss family needs a lazyfs (FUSE) per server data dir: %w", err)
+		return fmt.Errorf("the powerloss and fsync families need a lazyfs (FUSE) per server data dir: %w", err)
 	}
-	logf("leaving the powerloss family out: it needs a lazyfs (FUSE) per server data dir: %v", err)
-	r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "powerloss" })
+	logf("leaving the powerloss and fsync families out: they need a lazyfs (FUSE) per server data dir: %v", err)
+	r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "powerloss" || f == "fsync" })
 	return nil
 }
 
@@ -112,6 +113,14 @@ func (nm *nemesis) powerLossAll(ctx context.Context) fault {
 	return nm.powerLoss(ctx, "powerloss-all", []int{0, 1, 2})
 }
 
+// keep picks what a power cut lets reach the disks of the pages written
+// since their last fsync: nothing (a third of the cuts), a random subset,
+// or a prefix, with one page torn in half of the latter. raft-wal's
+// recovery of a segment's torn tail runs only after the latter two.
+func (nm *nemesis) keep() lazyfs.Keep {
+	return lazyfs.Keep{Mode: lazyfs.KeepMode(nm.rng.Intn(3)), Tear: nm.rng.Intn(2) == 0}
+}
+
 // powerLoss cuts the power of servers idx at one instant, at a random
 // moment of a burst of writes through the leader: every lazyfs is frozen
 // first (from then on nothing reaches any of the disks), then the agents
@@ -142,19 +151,23 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 	}
 	stats := make([]lazyfs.CutStats, len(idx))
 	killErrs := make([]error, len(idx))
+	keep, rngs := nm.keep(), make([]*rand.Rand, len(idx))
+	for k := range idx {
+		rngs[k] = rand.New(rand.NewSource(nm.rng.Int63()))
+	}
 	var frozen, cut sync.WaitGroup
 	frozen.Add(len(idx))
 	for k, i := range idx {
 		cut.Add(1)
 		go func() {
 			defer cut.Done()
-			stats[k] = nm.db.lazy[i].Cut(func() {
+			stats[k] = nm.db.lazy[i].CutKeeping(func() {
 				// Every disk frozen before any agent dies: one instant
 				// for all of them, as one power supply.
 				frozen.Done()
 				frozen.Wait()
 				killErrs[k] = nm.db.kill(i)
-			})
+			}, keep, rngs[k])
 		}()
 	}
 	cut.Wait()
@@ -192,8 +205,8 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 		}
 		return true
 	})
-	f.Detail = fmt.Sprintf("power cut %v into a %v burst (%d writes through %s), restarted after %v: %s; all answering: %v",
-		at.Round(time.Millisecond), burst.Round(time.Millisecond), writes, nm.db.nodes[through].Name, delay.Round(time.Millisecond), strings.Join(parts, "; "), up)
+	f.Detail = fmt.Sprintf("power cut %v into a %v burst (%d writes through %s), unsynced pages kept: %v, restarted after %v: %s; all answering: %v",
+		at.Round(time.Millisecond), burst.Round(time.Millisecond), writes, nm.db.nodes[through].Name, keep, delay.Round(time.Millisecond), strings.Join(parts, "; "), up)
 	nm.recoverAll(ctx)
 	return f
 }

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -770,5 +773,73 @@ func TestFailSync(t *testing.T) {
 	}
 	if got := content(t, d+"/other.db"); got != "x" {
 		t.Fatalf("other.db after the cut: %q", got)
+	}
+}
+
+// A cut that keeps some unsynced pages: each page of the file after the
+// cut is its synced content or its unsynced one, never anything else; a
+// prefix keeps the first pages only; a torn page is new in its first
+// sectors and old in the rest. One seed picks the same pages each time.
+func TestCutKeeping(t *testing.T) {
+	const pages = 16
+	for _, tc := range []struct {
+		keep Keep
+		seed int64
+	}{
+		{Keep{Mode: KeepSubset}, 1}, {Keep{Mode: KeepSubset, Tear: true}, 2},
+		{Keep{Mode: KeepPrefix}, 3}, {Keep{Mode: KeepPrefix, Tear: true}, 4},
+	} {
+		t.Run(tc.keep.String(), func(t *testing.T) {
+			m := mount(t)
+			path := m.Dir + "/seg.wal"
+			old := bytes.Repeat([]byte{'o'}, pages*4096)
+			write(t, path, string(old), true)
+			syncDir(t, m.Dir)
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(bytes.Repeat([]byte{'n'}, pages*4096), 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			stats := m.CutKeeping(nil, tc.keep, rand.New(rand.NewSource(tc.seed)))
+			got := []byte(content(t, path))
+			if len(got) != pages*4096 {
+				t.Fatalf("%d bytes after the cut", len(got))
+			}
+			var kinds []byte // per page: n(ew), o(ld), t(orn)
+			for p := 0; p < pages; p++ {
+				pg := got[p*4096 : (p+1)*4096]
+				switch {
+				case bytes.Equal(pg, bytes.Repeat([]byte{'n'}, 4096)):
+					kinds = append(kinds, 'n')
+				case bytes.Equal(pg, bytes.Repeat([]byte{'o'}, 4096)):
+					kinds = append(kinds, 'o')
+				default:
+					s := bytes.IndexByte(pg, 'o')
+					if s <= 0 || s%512 != 0 || !bytes.Equal(pg[:s], bytes.Repeat([]byte{'n'}, s)) || !bytes.Equal(pg[s:], bytes.Repeat([]byte{'o'}, 4096-s)) {
+						t.Fatalf("page %d is neither old, new nor torn at a sector", p)
+					}
+					kinds = append(kinds, 't')
+				}
+			}
+			n, tn := bytes.Count(kinds, []byte("n")), bytes.Count(kinds, []byte("t"))
+			if n != stats.KeptPages || tn != stats.TornPages {
+				t.Fatalf("pages %s: stats say %d kept and %d torn", kinds, stats.KeptPages, stats.TornPages)
+			}
+			if tc.keep.Tear != (tn == 1) && n+tn > 0 {
+				t.Fatalf("pages %s: tear %v", kinds, tc.keep.Tear)
+			}
+			if tc.keep.Mode == KeepPrefix {
+				if !regexp.MustCompile(`^n*t?o*$`).Match(kinds) {
+					t.Fatalf("a prefix cut kept pages %s", kinds)
+				}
+			}
+			if n+tn > 0 && n+tn < pages && !slices.Equal(stats.Partial, []string{"seg.wal"}) {
+				t.Fatalf("partial files %v", stats.Partial)
+			}
+			t.Logf("pages after the cut: %s (%v)", kinds, stats)
+		})
 	}
 }

@@ -3,9 +3,13 @@ package lazyfs
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,10 +123,51 @@ type CutStats struct {
 	Files      int // files whose data or size was not all durable
 	Dirs       int // directories whose entries were not durable
 	Inodes     int // files and directories gone: named before, not after
+	// What reached the disk of the unsynced pages (CutKeeping): pages
+	// kept whole, pages torn (part of their sectors new), and the files
+	// left with some of their unsynced pages but not all, by name.
+	KeptPages, TornPages int
+	Partial              []string
 }
 
 func (s CutStats) String() string {
-	return fmt.Sprintf("%d unsynced pages in %d files, %d dirs with unsynced entries, %d files or dirs gone", s.DirtyPages, s.Files, s.Dirs, s.Inodes)
+	out := fmt.Sprintf("%d unsynced pages in %d files, %d dirs with unsynced entries, %d files or dirs gone", s.DirtyPages, s.Files, s.Dirs, s.Inodes)
+	if s.KeptPages+s.TornPages > 0 {
+		out += fmt.Sprintf("; of the unsynced pages %d reached the disk whole and %d torn, leaving %d files partly written (%s)",
+			s.KeptPages, s.TornPages, len(s.Partial), strings.Join(s.Partial, ", "))
+	}
+	return out
+}
+
+// Keep is what a power cut lets reach the disk of the pages written since
+// their file's last fsync. Disks write back in their own order and a
+// sector at a time (LazyFS, by dsrhaslab, whose faults Jepsen and etcd
+// use, models the same): a cut may leave any subset of those pages, a
+// prefix of them (a writeback, or an fsync, cut short), and a page with
+// only its first sectors new.
+type Keep struct {
+	Mode KeepMode
+	// Tear: one of the pages kept in each file is torn (with a prefix,
+	// the last): its first 1-7 sectors of 512 bytes are new, the rest as
+	// before.
+	Tear bool
+}
+
+// KeepMode picks which unsynced pages of a file reach the disk.
+type KeepMode int
+
+const (
+	KeepNone   KeepMode = iota // none: all or nothing, what Cut does
+	KeepSubset                 // each page with probability 1/2
+	KeepPrefix                 // the pages in file order up to a random point
+)
+
+func (k Keep) String() string {
+	s := [...]string{"none", "subset", "prefix"}[k.Mode]
+	if k.Tear && k.Mode != KeepNone {
+		s += "+torn"
+	}
+	return s
 }
 
 // Cut is a power cut. From its first instant every request fails with EIO
@@ -133,7 +178,12 @@ func (s CutStats) String() string {
 // durable are gone, and handles opened before the cut fail with EIO
 // forever. The kernel's cached pages and attributes are invalidated
 // before Cut returns.
-func (m *Mount) Cut(kill func()) CutStats {
+func (m *Mount) Cut(kill func()) CutStats { return m.CutKeeping(kill, Keep{}, nil) }
+
+// CutKeeping is Cut, with what keep lets of the unsynced pages reach the
+// disk first (rng picks them; nil with KeepNone). Names still become
+// durable only as Config.Names says.
+func (m *Mount) CutKeeping(kill func(), keep Keep, rng *rand.Rand) CutStats {
 	m.cutMu.Lock()
 	defer m.cutMu.Unlock()
 	fs := m.fs
@@ -151,6 +201,18 @@ func (m *Mount) Cut(kill func()) CutStats {
 	for _, n := range fs.inodes {
 		if n.links > 0 {
 			named = append(named, n)
+		}
+	}
+	if keep.Mode != KeepNone {
+		// In inode order, so that one seed picks the same pages.
+		for _, ino := range slices.Sorted(maps.Keys(fs.inodes)) {
+			n := fs.inodes[ino]
+			kept, torn, partial := n.keep(keep, rng)
+			stats.KeptPages += kept
+			stats.TornPages += torn
+			if partial {
+				stats.Partial = append(stats.Partial, n.name)
+			}
 		}
 	}
 	fs.restoreLocked()
@@ -186,6 +248,16 @@ func (m *Mount) FailSync(suffix string) <-chan SyncFailure {
 	f := &syncFailure{suffix: suffix, done: make(chan SyncFailure, 1)}
 	m.fs.failSyncs = append(m.fs.failSyncs, f)
 	return f.done
+}
+
+// DisarmSyncs drops the fsync failures FailSync armed that have not
+// happened yet, and says how many.
+func (m *Mount) DisarmSyncs() int {
+	m.fs.mu.Lock()
+	defer m.fs.mu.Unlock()
+	n := len(m.fs.failSyncs)
+	m.fs.failSyncs = nil
+	return n
 }
 
 // Cuts is the number of cuts so far.

@@ -2,6 +2,7 @@ package lazyfs
 
 import (
 	"maps"
+	"math/rand"
 	"slices"
 	"syscall"
 	"time"
@@ -179,6 +180,69 @@ func (n *inode) dropDirty() int {
 	dropped := len(n.dirty)
 	clear(n.dirty)
 	return dropped
+}
+
+// sectorSize is the unit a torn page is written in.
+const sectorSize = 512
+
+// keep lets some of n's unsynced pages reach the durable view, as k says
+// (a power cut's writeback): whole, or one of them torn. It reports the
+// pages kept whole and torn, and whether n is left partly written (some
+// of its unsynced pages durable, not all, or one torn).
+func (n *inode) keep(k Keep, rng *rand.Rand) (kept, torn int, partial bool) {
+	if n.isDir() || len(n.dirty) == 0 {
+		return 0, 0, false
+	}
+	idxs := slices.Sorted(maps.Keys(n.dirty))
+	var chosen []int64
+	switch k.Mode {
+	case KeepSubset:
+		for _, idx := range idxs {
+			if rng.Intn(2) == 0 {
+				chosen = append(chosen, idx)
+			}
+		}
+	case KeepPrefix:
+		chosen = idxs[:rng.Intn(len(idxs)+1)]
+	}
+	tear := int64(-1)
+	switch {
+	case !k.Tear || len(chosen) == 0:
+	case k.Mode == KeepPrefix:
+		tear = chosen[len(chosen)-1] // where the writeback stopped
+	default:
+		tear = chosen[rng.Intn(len(chosen))]
+	}
+	for _, idx := range chosen {
+		p, ok := n.cur.pages[idx]
+		switch {
+		case !ok:
+			delete(n.dur.pages, idx) // a page zeroed or cut off since the last sync
+			kept++
+		case idx == tear:
+			np := new(page)
+			if old := n.dur.pages[idx]; old != nil {
+				*np = *old
+			}
+			s := 1 + rng.Intn(pageSize/sectorSize-1)
+			copy(np[:s*sectorSize], p[:s*sectorSize])
+			n.dur.pages[idx] = np
+			torn++
+		default:
+			n.dur.pages[idx] = p // shared: cur copies a page before writing it again
+			kept++
+		}
+	}
+	if len(chosen) > 0 {
+		// The size goes with the data written past it (ext4's ordered
+		// mode), never past the current size.
+		end := (chosen[len(chosen)-1] + 1) * pageSize
+		if k.Mode == KeepSubset {
+			end = (slices.Max(chosen) + 1) * pageSize
+		}
+		n.dur.size = max(n.dur.size, min(n.cur.size, end))
+	}
+	return kept, torn, (len(chosen) > 0 && len(chosen) < len(idxs)) || torn > 0
 }
 
 // syncDir makes the directory's current entries durable, keeping the
