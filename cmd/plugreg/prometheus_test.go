@@ -235,6 +235,6 @@ scrape_configs:
 			}
 		}
 		gap := states["PlugregCoverageGap"]
-		return len(states) == 7 && (gap == "pending" || gap == "firing") && states["PlugregNoLeader"] == "inactive", fmt.Sprint(states)
+		return len(states) == strings.Count(string(rules), "- alert:") && (gap == "pending" || gap == "firing") && states["PlugregNoLeader"] == "inactive", fmt.Sprint(states)
 	})
 }
