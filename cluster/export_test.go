@@ -41,3 +41,13 @@ func OpenLog(cfg *Config) (raft.LogStore, io.Closer, error) {
 	logs, _, closer, err := openStores(cfg)
 	return logs, closer, err
 }
+
+// AckRecorded is the index this server recorded of node's reports
+// (rollback.go).
+func (s *Server) AckRecorded(node string) uint64 {
+	a := s.acks.Load()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, _ := a.getLocked(node)
+	return r.Index
+}

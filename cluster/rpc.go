@@ -85,7 +85,17 @@ func (r *applyReply) reject(err error) *applyReply {
 // are read. Client agents have the Agent.* methods, which check tokens.
 var serverOnly = map[string]bool{
 	rpcApply: true, rpcApplyBatch: true, rpcReadIndex: true, rpcLeave: true, rpcRaftStats: true, rpcPeers: true,
-	rpcRenew: true, // authorized where it came in (authz.Renew); client agents have Agent.Renew
+	rpcRenew:     true, // authorized where it came in (authz.Renew); client agents have Agent.Renew
+	rpcAckReport: true,
+}
+
+// serversOnly refuses a serverOnly method to a peer that did not prove
+// the server identity, before its arguments are read.
+func serversOnly(ctx context.Context, method string) error {
+	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
+		return api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
+	}
+	return nil
 }
 
 // rpcRequestBound is how much of a request a peer may make a server read,
@@ -120,11 +130,19 @@ func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface
 	// layer), and peers that still think this node leads forward to it
 	// as soon as it is back: answer "not ready" until Raft is up, which
 	// callers treat as not applied and retry.
+	if method == rpcAckReport {
+		// Answered before Raft runs: a restarting server asks before
+		// its own Raft starts, and its peers may be starting too.
+		if err := serversOnly(ctx, method); err != nil {
+			return nil, err
+		}
+		return s.serveAckReport(dec)
+	}
 	if !s.rpcReady.Load() {
 		return nil, notApplied(api.CodeStarting, ErrStarting)
 	}
-	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
-		return nil, api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
+	if err := serversOnly(ctx, method); err != nil {
+		return nil, err
 	}
 	if reply, ok, err := s.handleAgentRPC(ctx, method, dec); ok {
 		return reply, err

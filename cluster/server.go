@@ -45,6 +45,10 @@ type Server struct {
 	dirLock     *datadir.Lock // the data dir held while this server may write there
 	checker     *stateChecker // the cross-replica state check (statecheck.go)
 	fatal       chan error    // a failure that stops the server (Fatal)
+	// acks are the other servers' acknowledged indexes (rollback.go),
+	// set once the stores are open; answered before Raft runs.
+	acks        atomic.Pointer[ackRecords]
+	incarnation string        // the data dir's (rollback.go)
 	logs        raft.LogStore // the LogCache in front of the log store
 	raftAddr    string
 
@@ -173,6 +177,7 @@ func (s *Server) start() (err error) {
 	}
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.emitMetrics)
+	s.goFunc(s.reportAcks)
 	if cfg.BootstrapExpect > 1 {
 		s.goFunc(s.bootstrapLoop)
 	}
@@ -216,6 +221,7 @@ func (s *Server) setupRaft() error {
 	if f, ok := s.storeCloser.(syncFailer); ok {
 		s.goFunc(func() { s.watchSyncs(f) })
 	}
+	s.acks.Store(newAckRecords(s.stable))
 	if err := removeSnapshotTemps(cfg.DataDir, s.logger); err != nil {
 		return err
 	}
@@ -276,6 +282,18 @@ func (s *Server) setupRaft() error {
 		return err
 	}
 	if err := checkLogReadable(cfg, store, snaps); err != nil {
+		return err
+	}
+	// Before Raft, which votes as soon as it runs: a data dir restored
+	// from an older copy forgot its votes (rollback.go).
+	if s.incarnation, err = incarnation(s.stable); err != nil {
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
+	}
+	conf, last, err := storedConfiguration(store, snaps)
+	if err != nil {
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("read the stored configuration: %w", err)}
+	}
+	if err := s.checkNotRolledBack(s.incarnation, last, conf); err != nil {
 		return err
 	}
 	if s.raft, err = newRaftNoPanic(cfg, func() (*raft.Raft, error) {

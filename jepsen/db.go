@@ -35,6 +35,9 @@ type node struct {
 	cur    *proc      // the process the harness runs now, or nil
 	procs  []*proc    // every process started, in order: the log's "=== harness: start" markers
 	paused bool
+	// expectNext is the exit status the next process started is
+	// expected to end with (expectNextExit).
+	expectNext string
 }
 
 // proc is one agent process. An exit the harness did not ask for (no
@@ -196,7 +199,8 @@ func (d *db) start(i int) error {
 	cmd := exec.Command(d.bin, d.args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), start: d.clock()}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), start: d.clock(), expect: n.expectNext}
+	n.expectNext = ""
 	// One marker per proc, so that the log scan can tell which process
 	// printed what.
 	fmt.Fprintf(logf, "\n%s start %s at %s (run time %s)\n", harnessMark, n.Name, time.Now().Format(time.RFC3339Nano), runTime(p.start))
@@ -289,6 +293,15 @@ func (d *db) expectExit(i int, status string) bool {
 	}
 	n.cur.expect = status
 	return true
+}
+
+// expectNextExit says that the next process started on node i will exit
+// by itself with status, as expectExit says of the one running.
+func (d *db) expectNextExit(i int, status string) {
+	n := d.hosts[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.expectNext = status
 }
 
 // kill sends SIGKILL and waits until the process is gone.

@@ -81,8 +81,9 @@ func fillDisk(n *node) (bool, error) {
 // freeDisk gives node n's disk back.
 func freeDisk(n *node) error { return os.Remove(ballast(n)) }
 
-// diskFull fills a follower's disk to the last byte, four times, each time
-// for 1.5 s during which the follower stalls again and again (stopped
+// diskFull fills a follower's disk (or the leader's: diskFullLeader) to
+// the last byte, four times, each time for 1.5 s during which the server
+// stalls again and again (stopped
 // 200 ms, running 10 ms, as on a stalling disk) while a burst of writes goes
 // through the leader, then frees it. Stalled almost all the time, with
 // writes coming in, the follower finds the leader's pipeline to it full
@@ -98,12 +99,26 @@ func freeDisk(n *node) error { return os.Remove(ballast(n)) }
 // The other families do not get there at all: a timeout or a dead peer
 // closes the connection, and pre-vote keeps a live leader from hearing a
 // newer term.
-func (nm *nemesis) diskFull(ctx context.Context) fault {
-	f, l, term, ok := nm.withLeader(ctx, "disk-full-follower")
+func (nm *nemesis) diskFullFollower(ctx context.Context) fault {
+	return nm.diskFull(ctx, "disk-full-follower", false)
+}
+
+// diskFullLeader fills the leader's disk: its log appends fail (it steps
+// down, its store reopens once there is room), and so do the snapshots it
+// takes meanwhile (every 100-300 entries).
+func (nm *nemesis) diskFullLeader(ctx context.Context) fault {
+	return nm.diskFull(ctx, "disk-full-leader", true)
+}
+
+func (nm *nemesis) diskFull(ctx context.Context, name string, leader bool) fault {
+	f, l, term, ok := nm.withLeader(ctx, name)
 	if !ok {
 		return f
 	}
 	i := nm.otherThan(l)
+	if leader {
+		i = l
+	}
 	n := nm.db.nodes[i]
 	fulls, stalls, writes := 0, 0, 0
 	var errs []string

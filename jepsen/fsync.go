@@ -16,9 +16,9 @@ import (
 // again. Nothing acknowledged may be lost, and every server must be back
 // and caught up at the end.
 
-// fsyncExit is the status of an agent whose log's fsync failed
+// dataDirExit is the status of an agent whose log's fsync failed
 // (cluster.StoreError, cmd/plugreg's exitDataErr).
-const fsyncExit = "exit status 65"
+const dataDirExit = "exit status 65"
 
 func (nm *nemesis) fsyncFailLeader(ctx context.Context) fault {
 	return nm.fsyncFail(ctx, "fsync-fail-leader", nm.leaderOrRandom(ctx))
@@ -34,7 +34,7 @@ func (nm *nemesis) fsyncFail(ctx context.Context, name string, i int) fault {
 		f.Detail = "the data dirs are not on lazyfs"
 		return f
 	}
-	if !nm.db.expectExit(i, fsyncExit) {
+	if !nm.db.expectExit(i, dataDirExit) {
 		f.Detail = nm.db.nodes[i].Name + " does not run"
 		return f
 	}
@@ -72,9 +72,39 @@ func (nm *nemesis) fsyncFail(ctx context.Context, name string, i int) fault {
 		}
 	}
 	readded := removed && nm.readd(ctx, i, true)
-	f.Effect = stopped && status == fsyncExit && removed && readded
+	f.Effect = stopped && status == dataDirExit && removed && readded
 	f.Detail = fmt.Sprintf("%s: %s in a %v burst (%d writes through %s); stopped by itself: %v (%s); power cut: %v; removed: %v, wiped and a voter again: %v",
 		nm.db.nodes[i].Name, what, burst.Round(time.Millisecond), writes, nm.db.nodes[through].Name, stopped, status, stats, removed, readded)
+	nm.recoverAll(ctx)
+	return f
+}
+
+// The slow-disk family: a server's fsyncs take 1-3 s each, for 6 s,
+// while a burst of writes goes through the leader and the network is
+// fine. A slow leader holds every commit up (raft syncs its log before
+// it counts its own vote); a slow follower falls behind and catches up.
+// Nothing may be lost, no server may crash, and all must catch up.
+func (nm *nemesis) slowDiskLeader(ctx context.Context) fault {
+	return nm.slowDisk(ctx, "slow-disk-leader", nm.leaderOrRandom(ctx))
+}
+
+func (nm *nemesis) slowDiskFollower(ctx context.Context) fault {
+	return nm.slowDisk(ctx, "slow-disk-follower", nm.follower(ctx))
+}
+
+func (nm *nemesis) slowDisk(ctx context.Context, name string, i int) fault {
+	f := fault{Name: name}
+	if len(nm.db.lazy) != len(nm.db.nodes) {
+		f.Detail = "the data dirs are not on lazyfs"
+		return f
+	}
+	delay := time.Duration(1000+nm.rng.Intn(2000)) * time.Millisecond
+	before := nm.db.lazy[i].SlowSyncs(delay)
+	through := nm.leaderOrRandom(ctx)
+	writes := nm.load(ctx, through, 6*time.Second)
+	slowed := nm.db.lazy[i].SlowSyncs(0) - before
+	f.Effect = slowed > 0
+	f.Detail = fmt.Sprintf("%s's fsyncs took %v each for 6 s (%d of them) while %d writes went through %s", nm.db.nodes[i].Name, delay.Round(time.Millisecond), slowed, writes, nm.db.nodes[through].Name)
 	nm.recoverAll(ctx)
 	return f
 }

@@ -36,7 +36,7 @@ type fault struct {
 }
 
 // families of faults, as the -nemesis flag names them.
-var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader", "powerloss", "fsync"}
+var families = []string{"kill", "pause", "partition", "snapshot", "membership", "transfer", "restart", "disk", "deposed-leader", "powerloss", "fsync", "slow-disk", "rollback"}
 
 type nemesis struct {
 	db     *db
@@ -126,13 +126,17 @@ func (nm *nemesis) inject(ctx context.Context, fam string) {
 			actions = append(actions, nm.restartClient)
 		}
 	case "disk":
-		actions = []func(context.Context) fault{nm.diskFull}
+		actions = []func(context.Context) fault{nm.diskFullFollower, nm.diskFullFollower, nm.diskFullLeader}
 	case "deposed-leader": // deposed.go
 		actions = []func(context.Context) fault{nm.deposedLeader}
 	case "powerloss":
 		actions = nm.powerLossActions()
 	case "fsync": // fsync.go
 		actions = []func(context.Context) fault{nm.fsyncFailLeader, nm.fsyncFailFollower}
+	case "slow-disk": // fsync.go
+		actions = []func(context.Context) fault{nm.slowDiskLeader, nm.slowDiskFollower}
+	case "rollback": // rollback.go
+		actions = []func(context.Context) fault{nm.rollback}
 	}
 	start := nm.clock()
 	f := actions[nm.rng.Intn(len(actions))](ctx)

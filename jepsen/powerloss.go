@@ -17,14 +17,18 @@ import (
 // (dataDirSize): the disk family fills it when both run.
 const lazyCapacity = 128 << 20
 
+// lazyFamilies are the families whose faults need each server's data dir
+// on a lazyfs of its own.
+var lazyFamilies = map[string]bool{"powerloss": true, "fsync": true, "slow-disk": true}
+
 // setupPowerloss puts each server's data dir on a lazyfs of its own when
-// the powerloss or the fsync family runs. With -nemesis all, a machine that cannot
+// a family of lazyFamilies runs. With -nemesis all, a machine that cannot
 // mount FUSE directly (no /dev/fuse, not root) leaves the family out with
 // a line in run.log, as the disk family does without a tmpfs; asked for
 // by name, it is an error. Over the disk family's tmpfs when both run: the
 // lazyfs hides it, and the disk family fills the lazyfs instead.
 func setupPowerloss(d *db, r *runConfig, logf func(string, ...interface{})) error {
-	if !contains(r.nemesis, "powerloss") && !contains(r.nemesis, "fsync") {
+	if !slices.ContainsFunc(r.nemesis, func(f string) bool { return lazyFamilies[f] }) {
 		return nil
 	}
 	var names lazyfs.Names
@@ -42,10 +46,10 @@ func setupPowerloss(d *db, r *runConfig, logf func(string, ...interface{})) erro
 		return nil
 	}
 	if !r.nemesisAll {
-		return fmt.Errorf("the powerloss and fsync families need a lazyfs (FUSE) per server data dir: %w", err)
+		return fmt.Errorf("the powerloss, fsync and slow-disk families need a lazyfs (FUSE) per server data dir: %w", err)
 	}
-	logf("leaving the powerloss and fsync families out: they need a lazyfs (FUSE) per server data dir: %v", err)
-	r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return f == "powerloss" || f == "fsync" })
+	logf("leaving the powerloss, fsync and slow-disk families out: they need a lazyfs (FUSE) per server data dir: %v", err)
+	r.nemesis = slices.DeleteFunc(r.nemesis, func(f string) bool { return lazyFamilies[f] })
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type fileSystem struct {
 	cuts   int // completed cuts: a handle opened before one is stale
 	// failSyncs are armed fsync failures (FailSync), by name suffix.
 	failSyncs []*syncFailure
+	// syncDelay is how long each fsync waits before it syncs (SlowSyncs),
+	// without holding mu; slowed counts the fsyncs it delayed.
+	syncDelay atomic.Int64
+	slowed    atomic.Int64
 	capacity  int64 // bytes the files may take (Config.Capacity)
 	journal   bool  // Config.Names == Journal
 }
@@ -406,6 +411,7 @@ func (fs *fileSystem) ReleaseDir(in *fuse.ReleaseIn)                 { fs.releas
 // datasync, its attributes too. Never its name: that takes an fsync of
 // its directory.
 func (fs *fileSystem) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	fs.slowSync()
 	st := fs.enter()
 	defer fs.mu.Unlock()
 	if !st.Ok() {
@@ -429,6 +435,7 @@ func (fs *fileSystem) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // FsyncDir makes the directory's entries and attributes durable: names
 // created, renamed in or out, or removed since its last fsync.
 func (fs *fileSystem) FsyncDir(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	fs.slowSync()
 	st := fs.enter()
 	defer fs.mu.Unlock()
 	if !st.Ok() {
@@ -717,4 +724,13 @@ func (fs *fileSystem) failSyncLocked(n *inode) bool {
 		}
 	}
 	return false
+}
+
+// slowSync waits SlowSyncs' delay, as a disk whose flushes take long:
+// the caller's fsync waits, other requests go on.
+func (fs *fileSystem) slowSync() {
+	if d := time.Duration(fs.syncDelay.Load()); d > 0 {
+		fs.slowed.Add(1)
+		time.Sleep(d)
+	}
 }

@@ -843,3 +843,21 @@ func TestCutKeeping(t *testing.T) {
 		})
 	}
 }
+
+// SlowSyncs delays each fsync, and only fsyncs: a write returns at once.
+func TestSlowSyncs(t *testing.T) {
+	m := mount(t)
+	before := m.SlowSyncs(300 * time.Millisecond)
+	write(t, m.Dir+"/f", "data", false)
+	if n := m.SlowSyncs(300 * time.Millisecond); n != before {
+		t.Fatalf("a write without fsync was delayed (%d)", n-before)
+	}
+	start := time.Now()
+	write(t, m.Dir+"/g", "data", true)
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("an fsync took %v, want at least the delay", d)
+	}
+	if after := m.SlowSyncs(0); after != before+1 {
+		t.Fatalf("delayed %d fsyncs, want 1", after-before)
+	}
+}

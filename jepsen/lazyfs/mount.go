@@ -250,6 +250,14 @@ func (m *Mount) FailSync(suffix string) <-chan SyncFailure {
 	return f.done
 }
 
+// SlowSyncs makes every fsync from now on wait d before it syncs (zero:
+// none), as a disk whose cache flushes take seconds; reads and writes go
+// on meanwhile. It returns how many fsyncs were delayed so far.
+func (m *Mount) SlowSyncs(d time.Duration) int64 {
+	m.fs.syncDelay.Store(int64(d))
+	return m.fs.slowed.Load()
+}
+
 // DisarmSyncs drops the fsync failures FailSync armed that have not
 // happened yet, and says how many.
 func (m *Mount) DisarmSyncs() int {
