@@ -29,6 +29,9 @@ func (nm *nemesis) fsyncFailFollower(ctx context.Context) fault {
 }
 
 func (nm *nemesis) fsyncFail(ctx context.Context, name string, i int) fault {
+	// Once begun, it runs to the end, the end of the run notwithstanding:
+	// a server whose fsync failed refuses its data dir until replaced.
+	ctx = context.WithoutCancel(ctx)
 	f := fault{Name: name}
 	if len(nm.db.lazy) != len(nm.db.nodes) {
 		f.Detail = "the data dirs are not on lazyfs"

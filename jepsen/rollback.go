@@ -22,6 +22,9 @@ import (
 // check), which leaves no quorum until the leader is back. Then it is
 // replaced as docs/operations.md says: removed, emptied, added again.
 func (nm *nemesis) rollback(ctx context.Context) fault {
+	// Once begun, it runs to the end, the end of the run notwithstanding:
+	// a data dir left restored would refuse every start after it.
+	ctx = context.WithoutCancel(ctx)
 	f, l, _, ok := nm.withLeader(ctx, "rollback")
 	if !ok {
 		return f

@@ -453,3 +453,17 @@ func TestModelHostSyncAndHealthBatch(t *testing.T) {
 		t.Errorf("node-health batch: %s %v, per node %v", res, got, append(w1, w2...))
 	}
 }
+
+// A state check (the servers' cross-replica check) changes nothing, and
+// the FSM answers "ignored": the model agrees.
+func TestGroundTruthStateCheck(t *testing.T) {
+	j := journal(t, baseLog...)
+	check := ApplyRecord{Index: uint64(len(j) + 1), Term: 1, Kind: "command", Command: "state-check", Result: "ignored",
+		Request: json.RawMessage(`{"Node":"n1","Index":0}`)}
+	j = append(j, check)
+	tr, vs := Merge(map[string][]ApplyRecord{"n1": j, "n2": j})
+	expectClean(t, "a state check", vs)
+	if got := len(tr.StateAt(check.Index).List("t")); got != 2 {
+		t.Fatalf("after the state check the model lists %d instances of t, want 2", got)
+	}
+}
