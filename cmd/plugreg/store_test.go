@@ -119,6 +119,23 @@ func TestDamagedStoreExitsWithOneLine(t *testing.T) {
 	}
 }
 
+// A byte changed in the data dir's node-id is refused in one line: the
+// dir names another node now, and an agent never runs as a node its data
+// dir does not belong to.
+func TestNodeIDByteChangedRefused(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	dataDir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeWAL(t, dataDir)
+	if err := os.WriteFile(filepath.Join(dataDir, "node-id"), []byte("n1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	changeByteIn(t, filepath.Join(dataDir, "node-id"), "n", 0) // n1 -> n0
+	refusedInOneLine(t, exec.Command(bin, serverArgs(t, "n1", dataDir)...), 1, "data dir "+dataDir+" belongs to node", `not "n1"`)
+}
+
 // A second agent started on a data dir another agent runs on is refused
 // at once in one line naming the first's process: before the data dir
 // lock, bbolt made it wait on raft.db's file lock forever, silent.
