@@ -463,6 +463,7 @@ func TestGroundTruthStateCheck(t *testing.T) {
 	j = append(j, check)
 	tr, vs := Merge(map[string][]ApplyRecord{"n1": j, "n2": j})
 	expectClean(t, "a state check", vs)
+	expectClean(t, "writes with a state check", Writes(writeOps(), tr))
 	if got := len(tr.StateAt(check.Index).List("t")); got != 2 {
 		t.Fatalf("after the state check the model lists %d instances of t, want 2", got)
 	}

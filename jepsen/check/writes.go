@@ -62,10 +62,14 @@ func Writes(ops []Op, t *Truth) []Violation {
 
 // byLeader reports whether e is a command the leader writes of its own
 // accord (its node-health marks of a client agent gossip saw fail, its
-// lessor's expiries): no request ID. The model replays it; it is exempt
-// only from having been issued by the workload.
+// lessor's expiries, its state checks): no request ID. The model replays
+// it; it is exempt only from having been issued by the workload.
 func byLeader(e *Entry) bool {
-	return e.RequestID == "" && (e.Command == "node-health" || e.Command == "node-health-batch" || e.Command == "expire")
+	switch e.Command {
+	case "node-health", "node-health-batch", "expire", "state-check":
+		return e.RequestID == ""
+	}
+	return false
 }
 
 // byStubAgent reports whether e is an agent's write of a stub plugin: no
