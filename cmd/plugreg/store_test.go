@@ -183,16 +183,13 @@ func TestFailedSyncStopsTheServer(t *testing.T) {
 	dataDir := filepath.Join(m.Dir, "data")
 	args := serverArgs(t, "n1", dataDir)
 	cmd := exec.Command(bin, args...)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startCaptured(t, cmd)
+	exited := false
 	defer func() {
-		cmd.Process.Kill()
-		<-done
+		if !exited {
+			cmd.Process.Kill()
+			<-done
+		}
 	}()
 	c, err := client.New(client.Config{Addrs: []string{"127.0.0.1:" + args[slices.Index(args, "-http-port")+1]}})
 	if err != nil {
@@ -221,27 +218,13 @@ func TestFailedSyncStopsTheServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the write never reached an fsync")
 	}
-	var exitErr error
 	select {
-	case exitErr = <-done:
-		done <- exitErr // for the deferred wait
+	case err := <-done:
+		exited = true
+		// Raft logs the failed write as an error line before it.
+		wantLastLine(t, err, out.String(), exitDataErr, "stopped: the data dir cannot be trusted", "fsync of "+filepath.Join(dataDir, "wal"), "input/output error", "remove-peer n1", "empty data dir")
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the server did not stop after its fsync failed:\n%s", out.String())
-	}
-	var ee *exec.ExitError
-	if !errors.As(exitErr, &ee) || ee.ExitCode() != exitDataErr {
-		t.Fatalf("exit %v, want status %d:\n%s", exitErr, exitDataErr, out.String())
-	}
-	text := out.String()
-	if strings.Contains(text, "panic") || strings.Contains(text, "goroutine ") {
-		t.Fatalf("a panic or a stack:\n%s", text)
-	}
-	lines := strings.Split(strings.TrimSpace(text), "\n")
-	last := lines[len(lines)-1]
-	for _, want := range []string{"stopped: the data dir cannot be trusted", "fsync of " + filepath.Join(dataDir, "wal"), "input/output error", "remove-peer n1", "empty data dir"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("the last line does not say %q:\n%s", want, last)
-		}
 	}
 }
 
@@ -272,30 +255,55 @@ func serverArgs(t *testing.T, node, dataDir string) []string {
 }
 
 // refusedInOneLine runs cmd and wants it to exit with status code within a
-// minute, with no panic, and with one error line, its last, saying each
-// of wants.
+// minute, as wantRefusal says.
 func refusedInOneLine(t *testing.T, cmd *exec.Cmd, code int, wants ...string) {
 	t.Helper()
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	out, done := startCaptured(t, cmd)
+	select {
+	case err := <-done:
+		wantRefusal(t, err, out.String(), code, wants...)
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the agent did not exit:\n%s", out.String())
+	}
+}
+
+// startCaptured starts cmd with its output captured; done receives its
+// exit once.
+func startCaptured(t *testing.T, cmd *exec.Cmd) (*syncBuffer, <-chan error) {
+	t.Helper()
+	out := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("the agent did not exit:\n%s", stderr.String())
+	return out, done
+}
+
+// wantRefusal wants an agent's exit err to be status code, with no panic
+// in its output out, and one error line, its last, saying each of wants.
+func wantRefusal(t *testing.T, err error, out string, code int, wants ...string) {
+	t.Helper()
+	lines := wantLastLine(t, err, out, code, wants...)
+	for _, l := range lines[:len(lines)-1] {
+		if strings.Contains(l, "[ERROR]") {
+			t.Errorf("more than one error line:\n%s", out)
+		}
 	}
+}
+
+// wantLastLine wants an agent's exit err to be status code, with no panic
+// in its output out, and a last line saying each of wants; it returns the
+// lines.
+func wantLastLine(t *testing.T, err error, out string, code int, wants ...string) []string {
+	t.Helper()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != code {
-		t.Fatalf("exit %v, want status %d:\n%s", err, code, stderr.String())
+		t.Fatalf("exit %v, want status %d:\n%s", err, code, out)
 	}
-	out := stderr.String()
 	if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
 		t.Fatalf("a panic or a stack on stderr:\n%s", out)
 	}
@@ -306,11 +314,7 @@ func refusedInOneLine(t *testing.T, cmd *exec.Cmd, code int, wants ...string) {
 			t.Errorf("the last line does not say %q:\n%s", want, last)
 		}
 	}
-	for _, l := range lines[:len(lines)-1] {
-		if strings.Contains(l, "[ERROR]") {
-			t.Errorf("more than one error line:\n%s", out)
-		}
-	}
+	return lines
 }
 
 // writeWAL writes a raft-wal log of 100 entries in small segments under
