@@ -89,7 +89,7 @@ func (d *db) unmountLazyFS() {
 // powerLossActions are the powerloss family's faults: the leader, a
 // follower, two of three (a majority) or all three lose power at once.
 func (nm *nemesis) powerLossActions() []func(context.Context) fault {
-	return []func(context.Context) fault{nm.powerLossLeader, nm.powerLossFollower, nm.powerLossMajority, nm.powerLossAll}
+	return []func(context.Context) fault{nm.powerLossLeader, nm.powerLossFollower, nm.powerLossMajority, nm.powerLossAll, nm.powerLossInSync}
 }
 
 func (nm *nemesis) powerLossLeader(ctx context.Context) fault {
@@ -98,6 +98,19 @@ func (nm *nemesis) powerLossLeader(ctx context.Context) fault {
 
 func (nm *nemesis) powerLossFollower(ctx context.Context) fault {
 	return nm.powerLoss(ctx, "powerloss-follower", []int{nm.follower(ctx)})
+}
+
+// powerLossInSync cuts the leader's power, or a follower's, inside an
+// fsync of its log (lazyfs.FreezeAtSync), and the cut keeps a subset or a
+// prefix of the pages that fsync was writing: a log whose last batch is
+// torn, which raft-wal's recovery of a segment's tail must drop. A cut at
+// a random moment rarely gets there: raft-wal fsyncs each batch at once.
+func (nm *nemesis) powerLossInSync(ctx context.Context) fault {
+	i := nm.leaderOrRandom(ctx)
+	if nm.rng.Intn(2) == 0 {
+		i = nm.otherThan(i)
+	}
+	return nm.powerLoss(ctx, "powerloss-in-fsync", []int{i})
 }
 
 // powerLossMajority cuts two of the three: an entry acknowledged to a
@@ -145,9 +158,34 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 	}
 	burst := time.Duration(1000+nm.rng.Intn(1000)) * time.Millisecond
 	at := time.Duration(nm.rng.Int63n(int64(burst)))
+	keep := nm.keep()
+	var inSync <-chan lazyfs.SyncFailure
+	if name == "powerloss-in-fsync" {
+		log := ".wal"
+		if nm.db.logStore == "boltdb" {
+			log = "raft.db"
+		}
+		// Its fsync then fails (EIO) until the cut: the agent may exit
+		// 65 on it first (a failed fsync), or be killed by the cut.
+		nm.db.expectExit(idx[0], dataDirExit)
+		inSync = nm.db.lazy[idx[0]].FreezeAtSync(log)
+		keep.Mode = lazyfs.KeepMode(1 + nm.rng.Intn(2)) // some of the fsync's pages, never none
+	}
 	done := make(chan int, 1)
+	start := time.Now()
 	go func() { done <- nm.load(ctx, through, burst) }()
-	nm.sleep(ctx, at)
+	if inSync != nil {
+		select {
+		case sf := <-inSync:
+			f.Detail = fmt.Sprintf("inside an fsync of %s: ", sf.Name)
+		case <-time.After(10 * time.Second):
+			nm.db.lazy[idx[0]].DisarmSyncs()
+			f.Detail = "no fsync of the log in 10 s, so at that moment: "
+		}
+		at = time.Since(start)
+	} else {
+		nm.sleep(ctx, at)
+	}
 
 	olds := make([]int, len(idx))
 	for k, i := range idx {
@@ -155,7 +193,7 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 	}
 	stats := make([]lazyfs.CutStats, len(idx))
 	killErrs := make([]error, len(idx))
-	keep, rngs := nm.keep(), make([]*rand.Rand, len(idx))
+	rngs := make([]*rand.Rand, len(idx))
 	for k := range idx {
 		rngs[k] = rand.New(rand.NewSource(nm.rng.Int63()))
 	}
@@ -209,7 +247,7 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 		}
 		return true
 	})
-	f.Detail = fmt.Sprintf("power cut %v into a %v burst (%d writes through %s), unsynced pages kept: %v, restarted after %v: %s; all answering: %v",
+	f.Detail += fmt.Sprintf("power cut %v into a %v burst (%d writes through %s), unsynced pages kept: %v, restarted after %v: %s; all answering: %v",
 		at.Round(time.Millisecond), burst.Round(time.Millisecond), writes, nm.db.nodes[through].Name, keep, delay.Round(time.Millisecond), strings.Join(parts, "; "), up)
 	nm.recoverAll(ctx)
 	return f

@@ -701,9 +701,11 @@ func (fs *fileSystem) StatFs(_ <-chan struct{}, _ *fuse.InHeader, out *fuse.Stat
 	return fuse.OK
 }
 
-// syncFailure is one armed fsync failure (Mount.FailSync).
+// syncFailure is one armed fsync failure (Mount.FailSync), or power
+// failure at an fsync (Mount.FreezeAtSync).
 type syncFailure struct {
 	suffix string
+	freeze bool             // the power fails: nothing reaches the disk from this fsync on
 	done   chan SyncFailure // receives the failure once it happened
 }
 
@@ -717,11 +719,19 @@ type SyncFailure struct {
 // pending: n's dirty pages are dropped as a failed writeback drops them.
 func (fs *fileSystem) failSyncLocked(n *inode) bool {
 	for k, f := range fs.failSyncs {
-		if strings.HasSuffix(n.name, f.suffix) {
-			fs.failSyncs = slices.Delete(fs.failSyncs, k, k+1)
-			f.done <- SyncFailure{Name: n.name, Dropped: n.dropDirty()}
-			return true
+		if !strings.HasSuffix(n.name, f.suffix) {
+			continue
 		}
+		fs.failSyncs = slices.Delete(fs.failSyncs, k, k+1)
+		if f.freeze {
+			// The file's pages stay dirty: the cut that follows decides
+			// which of them reached the disk.
+			fs.frozen = true
+			f.done <- SyncFailure{Name: n.name}
+		} else {
+			f.done <- SyncFailure{Name: n.name, Dropped: n.dropDirty()}
+		}
+		return true
 	}
 	return false
 }

@@ -861,3 +861,43 @@ func TestSlowSyncs(t *testing.T) {
 		t.Fatalf("delayed %d fsyncs, want 1", after-before)
 	}
 }
+
+// A power failure inside an fsync (FreezeAtSync): that fsync and every
+// request after it fail; the cut then keeps a prefix of the pages the
+// fsync was writing, so the file ends in what it had synced before and a
+// part of the rest.
+func TestFreezeAtSync(t *testing.T) {
+	m := mount(t)
+	d := m.Dir
+	f, err := os.OpenFile(d+"/seg.wal", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syncDir(t, d)
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'a'}, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := m.FreezeAtSync(".wal")
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'b'}, 4*4096), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the fsync the power failed in answered %v, want EIO", err)
+	}
+	if sf := <-frozen; sf.Name != "seg.wal" {
+		t.Fatalf("froze at %+v", sf)
+	}
+	if _, err := f.WriteAt([]byte("c"), 0); err == nil {
+		t.Fatal("a write after the power failed succeeded")
+	}
+	stats := m.CutKeeping(nil, Keep{Mode: KeepPrefix}, rand.New(rand.NewSource(7)))
+	got := []byte(content(t, d+"/seg.wal"))
+	want := append(bytes.Repeat([]byte{'a'}, 4096), bytes.Repeat([]byte{'b'}, stats.KeptPages*4096)...)
+	if !bytes.Equal(got[:len(want)], want) || bytes.ContainsRune(got[len(want):], 'b') {
+		t.Fatalf("after the cut: %d bytes; kept %d of the fsync's pages (%v)", len(got), stats.KeptPages, stats)
+	}
+}

@@ -250,6 +250,20 @@ func (m *Mount) FailSync(suffix string) <-chan SyncFailure {
 	return f.done
 }
 
+// FreezeAtSync makes the power fail inside the next fsync of a file whose
+// name ends with suffix: that fsync and every request after it fail with
+// EIO, and nothing more reaches the disk, until a cut (CutKeeping, which
+// says what the disk kept of the pages that fsync was writing) makes the
+// durable view current. The channel receives the file's name when it
+// happened; Unmount leaves a pending one armed.
+func (m *Mount) FreezeAtSync(suffix string) <-chan SyncFailure {
+	m.fs.mu.Lock()
+	defer m.fs.mu.Unlock()
+	f := &syncFailure{suffix: suffix, freeze: true, done: make(chan SyncFailure, 1)}
+	m.fs.failSyncs = append(m.fs.failSyncs, f)
+	return f.done
+}
+
 // SlowSyncs makes every fsync from now on wait d before it syncs (zero:
 // none), as a disk whose cache flushes take seconds; reads and writes go
 // on meanwhile. It returns how many fsyncs were delayed so far.
