@@ -218,6 +218,16 @@ func (s syncedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
+		// raft leaves the dir of a snapshot whose meta.json it could not
+		// write (a full disk), and tries again at once: a leader sending
+		// a snapshot to a follower whose disk is full left one a try.
+		// Its name is TERM-INDEX-MSEC.tmp; only a create of this very
+		// snapshot makes one so named.
+		if left, gerr := filepath.Glob(filepath.Join(s.dir, fmt.Sprintf("%d-%d-*.tmp", term, index))); gerr == nil {
+			for _, d := range left {
+				os.RemoveAll(d)
+			}
+		}
 		return nil, err
 	}
 	tmp := filepath.Join(s.dir, sink.ID()+".tmp")

@@ -617,14 +617,26 @@ func (nm *nemesis) snapshotInstall(ctx context.Context) fault {
 		h, err := nm.db.health(ctx, l)
 		return err == nil && h.LastSnapshotIndex > before.AppliedIndex+uint64(nm.db.snapshotThr)+nm.db.compactionLag()
 	})
+	// Half the time, where the data dirs have a size (the disk family's
+	// tmpfs, the lazyfs), the follower's disk is full when the snapshot
+	// comes: the install fails until it is freed 3 s later.
+	full := false
+	if (len(nm.db.mounts) > 0 || len(nm.db.lazy) > 0) && nm.rng.Intn(2) == 0 {
+		f.Name = "snapshot-install-disk-full"
+		full, _ = fillDisk(n)
+	}
 	nm.net.heal()
+	if full {
+		nm.sleep(ctx, 3*time.Second)
+		freeDisk(n)
+	}
 	installs := 0
 	nm.waitFor(ctx, 20*time.Second, 100*time.Millisecond, func() bool {
 		installs, _, _ = countLog(n.Log, mark, markSnapshot)
 		return installs > 0
 	})
-	f.Effect = past && installs > 0
-	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; follower installed a snapshot: %v", n.Name, before.AppliedIndex, past, f.Effect)
+	f.Effect = past && installs > 0 && (full || f.Name == "snapshot-install")
+	f.Detail = fmt.Sprintf("%s cut off at %d; leader snapshotted past it: %v; its disk full for 3 s as the snapshot came: %v; follower installed a snapshot: %v", n.Name, before.AppliedIndex, past, full, installs > 0)
 	nm.recoverAll(ctx)
 	return f
 }

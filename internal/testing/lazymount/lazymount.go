@@ -17,6 +17,13 @@ import (
 // mounted directly (no /dev/fuse, not root).
 func New(t testing.TB) *lazyfs.Mount {
 	t.Helper()
+	return Sized(t, 64<<20)
+}
+
+// Sized is New with room for capacity bytes of file data: writes past it
+// fail with ENOSPC, as on a full disk.
+func Sized(t testing.TB, capacity int64) *lazyfs.Mount {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
 	}
@@ -27,7 +34,7 @@ func New(t testing.TB) *lazyfs.Mount {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := lazyfs.New(dir, lazyfs.Config{Capacity: 64 << 20, Names: lazyfs.POSIX})
+	m, err := lazyfs.New(dir, lazyfs.Config{Capacity: capacity, Names: lazyfs.POSIX})
 	if err != nil {
 		t.Fatal(err)
 	}

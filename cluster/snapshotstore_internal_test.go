@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/plugreg/plugreg/internal/testing/lazymount"
+)
+
+// A snapshot created on a full disk (a follower sent a snapshot while its
+// disk is full: raft tries again at once) leaves no dir behind: raft left
+// the dir of each try whose meta.json it could not write, until the next
+// start.
+func TestSnapshotCreateOnAFullDiskLeavesNothing(t *testing.T) {
+	m := lazymount.Sized(t, 1<<20)
+	fss, err := raft.NewFileSnapshotStoreWithLogger(m.Dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := syncedSnapshotStore{fss, filepath.Join(m.Dir, "snapshots")}
+	ballast, err := os.Create(filepath.Join(m.Dir, "ballast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ballast.Close()
+	for {
+		if _, err := ballast.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	for try := 0; try < 3; try++ {
+		sink, err := store.Create(raft.SnapshotVersionMax, 10, 2, raft.Configuration{}, 1, nil)
+		if err == nil {
+			sink.Cancel()
+			t.Fatal("a snapshot created on a full disk")
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(m.Dir, "snapshots", "*.tmp")); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
