@@ -57,38 +57,51 @@ func storePath(cfg *Config) string {
 	return filepath.Join(cfg.DataDir, "wal")
 }
 
+// storedLog is what checkLogReadable found in the stores.
+type storedLog struct {
+	conf raft.Configuration // the newest: the log's last configuration entry, or the newest snapshot's
+	last uint64             // the log's end: its last entry, or the newest snapshot's
+}
+
 // checkLogReadable reads every entry raft.NewRaft will read at start (those
 // after the newest snapshot) and returns a StoreError for the first that
 // cannot be read. NewRaft panics on such an entry (raft v1.7: "failed to
 // get log"); finding it first turns a crash with a stack into an error
-// that says what to do.
-func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore) error {
+// that says what to do. On the way it notes the newest configuration and
+// the log's end, which the rollback check asks the other servers about
+// (rollback.go).
+func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore) (storedLog, error) {
+	var stored storedLog
 	first, err := logs.FirstIndex()
 	if err != nil {
-		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("first index: %w", err)}
+		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("first index: %w", err)}
 	}
 	last, err := logs.LastIndex()
 	if err != nil {
-		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("last index: %w", err)}
+		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("last index: %w", err)}
 	}
 	var snapshot uint64
 	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
-		snapshot = metas[0].Index
+		snapshot, stored.conf = metas[0].Index, metas[0].Configuration
 	}
+	stored.last = max(last, snapshot)
 	// Entries between the newest snapshot and the log would be skipped
 	// without a word: the FSM would go on from the snapshot as if they
 	// had never been committed.
 	if last != 0 && first > snapshot+1 {
-		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("the log starts at entry %d but the newest snapshot ends at %d: entries %d-%d are missing", first, snapshot, snapshot+1, first-1)}
+		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("the log starts at entry %d but the newest snapshot ends at %d: entries %d-%d are missing", first, snapshot, snapshot+1, first-1)}
 	}
 	first = max(first, snapshot+1)
 	var entry raft.Log
 	for i := first; i != 0 && i <= last; i++ {
 		if err := logs.GetLog(i, &entry); err != nil {
-			return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("entry %d of %d-%d: %w", i, first, last, err)}
+			return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("entry %d of %d-%d: %w", i, first, last, err)}
+		}
+		if entry.Type == raft.LogConfiguration {
+			stored.conf = raft.DecodeConfiguration(entry.Data)
 		}
 	}
-	return nil
+	return stored, nil
 }
 
 // checkSnapshots refuses a data dir whose snapshots raft would pass over

@@ -51,3 +51,13 @@ func (s *Server) AckRecorded(node string) uint64 {
 	r, _ := a.getLocked(node)
 	return r.Index
 }
+
+// ReportAck serves a peer's acknowledged-index report (rollback.go) as
+// the server port does once the caller proved the server identity.
+func (s *Server) ReportAck(node, incarnation string, index uint64, probe bool) error {
+	_, err := s.serveAckReport(func(v interface{}) error {
+		*v.(*ackReport) = ackReport{Node: node, Incarnation: incarnation, Index: index, Probe: probe}
+		return nil
+	})
+	return err
+}

@@ -5,16 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/cluster/raftx"
 )
 
 // Rollback detection. A data dir put back to an older copy (a VM
@@ -94,18 +93,18 @@ func newAckRecords(stable raft.StableStore) *ackRecords {
 	return &ackRecords{stable: stable, recs: map[string]ackRecord{}}
 }
 
-// get is node's record (zero: none), read from the stable store once.
+// getLocked is node's record (zero: none), read from the stable store
+// once; a.mu is held.
 func (a *ackRecords) getLocked(node string) (ackRecord, error) {
 	if r, ok := a.recs[node]; ok {
 		return r, nil
 	}
 	var r ackRecord
-	b, err := a.stable.Get([]byte(ackedKeyPrefix + node))
-	switch {
-	case isNotFound(err) || (err == nil && len(b) == 0):
-	case err != nil:
+	b, err := raftx.StableValue(a.stable, []byte(ackedKeyPrefix+node))
+	if err != nil {
 		return r, err
-	default:
+	}
+	if len(b) > 0 {
 		if err := json.Unmarshal(b, &r); err != nil {
 			return r, fmt.Errorf("record of %s's acknowledged index: %w", node, err)
 		}
@@ -138,18 +137,14 @@ func (a *ackRecords) report(rep ackReport) (ackReply, error) {
 	return ackReply{Recorded: next.Index}, nil
 }
 
-// isNotFound reports a stable store's "no such key" (raft-wal answers
-// nil, nil; boltdb this error).
-func isNotFound(err error) bool { return errors.Is(err, raftboltdb.ErrKeyNotFound) }
-
 // incarnation is the data dir's incarnation, made and stored on first use.
 func incarnation(stable raft.StableStore) (string, error) {
-	b, err := stable.Get([]byte(incarnationKey))
-	if err == nil && len(b) > 0 {
-		return string(b), nil
-	}
-	if err != nil && !isNotFound(err) {
+	b, err := raftx.StableValue(stable, []byte(incarnationKey))
+	if err != nil {
 		return "", fmt.Errorf("read the data dir's incarnation: %w", err)
+	}
+	if len(b) > 0 {
+		return string(b), nil
 	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -178,17 +173,54 @@ func (s *Server) serveAckReport(dec func(interface{}) error) (interface{}, error
 	if acks == nil {
 		return nil, notApplied(api.CodeStarting, ErrStarting)
 	}
-	return acks.report(rep)
+	if !rep.Probe {
+		// Recorded for good: only for the configuration's servers, so
+		// that a peer cannot fill the stable store with made-up names.
+		if !s.rpcReady.Load() {
+			return nil, notApplied(api.CodeStarting, ErrStarting)
+		}
+		ok, err := s.inConfiguration(rep.Node)
+		if err != nil {
+			return nil, fmt.Errorf("%s: raft configuration: %w", rpcAckReport, err)
+		}
+		if !ok {
+			return nil, api.ToWire(fmt.Errorf("%w: %q is not a server of this cluster's Raft configuration", api.ErrPermissionDenied, rep.Node))
+		}
+	}
+	reply, err := acks.report(rep)
+	if err != nil {
+		// A record that fails its checksum leaves its server unchecked
+		// at start: say so here, where the record is.
+		s.logger.Error("rollback check: the record of a server's acknowledged index cannot be used", "server", rep.Node, "error", err)
+		return nil, err
+	}
+	return reply, nil
+}
+
+// inConfiguration reports whether node is a server of the Raft
+// configuration.
+func (s *Server) inConfiguration(node string) (bool, error) {
+	servers, err := s.RaftConfiguration()
+	if err != nil {
+		return false, err
+	}
+	for _, srv := range servers {
+		if srv.ID == raft.ServerID(node) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // checkNotRolledBack asks the servers of the stored configuration whether
-// this server's log, which ends at last, reaches what they recorded for
-// it; it refuses a data dir that went back. Peers that do not answer are
+// this server's log reaches what they recorded for it; it refuses a data
+// dir that went back. Peers that do not answer are
 // passed over (said in a warning): it waits for them at most
 // rollbackProbeWait, and rollbackProbeGrace past the first answer.
-func (s *Server) checkNotRolledBack(inc string, last uint64, conf raft.Configuration) error {
+func (s *Server) checkNotRolledBack(inc string, stored storedLog) error {
+	last := stored.last
 	var peers []raft.Server
-	for _, srv := range conf.Servers {
+	for _, srv := range stored.conf.Servers {
 		if srv.ID != raft.ServerID(s.cfg.NodeID) {
 			peers = append(peers, srv)
 		}
@@ -289,36 +321,4 @@ func (s *Server) reportAcks() {
 		}
 		return true
 	})
-}
-
-// storedConfiguration is the newest Raft configuration in the stores: the
-// log's last configuration entry after the newest snapshot, or that
-// snapshot's.
-func storedConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, uint64, error) {
-	var (
-		conf     raft.Configuration
-		snapshot uint64
-	)
-	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
-		conf, snapshot = metas[0].Configuration, metas[0].Index
-	}
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return conf, 0, err
-	}
-	last, err := logs.LastIndex()
-	if err != nil {
-		return conf, 0, err
-	}
-	var entry raft.Log
-	for i := last; i != 0 && i >= max(first, snapshot+1); i-- {
-		if err := logs.GetLog(i, &entry); err != nil {
-			return conf, 0, err
-		}
-		if entry.Type == raft.LogConfiguration {
-			conf = raft.DecodeConfiguration(entry.Data)
-			break
-		}
-	}
-	return conf, max(last, snapshot), nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
@@ -79,5 +80,31 @@ func TestRolledBackDataDirRefused(t *testing.T) {
 			victim = c.Nodes[vi]
 			c.Eventually(60*time.Second, "the emptied server caught up", func() bool { return victim.AppliedIndex() >= last })
 		})
+	}
+}
+
+// A report is recorded only for a server of the Raft configuration: a
+// peer that makes names up cannot fill the stable store with records.
+// A probe, which records nothing, may name anyone.
+func TestAckReportsRecordedOnlyForServers(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	leader := c.WaitForLeader()
+	member := c.Followers()[0].Config.NodeID
+	// As the reporter gets it back over the wire.
+	var wire *api.WireError
+	if err := leader.ReportAck("nosuch", "inc-1", 5, false); !errors.As(err, &wire) || !errors.Is(wire.Err(), api.ErrPermissionDenied) {
+		t.Fatalf("a report for a node outside the configuration: %v, want permission denied", err)
+	}
+	if got := leader.AckRecorded("nosuch"); got != 0 {
+		t.Fatalf("recorded %d for a node outside the configuration", got)
+	}
+	if err := leader.ReportAck("nosuch", "inc-1", 5, true); err != nil {
+		t.Fatalf("a probe for a node outside the configuration: %v", err)
+	}
+	if err := leader.ReportAck(member, "inc-2", 1<<40, false); err != nil {
+		t.Fatalf("a report for %s: %v", member, err)
+	}
+	if got := leader.AckRecorded(member); got != 1<<40 {
+		t.Fatalf("recorded %d for %s, want %d", got, member, uint64(1<<40))
 	}
 }

@@ -281,7 +281,8 @@ func (s *Server) setupRaft() error {
 	if err := checkSnapshots(cfg); err != nil {
 		return err
 	}
-	if err := checkLogReadable(cfg, store, snaps); err != nil {
+	stored, err := checkLogReadable(cfg, store, snaps)
+	if err != nil {
 		return err
 	}
 	// Before Raft, which votes as soon as it runs: a data dir restored
@@ -289,11 +290,7 @@ func (s *Server) setupRaft() error {
 	if s.incarnation, err = incarnation(s.stable); err != nil {
 		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
 	}
-	conf, last, err := storedConfiguration(store, snaps)
-	if err != nil {
-		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("read the stored configuration: %w", err)}
-	}
-	if err := s.checkNotRolledBack(s.incarnation, last, conf); err != nil {
+	if err := s.checkNotRolledBack(s.incarnation, stored); err != nil {
 		return err
 	}
 	if s.raft, err = newRaftNoPanic(cfg, func() (*raft.Raft, error) {

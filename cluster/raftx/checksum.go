@@ -133,6 +133,16 @@ func StableUint64(s raft.StableStore, key []byte) (uint64, error) {
 	return v, err
 }
 
+// StableValue reads a key of a stable store; unset is nil (raft-wal
+// answers nil, raft-boltdb ErrKeyNotFound).
+func StableValue(s raft.StableStore, key []byte) ([]byte, error) {
+	v, err := s.Get(key)
+	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return nil, nil
+	}
+	return v, err
+}
+
 func (s *ChecksumStore) GetLog(index uint64, l *raft.Log) error {
 	if err := s.LogStore.GetLog(index, l); err != nil {
 		return err
