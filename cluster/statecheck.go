@@ -120,10 +120,11 @@ func (c *stateChecker) compare(claim *fsm.StateCheckRequest) {
 	}
 	c.mu.Lock()
 	own, ok := c.digestAt(claim.Index)
+	match := ok && string(own[:]) == string(claim.Digest)
 	switch {
 	case !ok:
 		c.stats.Unmatched++
-	case string(own[:]) == string(claim.Digest):
+	case match:
 		c.stats.Matches++
 	default:
 		c.stats.Mismatches++
@@ -132,11 +133,11 @@ func (c *stateChecker) compare(claim *fsm.StateCheckRequest) {
 	switch {
 	case !ok:
 		c.logger.Debug("state check: no digest of this server's at the index another server's digest is of", "index", claim.Index, "of", claim.Node)
-	case string(own[:]) == string(claim.Digest):
+	case match:
 		metrics.IncrCounterWithLabels([]string{"state_check", "matches"}, 1, c.labels)
 	default:
 		metrics.IncrCounterWithLabels([]string{"state_check", "mismatches"}, 1, c.labels)
-		c.logger.Error("this server's registry differs from another server's at the same index: one of them holds damaged data. Compare what the other servers report: the server that differs from the rest is the damaged one; replace its data dir (docs/operations.md, A server that cannot open its data dir)",
+		c.logger.Error("this server's registry differs from another server's at the same index: one of them holds damaged data. Compare what the other servers report: the server that differs from the rest is the damaged one; replace its data dir (docs/operations.md, A server whose registry differs)",
 			"index", claim.Index, "other", claim.Node, "digest", hex.EncodeToString(own[:]), "other_digest", hex.EncodeToString(claim.Digest))
 	}
 }

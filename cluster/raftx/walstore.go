@@ -89,8 +89,9 @@ func (e *SyncFailedError) Unwrap() error { return e.Err }
 
 // WALStore is raft-wal as the log and stable store, reopened from disk
 // after any failed write but a failed fsync (SyncFailedError), which
-// fails every later write and is reported on Failed. raft-wal v0.4.2 (the newest; not
-// reported upstream as far as searched, docs/dependencies.md) cannot
+// fails every later write of the log and is reported on Failed. raft-wal
+// v0.4.2 (the newest; not reported upstream as far as searched,
+// docs/dependencies.md) cannot
 // recover in process from a write that failed for want of room: a segment
 // rotation that fails leaves its tail sealed and every later append
 // answers "segment is sealed", and a segment file whose preallocation
@@ -115,9 +116,8 @@ type WALStore struct {
 	meta *metadb.BoltMetaDB
 	gen  uint64 // counts opens, so one failure reopens once
 
-	syncFailed     atomic.Pointer[SyncFailedError] // the first failed fsync; set for good
-	syncFailedOnce sync.Once
-	failed         chan struct{} // closed once syncFailed is set
+	syncFailed atomic.Pointer[SyncFailedError] // the first failed fsync; set for good
+	failed     chan struct{}                   // closed once syncFailed is set
 }
 
 var (
@@ -185,10 +185,9 @@ func (s *WALStore) reopen(gen uint64, cause error) {
 
 // failSync records the first failed fsync.
 func (s *WALStore) failSync(path string, err error) {
-	s.syncFailedOnce.Do(func() {
-		s.syncFailed.Store(&SyncFailedError{Path: path, Err: err})
+	if s.syncFailed.CompareAndSwap(nil, &SyncFailedError{Path: path, Err: err}) {
 		close(s.failed)
-	})
+	}
 }
 
 // Failed is closed once an fsync of the log failed; SyncErr says which.

@@ -137,8 +137,8 @@ func TestNodeIDByteChangedRefused(t *testing.T) {
 }
 
 // A second agent started on a data dir another agent runs on is refused
-// at once in one line naming the first's process: before the data dir
-// lock, bbolt made it wait on raft.db's file lock forever, silent.
+// at once in one line naming the first's process: without the data dir's
+// lock, bbolt makes it wait on raft.db's file lock forever, silent.
 func TestSecondAgentOnADataDirRefused(t *testing.T) {
 	bin := proctest.Build(t, "./cmd/plugreg")
 	for _, logStore := range []string{cluster.LogStoreWAL, cluster.LogStoreBolt} {
