@@ -43,3 +43,33 @@ func TestSnapshotCreateOnAFullDiskLeavesNothing(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// A snapshot whose fsync fails is never listed, so never restored nor
+// sent, and leaves nothing behind: a failed fsync of a snapshot needs no
+// stop (docs/durability.md), unlike one of the log.
+func TestFailedSnapshotSyncLeavesNoSnapshot(t *testing.T) {
+	m := lazymount.New(t)
+	fss, err := raft.NewFileSnapshotStoreWithLogger(m.Dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := syncedSnapshotStore{fss, filepath.Join(m.Dir, "snapshots")}
+	sink, err := store.Create(raft.SnapshotVersionMax, 10, 2, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write([]byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	failed := m.FailSync("state.bin")
+	if err := sink.Close(); err == nil {
+		t.Fatal("a snapshot whose fsync failed closed without an error")
+	}
+	<-failed
+	if metas, err := store.List(); err != nil || len(metas) != 0 {
+		t.Fatalf("listed %v (%v), want no snapshot", metas, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(m.Dir, "snapshots", "*")); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
