@@ -64,17 +64,7 @@ func (nm *nemesis) fsyncFail(ctx context.Context, name string, i int) fault {
 	// The power cut takes what the failed fsync covered (still in the
 	// page cache until now).
 	stats := nm.db.lazy[i].Cut(func() { nm.db.kill(i) })
-	l := nm.otherThan(i)
-	if ll, _ := nm.db.leader(ctx); ll >= 0 && ll != i {
-		l = ll
-	}
-	removed := false
-	if nm.memberFailed(ctx, l, i) {
-		if ll, err := nm.removePeer(ctx, l, i); err == nil {
-			removed = nm.peers(ctx, ll) == 2
-		}
-	}
-	readded := removed && nm.readd(ctx, i, true)
+	removed, readded := nm.reseed(ctx, i)
 	f.Effect = stopped && status == dataDirExit && removed && readded
 	f.Detail = fmt.Sprintf("%s: %s in a %v burst (%d writes through %s); stopped by itself: %v (%s); power cut: %v; removed: %v, wiped and a voter again: %v",
 		nm.db.nodes[i].Name, what, burst.Round(time.Millisecond), writes, nm.db.nodes[through].Name, stopped, status, stats, removed, readded)
@@ -110,4 +100,23 @@ func (nm *nemesis) slowDisk(ctx context.Context, name string, i int) fault {
 	f.Detail = fmt.Sprintf("%s's fsyncs took %v each for 6 s (%d of them) while %d writes went through %s", nm.db.nodes[i].Name, delay.Round(time.Millisecond), slowed, writes, nm.db.nodes[through].Name)
 	nm.recoverAll(ctx)
 	return f
+}
+
+// reseed replaces server i, stopped on a data dir it must not run on, as
+// docs/operations.md says: once gossip calls it failed, it is removed
+// from the configuration through the leader, its data dir emptied, and
+// it is started again; it reports whether it was removed and whether the
+// leader made it a voter again.
+func (nm *nemesis) reseed(ctx context.Context, i int) (removed, readded bool) {
+	l := nm.otherThan(i)
+	if ll, _ := nm.db.leader(ctx); ll >= 0 && ll != i {
+		l = ll
+	}
+	if !nm.memberFailed(ctx, l, i) {
+		return false, false
+	}
+	if ll, err := nm.removePeer(ctx, l, i); err == nil {
+		removed = nm.peers(ctx, ll) == 2
+	}
+	return removed, removed && nm.readd(ctx, i, true)
 }

@@ -93,11 +93,11 @@ func (nm *nemesis) powerLossActions() []func(context.Context) fault {
 }
 
 func (nm *nemesis) powerLossLeader(ctx context.Context) fault {
-	return nm.powerLoss(ctx, "powerloss-leader", []int{nm.leaderOrRandom(ctx)})
+	return nm.powerLoss(ctx, "powerloss-leader", []int{nm.leaderOrRandom(ctx)}, false)
 }
 
 func (nm *nemesis) powerLossFollower(ctx context.Context) fault {
-	return nm.powerLoss(ctx, "powerloss-follower", []int{nm.follower(ctx)})
+	return nm.powerLoss(ctx, "powerloss-follower", []int{nm.follower(ctx)}, false)
 }
 
 // powerLossInSync cuts the leader's power, or a follower's, inside an
@@ -110,7 +110,7 @@ func (nm *nemesis) powerLossInSync(ctx context.Context) fault {
 	if nm.rng.Intn(2) == 0 {
 		i = nm.otherThan(i)
 	}
-	return nm.powerLoss(ctx, "powerloss-in-fsync", []int{i})
+	return nm.powerLoss(ctx, "powerloss-in-fsync", []int{i}, true)
 }
 
 // powerLossMajority cuts two of the three: an entry acknowledged to a
@@ -123,11 +123,11 @@ func (nm *nemesis) powerLossMajority(ctx context.Context) fault {
 			idx = append(idx, i)
 		}
 	}
-	return nm.powerLoss(ctx, "powerloss-majority", idx)
+	return nm.powerLoss(ctx, "powerloss-majority", idx, false)
 }
 
 func (nm *nemesis) powerLossAll(ctx context.Context) fault {
-	return nm.powerLoss(ctx, "powerloss-all", []int{0, 1, 2})
+	return nm.powerLoss(ctx, "powerloss-all", []int{0, 1, 2}, false)
 }
 
 // keep picks what a power cut lets reach the disks of the pages written
@@ -145,7 +145,7 @@ func (nm *nemesis) keep() lazyfs.Keep {
 // are restarted after 0-2 s, as a machine that boots again, and must come
 // back: one that cannot start is a crash, one that does not catch up a
 // catch-up violation.
-func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault {
+func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int, inSync bool) fault {
 	f := fault{Name: name}
 	if len(nm.db.lazy) != len(nm.db.nodes) {
 		f.Detail = "the data dirs are not on lazyfs"
@@ -159,8 +159,8 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 	burst := time.Duration(1000+nm.rng.Intn(1000)) * time.Millisecond
 	at := time.Duration(nm.rng.Int63n(int64(burst)))
 	keep := nm.keep()
-	var inSync <-chan lazyfs.SyncFailure
-	if name == "powerloss-in-fsync" {
+	var frozeAt <-chan lazyfs.SyncFailure
+	if inSync {
 		log := ".wal"
 		if nm.db.logStore == "boltdb" {
 			log = "raft.db"
@@ -168,15 +168,16 @@ func (nm *nemesis) powerLoss(ctx context.Context, name string, idx []int) fault 
 		// Its fsync then fails (EIO) until the cut: the agent may exit
 		// 65 on it first (a failed fsync), or be killed by the cut.
 		nm.db.expectExit(idx[0], dataDirExit)
-		inSync = nm.db.lazy[idx[0]].FreezeAtSync(log)
-		keep.Mode = lazyfs.KeepMode(1 + nm.rng.Intn(2)) // some of the fsync's pages, never none
+		frozeAt = nm.db.lazy[idx[0]].FreezeAtSync(log)
+		// Some of the fsync's pages, never none.
+		keep.Mode = []lazyfs.KeepMode{lazyfs.KeepSubset, lazyfs.KeepPrefix}[nm.rng.Intn(2)]
 	}
 	done := make(chan int, 1)
 	start := time.Now()
 	go func() { done <- nm.load(ctx, through, burst) }()
-	if inSync != nil {
+	if inSync {
 		select {
-		case sf := <-inSync:
+		case sf := <-frozeAt:
 			f.Detail = fmt.Sprintf("inside an fsync of %s: ", sf.Name)
 		case <-time.After(10 * time.Second):
 			nm.db.lazy[idx[0]].DisarmSyncs()

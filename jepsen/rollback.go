@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -30,7 +31,7 @@ func (nm *nemesis) rollback(ctx context.Context) fault {
 		return f
 	}
 	i := nm.otherThan(l)
-	o := 3 - l - i // the other follower
+	o := slices.IndexFunc(nm.db.nodes, func(n *node) bool { return n != nm.db.nodes[l] && n != nm.db.nodes[i] }) // the other follower
 	copyDir := filepath.Join(nm.db.root, nm.db.nodes[i].Name+"-copy")
 	os.RemoveAll(copyDir)
 	defer os.RemoveAll(copyDir)
@@ -71,13 +72,7 @@ func (nm *nemesis) rollback(ctx context.Context) fault {
 		f.Detail = fmt.Sprintf("%s: no leader once the network healed: %v", nm.db.nodes[i].Name, err)
 	}
 
-	removed := false
-	if ll, _ := nm.db.leader(ctx); ll >= 0 && nm.memberFailed(ctx, ll, i) {
-		if ll, err := nm.removePeer(ctx, ll, i); err == nil {
-			removed = nm.peers(ctx, ll) == 2
-		}
-	}
-	readded := removed && nm.readd(ctx, i, true)
+	removed, readded := nm.reseed(ctx, i)
 	f.Effect = caughtUp && restored && refused && status == dataDirExit && removed && readded
 	f.Detail += fmt.Sprintf("%s's data dir put back past %d writes through %s with %s cut off; refused to start: %v (%s); %s then cut off; removed: %v, emptied and a voter again: %v",
 		nm.db.nodes[i].Name, writes, nm.db.nodes[l].Name, nm.db.nodes[o].Name, refused, status, nm.db.nodes[l].Name, removed, readded)

@@ -236,10 +236,7 @@ func (n *inode) keep(k Keep, rng *rand.Rand) (kept, torn int, partial bool) {
 	if len(chosen) > 0 {
 		// The size goes with the data written past it (ext4's ordered
 		// mode), never past the current size.
-		end := (chosen[len(chosen)-1] + 1) * pageSize
-		if k.Mode == KeepSubset {
-			end = (slices.Max(chosen) + 1) * pageSize
-		}
+		end := (chosen[len(chosen)-1] + 1) * pageSize // chosen is in file order
 		n.dur.size = max(n.dur.size, min(n.cur.size, end))
 	}
 	return kept, torn, (len(chosen) > 0 && len(chosen) < len(idxs)) || torn > 0
