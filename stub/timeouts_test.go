@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/stub"
 )
 
@@ -106,7 +107,10 @@ func TestWaitForSocket(t *testing.T) {
 		t.Fatal("Start still waiting a minute after the agent's start")
 	}
 	e.c.Eventually(20*time.Second, "registered on every server", func() bool { return e.listedEverywhere("demo", "early", 1) })
-	if evs := seen(); len(evs) != 1 {
+	// Listed is not yet observed: the event reaches the observer's
+	// stream after the state that lists it is published.
+	e.c.Eventually(10*time.Second, "its registration observed", func() bool { return len(seen()) >= 1 })
+	if evs := seen(); len(evs) != 1 || evs[0].EventType != api.EventRegistered {
 		t.Fatalf("the plugin's own events: %v, want its one registration", describeEvents(evs))
 	}
 }
