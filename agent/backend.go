@@ -37,8 +37,8 @@ func (c *Client) write(ctx context.Context, method string, args interface{}, wha
 
 // Register registers or updates p through a server.
 func (c *Client) Register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
-	if err := api.ValidateNewPlugin(p); err != nil {
-		return api.WriteResult{}, err
+	if p == nil {
+		return api.WriteResult{}, fmt.Errorf("register: %w: plugin is missing", api.ErrInvalid)
 	}
 	return c.write(ctx, agentrpc.Register, &agentrpc.RegisterArgs{Plugin: p, RequestID: api.RequestID(ctx), Token: c.writeToken(ctx)},
 		fmt.Sprintf("register %s/%s/%s", p.Type, p.Name, p.AllocID))

@@ -159,7 +159,10 @@ func (h *Host) lockAll(keys []key) func() {
 }
 
 // Register registers info for this host (its NodeID is set to the host's)
-// and remembers it: if the write fails, anti-entropy makes it later.
+// and remembers it: if the write fails, anti-entropy makes it later. info
+// is validated where it entered the agent (api.ValidateNewPlugin: the
+// plugin socket, a kubelet plugin socket's GetInfo), once, and by the
+// server where it is encoded for the log.
 func (h *Host) Register(ctx context.Context, info *api.PluginInfo) error {
 	_, err := h.Put(ctx, info)
 	return err
@@ -169,9 +172,6 @@ func (h *Host) Register(ctx context.Context, info *api.PluginInfo) error {
 func (h *Host) Put(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error) {
 	p := info.Copy()
 	p.NodeID = h.node
-	if err := api.ValidatePlugin(p); err != nil {
-		return api.WriteResult{}, err
-	}
 	k := keyOf(p)
 	defer h.lock(k)()
 	h.mu.Lock()

@@ -61,3 +61,10 @@ func (s *Server) ReportAck(node, incarnation string, index uint64, probe bool) e
 	})
 	return err
 }
+
+// Apply proposes an encoded command as commit does, without encoding it:
+// for the tests that send what no fsm.Request encodes (bytes the leader
+// must refuse).
+func (s *Server) Apply(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
+	return s.proposeCmd(ctx, cmd)
+}

@@ -35,7 +35,7 @@ func (s *Server) hostSync(ctx context.Context, req api.HostSyncRequest) (api.Hos
 	if old := s.serverBelow(rpcVersionHostSync); old != "" {
 		return s.hostSyncOneByOne(ctx, req)
 	}
-	res, err := s.writeApplied(ctx, &fsm.HostSyncRequest{HostSyncRequest: req, IfNodeID: backend.IfNodeID(ctx)})
+	res, err := s.commit(ctx, &fsm.HostSyncRequest{HostSyncRequest: req, IfNodeID: backend.IfNodeID(ctx)}, anyServer)
 	if err != nil {
 		var index uint64
 		if res != nil {

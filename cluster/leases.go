@@ -130,21 +130,13 @@ func (s *Server) expireLoop(ctx context.Context, stop <-chan struct{}, l *lessor
 }
 
 // proposeExpiry applies one ExpireCommand through this leader's raft,
-// never forwarded: a deposed leader's expiry must not reach the new
-// leader, whose grace it would cut short.
+// never forwarded (leaderOnly).
 func (s *Server) proposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) error {
-	cmd, err := fsm.EncodeCommand(&fsm.ExpireRequest{Leases: batch})
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
 	defer cancel()
-	res, err := s.applyLocal(ctx, cmd)
+	res, err := s.commit(ctx, &fsm.ExpireRequest{Leases: batch}, leaderOnly)
 	if err != nil {
 		return fmt.Errorf("expire %d leases: %w", len(batch), err)
-	}
-	if res.Err != nil {
-		return fmt.Errorf("expire %d leases: %w", len(batch), res.Err)
 	}
 	s.expiryEntries.Add(1)
 	s.expired.Add(uint64(res.Removed))

@@ -17,7 +17,7 @@ import (
 const (
 	rpcApply = "Apply" // applyArgs -> applyReply; leader only
 	// rpcApplyBatch: applyBatchArgs -> applyBatchReply; leader only;
-	// served from RPCVersion rpcVersionBatch on (forward.go).
+	// served from RPCVersion rpcVersionBatch on (propose.go).
 	rpcApplyBatch = "ApplyBatch"
 	rpcReadIndex  = "ReadIndex" // {} -> uint64; leader only
 	rpcPeers      = "Peers"     // {} -> []string
@@ -153,22 +153,7 @@ func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface
 		if err := dec(&args); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", method, err)
 		}
-		// Validate before proposing: a bad entry must never reach the
-		// log, even from a misbehaving peer, and what is proposed is
-		// this node's encoding of it, not the peer's bytes.
-		cmd, err := fsm.ReencodeCommand(args.Cmd)
-		if err != nil {
-			return new(applyReply).reject(err), nil
-		}
-		if !s.IsLeader() {
-			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
-		}
-		res, err := s.applyLocal(ctx, cmd)
-		if err != nil {
-			return nil, err
-		}
-		reply := replyOf(res)
-		return &reply, nil
+		return s.applyForwarded(ctx, args.Cmd)
 	case rpcApplyBatch:
 		var args applyBatchArgs
 		if err := dec(&args); err != nil {

@@ -59,7 +59,7 @@ type Server struct {
 
 	gossip *gossip.Pool
 
-	fwdQueue     chan *fwdItem // writes waiting to be forwarded to the leader (forward.go)
+	fwdQueue     chan *fwdItem // writes waiting to be forwarded to the leader (propose.go)
 	batchSupport atomic.Pointer[batchSupport]
 	// oldest is serverBelow's last answer (write.go).
 	oldest     atomic.Pointer[oldestServer]

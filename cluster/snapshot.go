@@ -63,18 +63,8 @@ func (b *Backend) SnapshotRestore(ctx context.Context, archive []byte) (api.Writ
 	if err := b.padFor(ctx, st); err != nil {
 		return api.WriteResult{}, err
 	}
-	cmd, err := fsm.EncodeCommand(req)
+	res, err := b.s.commit(ctx, req, anyServer)
 	if err != nil {
-		return api.WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
-	}
-	res, err := b.s.Apply(ctx, cmd)
-	if err != nil {
-		return api.WriteResult{}, apiError(err)
-	}
-	if res.Err != nil {
-		return api.WriteResult{}, apiError(res.Err)
-	}
-	if err := b.s.WaitApplied(ctx, res.Index); err != nil {
 		return api.WriteResult{}, apiError(err)
 	}
 	if res.Duplicate {
@@ -96,10 +86,6 @@ func (b *Backend) padFor(ctx context.Context, st *fsm.State) error {
 	if st.Index() <= cur || cur+1 >= need {
 		return nil
 	}
-	pad, err := fsm.EncodeCommand(&fsm.PaddingRequest{})
-	if err != nil {
-		return err
-	}
 	n := int(need - cur - 1)
 	b.s.logger.Info("padding the log before a restore from further along", "entries", n, "applied", cur, "longest_recency", need-1)
 	var (
@@ -113,7 +99,7 @@ func (b *Backend) padFor(ctx context.Context, st *fsm.State) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if _, err := b.s.Apply(ctx, pad); err != nil {
+			if _, err := b.s.commit(ctx, &fsm.PaddingRequest{}, anyServer); err != nil {
 				mu.Lock()
 				first = cmp.Or(first, err)
 				mu.Unlock()

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
@@ -9,7 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics/compat"
 
-	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -210,10 +210,9 @@ func (s *Server) proposeStateChecks(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		index, digest := s.checker.newest()
-		cmd, err := fsm.EncodeCommand(&fsm.StateCheckRequest{Node: s.cfg.NodeID, Index: index, Digest: digest})
-		if err == nil {
-			err = raftx.Await(s.raft.Apply(cmd, s.cfg.ApplyTimeout), s.raftGone)
-		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+		_, err := s.commit(ctx, &fsm.StateCheckRequest{Node: s.cfg.NodeID, Index: index, Digest: digest}, leaderOnly)
+		cancel()
 		if err != nil {
 			s.logger.Warn("state check not appended", "error", err)
 		}

@@ -10,16 +10,11 @@ import (
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/tracing"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// The write path of a server, as Consul's raftApply: each write is built
-// into its command here, validated and encoded once (fsm.EncodeCommand: a
-// bad request never reaches the log), proposed through Apply (raft on the
-// leader, forwarded from a follower), and answered once this server's own
-// FSM has applied its index, so that a read or watch here afterwards sees
-// it.
+// The writes a server's API makes: each is built into its fsm.Request
+// here, with the version gates of a rolling upgrade, and committed
+// (propose.go).
 
 func (s *Server) register(ctx context.Context, p *api.PluginInfo) (api.WriteResult, error) {
 	if p == nil {
@@ -165,10 +160,9 @@ const rpcVersionHostSync = agentrpc.HostSyncRPCVersion
 // rpcVersion is what this release's servers say they speak.
 const rpcVersion = rpcVersionHostSync
 
-// write encodes req, proposes it, and waits until this server has applied
-// its index.
+// write commits req (commit, propose.go) from any server.
 func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, error) {
-	res, err := s.writeApplied(ctx, req)
+	res, err := s.commit(ctx, req, anyServer)
 	if res == nil {
 		return api.WriteResult{}, err
 	}
@@ -176,37 +170,6 @@ func (s *Server) write(ctx context.Context, req fsm.Request) (api.WriteResult, e
 		return api.WriteResult{Index: res.Index}, err
 	}
 	return api.WriteResult{Index: res.Index, Result: res.Result}, nil
-}
-
-// writeApplied is write answering the FSM's whole result (with the
-// writes a host sync's conditions refused); it is nil when nothing is
-// known of the entry, and with an error whenever the write failed.
-func (s *Server) writeApplied(ctx context.Context, req fsm.Request) (*fsm.ApplyResult, error) {
-	if s.hub.IsShutdown() {
-		return nil, ErrShutdown
-	}
-	enc := fsm.Msgpack
-	if s.serverBelow(rpcVersionProtoCommands) == "" {
-		enc = fsm.Protobuf
-	}
-	cmd, err := fsm.EncodeCommandIn(req, enc)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.Apply(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	if res.Err != nil {
-		return res, res.Err
-	}
-	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
-	_, err = s.journal.WaitForIndex(wctx, res.Index)
-	tracing.End(span, err)
-	if err != nil {
-		return res, fmt.Errorf("wait for local apply of %d: %w", res.Index, err)
-	}
-	return res, nil
 }
 
 // serverBelow names a server of the Raft configuration whose gossip does

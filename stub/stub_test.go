@@ -341,6 +341,15 @@ func TestRefusals(t *testing.T) {
 			_, err := st.Recv()
 			return err
 		}, "contains '/'", codes.InvalidArgument},
+		// Refused where it enters the agent, before a session starts:
+		// not taken as a registration the server would refuse, pending
+		// and retried by the host for good.
+		{"a dot segment as the name (raw)", func() error {
+			st := rawSession(t, e.path)
+			st.Send(&pb.PluginMessage{Msg: &pb.PluginMessage_Register{Register: &pb.Register{Type: "demo", Name: "..", Idx: "00", Endpoint: &pb.Endpoint{Address: "x"}}}})
+			_, err := st.Recv()
+			return err
+		}, "are not names", codes.InvalidArgument},
 		{"no endpoint (raw)", func() error {
 			st := rawSession(t, e.path)
 			st.Send(&pb.PluginMessage{Msg: &pb.PluginMessage_Register{Register: &pb.Register{Type: "demo", Name: "n", Idx: "00"}}})

@@ -363,7 +363,8 @@ func (s *Server) pluginOf(r *pb.Register) (ident, *api.PluginInfo, error) {
 	}
 	info.Options[api.OptionSource] = api.SourceStub
 	info.Options[OptionIdx] = id.idx
-	if err := api.ValidatePlugin(info); err != nil { // type, name, endpoint, sizes
+	// The socket's edge: the host and the agent's client pass it on as is.
+	if err := api.ValidateNewPlugin(info); err != nil { // type, name, endpoint, sizes
 		return id, nil, err
 	}
 	return id, info, nil

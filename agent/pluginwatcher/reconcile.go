@@ -551,7 +551,9 @@ func (w *Watcher) validate(path string, gi *registerapi.PluginInfo) (nameKey, *a
 		return nameKey{}, nil, err
 	}
 	info := buildInfo(w.cfg.NodeID, path, gi.GetType(), gi.GetName(), endpoint, version, gi.GetSupportedVersions())
-	if err := api.ValidatePlugin(info); err != nil {
+	// The kubelet socket's edge: the host and the agent's client pass it
+	// on as is.
+	if err := api.ValidateNewPlugin(info); err != nil {
 		return nameKey{}, nil, fmt.Errorf("registration of %s: %w", path, err)
 	}
 	return nameKey{gi.GetType(), gi.GetName()}, info, nil

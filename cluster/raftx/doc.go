@@ -11,7 +11,7 @@
 //     Wired in cluster/server.go (setupRaft).
 //   - Await: a wait on a future that gives up once raft has stopped
 //     (hashicorp/raft issue 498: futures never answered at shutdown).
-//     Used by cluster/apply.go (applyOutcome) and cluster/leader.go (the
+//     Used by cluster/propose.go (applyOutcome) and cluster/leader.go (the
 //     leader's barrier); internal/testing/testcluster/leak.go allows its
 //     goroutine.
 //   - NoPipelining: pipelined replication off (hashicorp/raft issue 612:

@@ -8,17 +8,226 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/tracing"
+	"github.com/plugreg/plugreg/transport"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Forwarded writes travel in batches. Every write a follower forwards
-// used to be one RPC to the leader: a header, the arguments, a status and
-// a reply, each encoded, written, flushed and read on its own, on both
-// sides. Under load many writes wait to be forwarded at once; the
-// forwarder sends whatever is waiting as one ApplyBatch RPC, and the
+// A write's way to the log, as Consul's raftApply: every write of a
+// server, the API's and the server's own (expiries, state checks,
+// restores and their padding), is an fsm.Request handed to commit, which
+// encodes it once (fsm.EncodeCommandIn: a bad request never reaches the
+// log), proposes it (raft on the leader, forwarded from a follower), and
+// answers once this server's own FSM has applied its index, so that a
+// read or watch here afterwards sees it.
+
+// route says where a write may be proposed.
+type route uint8
+
+const (
+	// anyServer: through raft on the leader, forwarded from a follower.
+	anyServer route = iota
+	// leaderOnly: through this server's raft, never forwarded. The
+	// leader's own duties: a deposed leader's expiry must not reach the
+	// new leader, whose grace it would cut short, and a state check
+	// carries the digest of the leader that proposes it.
+	leaderOnly
+)
+
+// commit encodes req, proposes it by r, and waits until this server has
+// applied its index. It returns the FSM's whole result (with the writes a
+// host sync's conditions refused); it is nil when nothing is known of the
+// entry, and with an error whenever the write failed (res.Err, the FSM's
+// refusal, included).
+func (s *Server) commit(ctx context.Context, req fsm.Request, r route) (*fsm.ApplyResult, error) {
+	if s.hub.IsShutdown() {
+		return nil, ErrShutdown
+	}
+	enc := fsm.Msgpack
+	if s.serverBelow(rpcVersionProtoCommands) == "" {
+		enc = fsm.Protobuf
+	}
+	cmd, err := fsm.EncodeCommandIn(req, enc)
+	if err != nil {
+		return nil, err
+	}
+	var res *fsm.ApplyResult
+	if r == leaderOnly {
+		res, err = s.applyLocal(ctx, cmd)
+	} else {
+		res, err = s.proposeCmd(ctx, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return res, res.Err
+	}
+	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
+	err = s.waitApplied(wctx, res.Index)
+	tracing.End(span, err)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// proposeCmd proposes an encoded command to the cluster: through raft on
+// the leader, forwarded over RPC from a follower. It returns once the
+// entry is applied on the server that proposed it. A failure is an
+// *api.Error whose Outcome says whether the write may have applied.
+func (s *Server) proposeCmd(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
+	for attempt := 0; ; attempt++ {
+		if s.IsLeader() {
+			res, err := s.applyLocal(ctx, cmd)
+			var ce *api.Error
+			if errors.As(err, &ce) && ce.Code() == api.CodeNotLeader && attempt < 3 {
+				continue // lost leadership before enqueueing: forward instead
+			}
+			return res, err
+		}
+		leader, err := s.waitForLeader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.forward", trace.SpanKindClient)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("plugreg.leader", leader), attribute.Int("plugreg.attempt", attempt))
+		}
+		res, err := s.forward(fctx, leader, cmd)
+		tracing.End(span, err)
+		var ce *api.Error
+		if errors.As(err, &ce) && ce.Outcome() == api.NotApplied && attempt < 3 {
+			// The leader moved or was unreachable; nothing was applied.
+			select {
+			case <-ctx.Done():
+				return nil, notApplied(api.CodeNoLeader, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		return res, err
+	}
+}
+
+func (s *Server) applyLocal(ctx context.Context, cmd []byte) (*fsm.ApplyResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, notApplied(api.CodeTimeout, err)
+	}
+	// No goroutine per write to watch ctx: raft resolves every future
+	// within the enqueue timeout plus, once enqueued, a commit or the
+	// leader lease running out (ErrLeadershipLost), both far shorter than
+	// any request deadline.
+	ctx, span := s.cfg.Tracer.StartChild(ctx, "raft.apply", trace.SpanKindInternal)
+	res, err := s.applyOutcome(s.propose(ctx, cmd))
+	endApplySpan(span, res, err)
+	return res, err
+}
+
+// propose hands cmd to raft, with the trace of ctx's span in the entry's
+// extensions when it is sampled (every server's apply joins it).
+func (s *Server) propose(ctx context.Context, cmd []byte) raft.ApplyFuture {
+	if ext := tracing.LogExtension(ctx); ext != nil {
+		return s.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, s.cfg.ApplyTimeout)
+	}
+	return s.raft.Apply(cmd, s.cfg.ApplyTimeout)
+}
+
+// endApplySpan ends a raft.apply span with the entry's index.
+func endApplySpan(span trace.Span, res *fsm.ApplyResult, err error) {
+	if res != nil && span.IsRecording() {
+		span.SetAttributes(attribute.Int64("raft.index", int64(res.Index)))
+	}
+	tracing.End(span, err)
+}
+
+// applyOutcome waits for f and returns the FSM's result, or the error in
+// the form forwarding keeps (its Outcome says whether it may have
+// applied).
+func (s *Server) applyOutcome(f raft.ApplyFuture) (*fsm.ApplyResult, error) {
+	err := raftx.Await(f, s.raftGone)
+	switch {
+	case err == nil:
+	case errors.Is(err, raft.ErrNotLeader):
+		return nil, notApplied(api.CodeNotLeader, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, notApplied(api.CodeEnqueueTimeout, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		if errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return nil, notApplied(api.CodeNotLeader, err) // refused before enqueue
+		}
+		return nil, unknown(api.CodeLeadershipLost, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return nil, unknown(api.CodeShutdown, err)
+	default:
+		return nil, unknown(api.CodeLeadershipLost, err)
+	}
+	res, ok := f.Response().(*fsm.ApplyResult)
+	if !ok {
+		return nil, fmt.Errorf("apply: unexpected response %T", f.Response())
+	}
+	return res, nil
+}
+
+// waitForLeader returns the leader's address, waiting up to two election
+// timeouts (or ctx) for one to be elected.
+func (s *Server) waitForLeader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(2*s.electionTimeout() + 500*time.Millisecond)
+	for {
+		if addr := s.Leader(); addr != "" {
+			return addr, nil
+		}
+		if time.Now().After(deadline) {
+			return "", notApplied(api.CodeNoLeader, ErrNoLeader)
+		}
+		select {
+		case <-ctx.Done():
+			return "", notApplied(api.CodeNoLeader, fmt.Errorf("%w: %v", ErrNoLeader, ctx.Err()))
+		case <-s.ctx.Done():
+			return "", notApplied(api.CodeShutdown, ErrShutdown)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) electionTimeout() time.Duration {
+	if s.cfg.ElectionTimeout > 0 {
+		return s.cfg.ElectionTimeout
+	}
+	return raft.DefaultConfig().ElectionTimeout
+}
+
+func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*fsm.ApplyResult, error) {
+	var reply applyReply
+	err := s.pool.Call(ctx, leader, rpcApply, &applyArgs{Cmd: cmd}, &reply)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return reply.applied(), nil
+}
+
+// rpcError turns an RPC failure into an *Error with the right outcome.
+func rpcError(err error) error {
+	var re *transport.RemoteError
+	switch {
+	case errors.Is(err, transport.ErrUnreachable):
+		return notApplied(api.CodeNoLeader, err)
+	case errors.As(err, &re):
+		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
+	default:
+		return unknown(api.CodeForwardFailed, err)
+	}
+}
+
+// Forwarded writes travel in batches. One RPC a write pays for a header,
+// the arguments, a status and a reply, each encoded, written, flushed and
+// read on its own, on both sides. Under load many writes wait to be
+// forwarded at once; the forwarder sends whatever is waiting as one
+// ApplyBatch RPC, and the
 // leader hands all of them to raft before waiting for any (raft commits
 // them in one batch anyway). A lone write goes out at once, alone, as it
 // always did: batching adds no wait, it only shares the trip among the
@@ -249,6 +458,26 @@ func (r *applyReply) result() fwdResult {
 	return fwdResult{res: r.applied()}
 }
 
+// applyForwarded proposes one command a follower forwarded (the Apply
+// RPC), on the leader. It is validated before it is proposed: a bad entry
+// must never reach the log, even from a misbehaving peer, and what is
+// proposed is this server's encoding of it, not the peer's bytes.
+func (s *Server) applyForwarded(ctx context.Context, raw []byte) (*applyReply, error) {
+	cmd, err := fsm.ReencodeCommand(raw)
+	if err != nil {
+		return new(applyReply).reject(err), nil
+	}
+	if !s.IsLeader() {
+		return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
+	}
+	res, err := s.applyLocal(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	reply := replyOf(res)
+	return &reply, nil
+}
+
 // applyBatchLocal proposes every command of a forwarded batch to raft,
 // then waits for them all: one reply per command, each as the single
 // Apply RPC would have answered it (a command that fails validation is
@@ -258,7 +487,7 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 	futures := make([]raft.ApplyFuture, len(cmds))
 	var spans []trace.Span // each traced command's raft.apply, by position
 	for i, raw := range cmds {
-		cmd, err := fsm.ReencodeCommand(raw) // see rpcApply
+		cmd, err := fsm.ReencodeCommand(raw) // see applyForwarded
 		if err != nil {
 			out.Replies[i].reject(err)
 			continue
