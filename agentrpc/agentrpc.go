@@ -150,3 +150,16 @@ func (a DeregisterArgs) CallerToken() string      { return a.Token }
 func (a DeregisterNodeArgs) CallerToken() string  { return a.Token }
 func (a RenewArgs) CallerToken() string           { return a.Token }
 func (a HostSyncArgs) CallerToken() string        { return a.Token }
+
+// Write is a Tokened write, recorded in the log under its request ID,
+// which the server checks before it does anything.
+type Write interface {
+	Tokened
+	WriteRequestID() string
+}
+
+func (a SnapshotRestoreArgs) WriteRequestID() string { return a.RequestID }
+func (a RegisterArgs) WriteRequestID() string        { return a.RequestID }
+func (a DeregisterArgs) WriteRequestID() string      { return a.RequestID }
+func (a DeregisterNodeArgs) WriteRequestID() string  { return a.RequestID }
+func (a ACLTokenDeleteArgs) WriteRequestID() string  { return a.RequestID }

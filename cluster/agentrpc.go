@@ -9,15 +9,16 @@ import (
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/transport"
 )
 
-// agentMethod is how the server port authorizes one client-agent method
-// before it decodes a byte of its arguments: a caller that proved nothing
-// cannot make a server read a large request (a restore's archive) only to
-// be refused.
-type agentMethod struct {
+// agentEndpoint is one client-agent method of the server port: how the
+// port authorizes it before it decodes a byte of its arguments (a caller
+// that proved nothing cannot make a server read a large request, a
+// restore's archive, only to be refused), and its handler.
+type agentEndpoint struct {
 	// rule is the coarsest permission the method could ever need,
 	// checked against the token in the request's header
 	// (transport.CallerToken) before the arguments are decoded; the
@@ -28,27 +29,138 @@ type agentMethod struct {
 	// large: the arguments may be large (an archive), so they are never
 	// decoded for a caller the header did not prove (see preauthorize).
 	large bool
+	// serve decodes the arguments and answers, for c.
+	serve func(s *Server, ctx context.Context, c caller, decode decoder) (any, error)
 }
 
-// agentMethods are the client-agent methods, each with its rule: a method
-// not here is not served to client agents.
-var agentMethods = map[string]agentMethod{
-	agentrpc.Register:        {rule: authz.WriteSome},
-	agentrpc.Deregister:      {rule: authz.WriteSome},
-	agentrpc.DeregisterNode:  {rule: authz.WriteSome},
-	agentrpc.Renew:           {rule: authz.WriteSome},
-	agentrpc.HostSync:        {rule: authz.WriteSome},
-	agentrpc.Query:           {},
-	agentrpc.Subscribe:       {},
-	agentrpc.Status:          {},
-	agentrpc.ACLResolve:      {},
-	agentrpc.ACLBootstrap:    {},
-	agentrpc.ACLTokenCreate:  {rule: authz.Operator},
-	agentrpc.ACLTokens:       {rule: authz.Operator},
-	agentrpc.ACLTokenDelete:  {rule: authz.Operator},
-	agentrpc.SnapshotSave:    {rule: authz.Operator},
-	agentrpc.SnapshotRestore: {rule: authz.Operator, large: true},
-	agentrpc.AutopilotHealth: {rule: authz.ReadCluster},
+// decoder decodes a request's arguments into its argument.
+type decoder func(any) error
+
+// agentEndpoints are the client-agent methods (agentrpc), served with the
+// server's Backend behind authz.Guard, so a request through a client
+// agent means what it means through a server's HTTP API and is checked
+// by the same rules: writes and operator calls as the token they carry
+// (the HTTP caller's, or the agent's own: asCaller), reads as the agent
+// (the transport vouches for it, and the agent cuts what it forwards to
+// its own callers' tokens: asAgent). A method not here is not served to
+// client agents.
+var agentEndpoints = map[string]agentEndpoint{
+	agentrpc.Register: asCaller(authz.WriteSome, func(ctx context.Context, g backend.Backend, a *agentrpc.RegisterArgs) (any, error) {
+		if a.Plugin == nil {
+			return nil, fmt.Errorf("%w: plugin is missing", api.ErrInvalid)
+		}
+		// Validated where the command is encoded (fsm.EncodeCommand), as
+		// for every write: the server's edge for the log.
+		return g.Register(ctx, a.Plugin)
+	}),
+	agentrpc.Deregister: asCaller(authz.WriteSome, func(ctx context.Context, g backend.Backend, a *agentrpc.DeregisterArgs) (any, error) {
+		return g.Deregister(ctx, a.Request)
+	}),
+	agentrpc.DeregisterNode: asCaller(authz.WriteSome, func(ctx context.Context, g backend.Backend, a *agentrpc.DeregisterNodeArgs) (any, error) {
+		return g.DeregisterNode(ctx, a.NodeID)
+	}),
+	agentrpc.Renew: asCaller(authz.WriteSome, func(ctx context.Context, g backend.Backend, a *agentrpc.RenewArgs) (any, error) {
+		return g.Renew(ctx, a.Request) // validated by Server.Renew
+	}),
+	agentrpc.HostSync: asCaller(authz.WriteSome, func(ctx context.Context, g backend.Backend, a *agentrpc.HostSyncArgs) (any, error) {
+		// Checked whole where it is written (Server.hostSync), before
+		// any of it is.
+		return g.SyncHost(ctx, a.Request)
+	}),
+	agentrpc.Query: asAgent(func(s *Server, ctx context.Context, q *api.Query) (any, error) {
+		res, err := authz.Guard(s.Backend()).Query(authz.With(ctx, authz.Anyone()), *q)
+		if errors.Is(err, api.ErrNotFound) && res != nil {
+			res.NotFound = err.Error() // in the reply: the index crosses too
+			return res, nil
+		}
+		return res, err
+	}),
+	agentrpc.Subscribe: asAgent(func(s *Server, _ context.Context, a *agentrpc.SubscribeArgs) (any, error) {
+		return s.upstream(a), nil
+	}),
+	agentrpc.Status: asAgent(func(s *Server, _ context.Context, _ *struct{}) (any, error) { return s.status(), nil }),
+	agentrpc.ACLResolve: asAgent(func(s *Server, _ context.Context, a *agentrpc.ACLResolveArgs) (any, error) {
+		return s.Backend().resolveHash(a.SecretHash)
+	}),
+	agentrpc.ACLBootstrap: asAgent(func(s *Server, ctx context.Context, _ *struct{}) (any, error) {
+		return authz.Guard(s.Backend()).ACLBootstrap(ctx)
+	}),
+	agentrpc.ACLTokenCreate: asCaller(authz.Operator, func(ctx context.Context, g backend.Backend, a *agentrpc.ACLTokenCreateArgs) (any, error) {
+		return g.ACLTokenCreate(ctx, a.Request)
+	}),
+	agentrpc.ACLTokens: asCaller(authz.Operator, func(ctx context.Context, g backend.Backend, _ *agentrpc.ACLCallerArgs) (any, error) {
+		return g.ACLTokens(ctx)
+	}),
+	agentrpc.ACLTokenDelete: asCaller(authz.Operator, func(ctx context.Context, g backend.Backend, a *agentrpc.ACLTokenDeleteArgs) (any, error) {
+		return g.ACLTokenDelete(ctx, a.AccessorID)
+	}),
+	agentrpc.SnapshotSave: asCaller(authz.Operator, func(ctx context.Context, g backend.Backend, a *agentrpc.SnapshotSaveArgs) (any, error) {
+		write, err := g.SnapshotSave(ctx, a.Stale)
+		if err != nil {
+			return nil, err
+		}
+		// The reply is one message: the client agent streams it on.
+		var buf bytes.Buffer
+		if err := write(&buf); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	}),
+	agentrpc.SnapshotRestore: large(asCaller(authz.Operator, func(ctx context.Context, g backend.Backend, a *agentrpc.SnapshotRestoreArgs) (any, error) {
+		return g.SnapshotRestore(ctx, a.Archive)
+	})),
+	agentrpc.AutopilotHealth: asCaller(authz.ReadCluster, func(ctx context.Context, g backend.Backend, _ *agentrpc.ACLCallerArgs) (any, error) {
+		return g.AutopilotHealth(ctx)
+	}),
+}
+
+// asCaller is a method made as its caller: the header's token's identity,
+// which the arguments' token (older agents send it there alone) may not
+// contradict; without one, the arguments' token's. A write (agentrpc.Write)
+// carries its request ID, checked before anything is done: it goes into
+// the log.
+func asCaller[A any, P interface {
+	*A
+	agentrpc.Tokened
+}](rule func(context.Context) error, serve func(context.Context, backend.Backend, P) (any, error)) agentEndpoint {
+	return agentEndpoint{rule: rule, serve: func(s *Server, ctx context.Context, c caller, decode decoder) (any, error) {
+		args := P(new(A))
+		if err := decode(args); err != nil {
+			return nil, err
+		}
+		ctx, err := s.callerContext(ctx, c, args.CallerToken())
+		if err != nil {
+			return nil, err
+		}
+		if w, ok := any(args).(agentrpc.Write); ok {
+			id := w.WriteRequestID()
+			if err := api.ValidateRequestID(id); err != nil {
+				return nil, err
+			}
+			if id != "" {
+				ctx = api.WithRequestID(ctx, id)
+			}
+		}
+		return serve(ctx, authz.Guard(s.Backend()), args)
+	}}
+}
+
+// asAgent is a method the agent makes as itself: the transport's proof of
+// the peer is what authorizes it.
+func asAgent[A any](serve func(*Server, context.Context, *A) (any, error)) agentEndpoint {
+	return agentEndpoint{serve: func(s *Server, ctx context.Context, _ caller, decode decoder) (any, error) {
+		args := new(A)
+		if err := decode(args); err != nil {
+			return nil, err
+		}
+		return serve(s, ctx, args)
+	}}
+}
+
+// large marks e's arguments as possibly large (see agentEndpoint.large).
+func large(e agentEndpoint) agentEndpoint {
+	e.large = true
+	return e
 }
 
 // maxAgentArgs bounds the arguments of every client-agent method but a
@@ -75,13 +187,13 @@ type caller struct {
 // carry is checked as before, so that older agents keep registering and
 // renewing through an upgrade. An older agent's restore is refused there
 // until it is upgraded (a server's HTTP API restores meanwhile).
-func (s *Server) preauthorize(ctx context.Context, m agentMethod) (caller, error) {
+func (s *Server) preauthorize(ctx context.Context, m agentEndpoint) (caller, error) {
 	c := caller{token: transport.CallerToken(ctx)}
 	if m.rule == nil && c.token == "" {
 		return c, nil
 	}
 	// A header token is resolved whatever the rule: the method's
-	// arguments are then checked as its identity (handleAgentRPC's as).
+	// arguments are then checked as its identity (callerContext).
 	id, err := s.resolver().Resolve(ctx, c.token)
 	if err != nil {
 		return c, err
@@ -96,239 +208,60 @@ func (s *Server) preauthorize(ctx context.Context, m agentMethod) (caller, error
 	return c, nil
 }
 
-// handleAgentRPC serves the calls of client agents (api.RPC*) with the
-// server's Backend behind authz.Guard, so a request through a client agent
-// means what it means through a server's HTTP API and is checked by the
-// same rules: writes and operator calls as the token they carry (the HTTP
-// caller's, or the agent's own), reads as the agent (the transport vouches
-// for it; the agent cuts what it forwards to its own callers' tokens).
-// Each call is authorized before its arguments are decoded
-// (preauthorize). It reports false for other methods.
-func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(interface{}) error) (reply interface{}, handled bool, err error) {
-	m, ok := agentMethods[method]
-	if !ok {
-		return nil, false, nil
-	}
-	c, err := s.preauthorize(ctx, m)
+// serveAgent serves the client-agent method e, authorized before its
+// arguments are decoded (preauthorize).
+func (s *Server) serveAgent(ctx context.Context, e agentEndpoint, decode decoder) (any, error) {
+	c, err := s.preauthorize(ctx, e)
 	if err != nil {
-		return nil, true, api.ToWire(err)
+		return nil, err
 	}
-	b := s.Backend()
-	g := authz.Guard(b)
-	decode := func(v interface{}) error {
-		if err := dec(v); err != nil {
-			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)
+	return e.serve(s, ctx, c, decode)
+}
+
+// callerContext returns ctx carrying the identity a call is made as: the
+// header's token's (c), which the arguments' token may not contradict;
+// without one, the arguments' token's.
+func (s *Server) callerContext(ctx context.Context, c caller, argsToken string) (context.Context, error) {
+	if c.token != "" {
+		if argsToken != "" && argsToken != c.token {
+			return nil, fmt.Errorf("%w: the arguments' token is not the header's", api.ErrInvalid)
 		}
-		return nil
+		return authz.With(ctx, c.id), nil
 	}
-	// as decodes args and returns ctx carrying the caller's identity: the
-	// header's token's, which the args' token (older agents send it
-	// there alone) may not contradict; without one, the args' token's.
-	as := func(args interface{}, token *string) (context.Context, error) {
-		if err := decode(args); err != nil {
-			return nil, err
-		}
-		if c.token != "" {
-			if *token != "" && *token != c.token {
-				return nil, fmt.Errorf("%w: %s: the arguments' token is not the header's", api.ErrInvalid, method)
-			}
-			return authz.With(ctx, c.id), nil
-		}
-		id, err := s.resolver().Resolve(ctx, *token)
-		if err != nil {
-			return nil, err
-		}
-		return authz.With(ctx, id), nil
+	id, err := s.resolver().Resolve(ctx, argsToken)
+	if err != nil {
+		return nil, err
 	}
-	// write is as for a write, whose request ID (checked first: it goes
-	// into the log) it adds.
-	write := func(args interface{}, token, id *string) (context.Context, error) {
-		wctx, err := as(args, token)
+	return authz.With(ctx, id), nil
+}
+
+// upstream is a client agent's event stream from this server: the events
+// of a.Types after a.From, the first saying where the stream starts.
+func (s *Server) upstream(a *agentrpc.SubscribeArgs) transport.Streamer {
+	return func(ctx context.Context, send func(interface{}) error) error {
+		ch, start, err := authz.Guard(s.Backend()).Subscribe(authz.With(ctx, authz.Anyone()), a.Types, a.From, a.Heartbeat)
 		if err != nil {
-			return nil, err
+			return api.ToWire(err)
 		}
-		if err := api.ValidateRequestID(*id); err != nil {
-			return nil, err
+		if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
+			return err
 		}
-		if *id == "" {
-			return wctx, nil
-		}
-		return api.WithRequestID(wctx, *id), nil
-	}
-	anyone := authz.With(ctx, authz.Anyone())
-	switch method {
-	case agentrpc.Register:
-		var args agentrpc.RegisterArgs
-		wctx, err := write(&args, &args.Token, &args.RequestID)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		if args.Plugin == nil {
-			return nil, true, api.ToWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
-		}
-		// Validated once, where the command is encoded (fsm.EncodeCommand),
-		// as for the other writes below: never twice on the write path.
-		res, err := g.Register(wctx, args.Plugin)
-		return res, true, api.ToWire(err)
-	case agentrpc.Deregister:
-		var args agentrpc.DeregisterArgs
-		wctx, err := write(&args, &args.Token, &args.RequestID)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.Deregister(wctx, args.Request)
-		return res, true, api.ToWire(err)
-	case agentrpc.DeregisterNode:
-		var args agentrpc.DeregisterNodeArgs
-		wctx, err := write(&args, &args.Token, &args.RequestID)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.DeregisterNode(wctx, args.NodeID)
-		return res, true, api.ToWire(err)
-	case agentrpc.HostSync:
-		var args agentrpc.HostSyncArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		// Checked whole where it is written (Server.hostSync), before
-		// any of it is.
-		res, err := g.SyncHost(actx, args.Request)
-		return res, true, api.ToWire(err)
-	case agentrpc.Renew:
-		var args agentrpc.RenewArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		if err := args.Request.Validate(); err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.Renew(actx, args.Request)
-		return res, true, api.ToWire(err)
-	case agentrpc.Query:
-		var q api.Query
-		if err := decode(&q); err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.Query(anyone, q)
-		if errors.Is(err, api.ErrNotFound) && res != nil {
-			res.NotFound = err.Error() // in the reply: the index crosses too
-			return res, true, nil
-		}
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		return res, true, nil
-	case agentrpc.SnapshotSave:
-		var args agentrpc.SnapshotSaveArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		write, err := g.SnapshotSave(actx, args.Stale)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		// The reply is one message: the client agent streams it on.
-		var buf bytes.Buffer
-		if err := write(&buf); err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		return buf.Bytes(), true, nil
-	case agentrpc.SnapshotRestore:
-		var args agentrpc.SnapshotRestoreArgs
-		wctx, err := write(&args, &args.Token, &args.RequestID)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.SnapshotRestore(wctx, args.Archive)
-		return res, true, api.ToWire(err)
-	case agentrpc.AutopilotHealth:
-		var args agentrpc.ACLCallerArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		h, err := g.AutopilotHealth(actx)
-		return h, true, api.ToWire(err)
-	case agentrpc.Status:
-		var none struct{}
-		if err := decode(&none); err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		return s.status(), true, nil
-	case agentrpc.Subscribe:
-		var args agentrpc.SubscribeArgs
-		if err := decode(&args); err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		return transport.Streamer(func(ctx context.Context, send func(interface{}) error) error {
-			ch, start, err := g.Subscribe(authz.With(ctx, authz.Anyone()), args.Types, args.From, args.Heartbeat)
+		for ev := range ch {
+			// Encoded once for every client agent's upstream on this
+			// server, not once per agent.
+			b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
 			if err != nil {
 				return api.ToWire(err)
 			}
-			// The first event says where the stream starts.
-			if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
+			if err := send(transport.Encoded(b)); err != nil {
 				return err
 			}
-			for ev := range ch {
-				// Encoded once for every client agent's upstream on
-				// this server, not once per agent.
-				b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
-				if err != nil {
-					return api.ToWire(err)
-				}
-				if err := send(transport.Encoded(b)); err != nil {
-					return err
-				}
-			}
-			if ctx.Err() == nil {
-				return api.ToWire(unknown(api.CodeShutdown, ErrShutdown))
-			}
-			return nil
-		}), true, nil
-	case agentrpc.ACLResolve:
-		var args agentrpc.ACLResolveArgs
-		if err := decode(&args); err != nil {
-			return nil, true, api.ToWire(err)
 		}
-		t, err := b.resolveHash(args.SecretHash)
-		return t, true, api.ToWire(err)
-	case agentrpc.ACLBootstrap:
-		var none struct{}
-		if err := decode(&none); err != nil {
-			return nil, true, api.ToWire(err)
+		if ctx.Err() == nil {
+			return api.ToWire(unknown(api.CodeShutdown, ErrShutdown))
 		}
-		t, err := g.ACLBootstrap(ctx)
-		return t, true, api.ToWire(err)
-	case agentrpc.ACLTokenCreate:
-		var args agentrpc.ACLTokenCreateArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		t, err := g.ACLTokenCreate(actx, args.Request)
-		return t, true, api.ToWire(err)
-	case agentrpc.ACLTokens:
-		var args agentrpc.ACLCallerArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		ts, err := g.ACLTokens(actx)
-		return ts, true, api.ToWire(err)
-	case agentrpc.ACLTokenDelete:
-		var args agentrpc.ACLTokenDeleteArgs
-		actx, err := as(&args, &args.Token)
-		if err != nil {
-			return nil, true, api.ToWire(err)
-		}
-		res, err := g.ACLTokenDelete(actx, args.AccessorID)
-		return res, true, api.ToWire(err)
+		return nil
 	}
-	return nil, false, nil
 }
 
 // resolver resolves the tokens client agents' calls carry.

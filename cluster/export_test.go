@@ -19,10 +19,10 @@ func (s *Server) ProposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) er
 // PortMethods are the methods the server port serves by name: the client
 // agents' and the servers' own, for tests that walk them all.
 func PortMethods() (agent, serverOnlyMethods []string) {
-	for m := range agentMethods {
+	for m := range agentEndpoints {
 		agent = append(agent, m)
 	}
-	for m := range serverOnly {
+	for m := range serverEndpoints {
 		serverOnlyMethods = append(serverOnlyMethods, m)
 	}
 	return agent, serverOnlyMethods
@@ -55,11 +55,8 @@ func (s *Server) AckRecorded(node string) uint64 {
 // ReportAck serves a peer's acknowledged-index report (rollback.go) as
 // the server port does once the caller proved the server identity.
 func (s *Server) ReportAck(node, incarnation string, index uint64, probe bool) error {
-	_, err := s.serveAckReport(func(v interface{}) error {
-		*v.(*ackReport) = ackReport{Node: node, Incarnation: incarnation, Index: index, Probe: probe}
-		return nil
-	})
-	return err
+	_, err := s.serveAckReport(&ackReport{Node: node, Incarnation: incarnation, Index: index, Probe: probe})
+	return api.ToWire(err) // as the port answers it (serveRPC)
 }
 
 // Apply proposes an encoded command as commit does, without encoding it:

@@ -78,24 +78,79 @@ func (r *applyReply) reject(err error) *applyReply {
 	return r
 }
 
-// serverOnly are the internal methods only servers call: raw commands
-// for the log, a server's removal, and Raft's own state. A peer that did
-// not prove the server identity (a client agent's certificate, where the
-// port asks for proof: transport.Peer) is refused before its arguments
-// are read. Client agents have the Agent.* methods, which check tokens.
-var serverOnly = map[string]bool{
-	rpcApply: true, rpcApplyBatch: true, rpcReadIndex: true, rpcLeave: true, rpcRaftStats: true, rpcPeers: true,
-	rpcRenew:     true, // authorized where it came in (authz.Renew); client agents have Agent.Renew
-	rpcAckReport: true,
+// serverEndpoint is one method of the server port that only servers
+// call: raw commands for the log, a server's removal, Raft's own state,
+// renewals passed on to the leader (authorized where they came in,
+// authz.Renew; client agents have agentrpc.Renew). A peer that did not
+// prove the server identity (a client agent's certificate, where the port
+// asks for proof: transport.Peer) is refused before its arguments are
+// read.
+type serverEndpoint struct {
+	// beforeRaft: answered while Raft is still starting (every other
+	// method answers "not ready" until it runs).
+	beforeRaft bool
+	serve      func(s *Server, ctx context.Context, decode decoder) (any, error)
 }
 
-// serversOnly refuses a serverOnly method to a peer that did not prove
-// the server identity, before its arguments are read.
-func serversOnly(ctx context.Context, method string) error {
-	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
-		return api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
-	}
-	return nil
+var serverEndpoints = map[string]serverEndpoint{
+	rpcApply: decoded(func(s *Server, ctx context.Context, a *applyArgs) (any, error) {
+		return s.applyForwarded(ctx, a.Cmd)
+	}),
+	rpcApplyBatch: decoded(func(s *Server, ctx context.Context, a *applyBatchArgs) (any, error) {
+		if len(a.Cmds) > maxForwardBatch {
+			return nil, fmt.Errorf("%w: %d commands, at most %d", api.ErrTooLarge, len(a.Cmds), maxForwardBatch)
+		}
+		if !s.IsLeader() {
+			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
+		}
+		return s.applyBatchLocal(ctx, a.Cmds, a.Traces), nil
+	}),
+	rpcRenew: decoded(func(s *Server, _ context.Context, req *api.RenewRequest) (any, error) {
+		if err := req.Validate(); err != nil {
+			return nil, err
+		}
+		res, err := s.renewLocal(*req)
+		if err != nil {
+			return nil, err
+		}
+		return &res, nil
+	}),
+	rpcReadIndex: decoded(func(s *Server, ctx context.Context, _ *struct{}) (any, error) {
+		return s.readIndexLocal(ctx)
+	}),
+	rpcLeave: decoded(func(s *Server, _ context.Context, a *leaveArgs) (any, error) {
+		if !s.IsLeader() {
+			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
+		}
+		if err := s.removeLeaving(a.ID); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	}),
+	rpcRaftStats: decoded(func(s *Server, _ context.Context, _ *struct{}) (any, error) {
+		return s.raftStats(), nil
+	}),
+	rpcPeers: decoded(func(s *Server, _ context.Context, _ *struct{}) (any, error) {
+		// An error must cross as an error: bootstrap reads an empty
+		// answer as "this peer has no cluster".
+		return s.Peers()
+	}),
+	// Answered before Raft runs: a restarting server asks before its own
+	// Raft starts, and its peers may be starting too.
+	rpcAckReport: {beforeRaft: true, serve: decoded(func(s *Server, _ context.Context, rep *ackReport) (any, error) {
+		return s.serveAckReport(rep)
+	}).serve},
+}
+
+// decoded is a server method whose arguments decode into an A.
+func decoded[A any](serve func(*Server, context.Context, *A) (any, error)) serverEndpoint {
+	return serverEndpoint{serve: func(s *Server, ctx context.Context, decode decoder) (any, error) {
+		args := new(A)
+		if err := decode(args); err != nil {
+			return nil, err
+		}
+		return serve(s, ctx, args)
+	}}
 }
 
 // rpcRequestBound is how much of a request a peer may make a server read,
@@ -110,7 +165,7 @@ func rpcRequestBound(method string) int64 {
 	case rpcApplyBatch:
 		return 128 << 20
 	}
-	if _, ok := agentMethods[method]; ok {
+	if _, ok := agentEndpoints[method]; ok {
 		return maxAgentArgs
 	}
 	return transport.DefaultMaxRequestBytes
@@ -125,92 +180,39 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 	return reply, err
 }
 
+// serveRPC dispatches one call of the server port to its endpoint, and
+// answers its error in the wire form (api.ToWire), once for every method.
 func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
-	// The server port opens before Raft does (Raft needs its stream
-	// layer), and peers that still think this node leads forward to it
-	// as soon as it is back: answer "not ready" until Raft is up, which
-	// callers treat as not applied and retry.
-	if method == rpcAckReport {
-		// Answered before Raft runs: a restarting server asks before
-		// its own Raft starts, and its peers may be starting too.
-		if err := serversOnly(ctx, method); err != nil {
-			return nil, err
-		}
-		return s.serveAckReport(dec)
+	reply, err := s.dispatch(ctx, method, dec)
+	if err != nil {
+		return nil, api.ToWire(err)
 	}
-	if !s.rpcReady.Load() {
+	return reply, nil
+}
+
+func (s *Server) dispatch(ctx context.Context, method string, dec decoder) (any, error) {
+	decode := func(v any) error {
+		if err := dec(v); err != nil {
+			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)
+		}
+		return nil
+	}
+	se, isServers := serverEndpoints[method]
+	// The server port opens before Raft does (Raft needs its stream
+	// layer), and peers that still think this server leads forward to it
+	// as soon as it is back: "not ready" until Raft is up, which callers
+	// treat as not applied and retry.
+	if !s.rpcReady.Load() && !(isServers && se.beforeRaft) {
 		return nil, notApplied(api.CodeStarting, ErrStarting)
 	}
-	if err := serversOnly(ctx, method); err != nil {
-		return nil, err
+	if isServers {
+		if !transport.PeerFrom(ctx).Server {
+			return nil, fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method)
+		}
+		return se.serve(s, ctx, decode)
 	}
-	if reply, ok, err := s.handleAgentRPC(ctx, method, dec); ok {
-		return reply, err
+	if ae, ok := agentEndpoints[method]; ok {
+		return s.serveAgent(ctx, ae, decode)
 	}
-	switch method {
-	case rpcApply:
-		var args applyArgs
-		if err := dec(&args); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", method, err)
-		}
-		return s.applyForwarded(ctx, args.Cmd)
-	case rpcApplyBatch:
-		var args applyBatchArgs
-		if err := dec(&args); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", method, err)
-		}
-		if len(args.Cmds) > maxForwardBatch {
-			return nil, fmt.Errorf("%s: %d commands, at most %d", method, len(args.Cmds), maxForwardBatch)
-		}
-		if !s.IsLeader() {
-			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
-		}
-		return s.applyBatchLocal(ctx, args.Cmds, args.Traces), nil
-	case rpcRenew:
-		var req api.RenewRequest
-		if err := dec(&req); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", method, err)
-		}
-		if err := req.Validate(); err != nil {
-			return nil, api.ToWire(err)
-		}
-		res, err := s.renewLocal(req)
-		if err != nil {
-			return nil, api.ToWire(err)
-		}
-		return &res, nil
-	case rpcReadIndex:
-		var none struct{}
-		if err := dec(&none); err != nil {
-			return nil, err
-		}
-		return s.readIndexLocal(ctx)
-	case rpcLeave:
-		var args leaveArgs
-		if err := dec(&args); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", method, err)
-		}
-		if !s.IsLeader() {
-			return nil, notApplied(api.CodeNotLeader, errors.New("not the leader"))
-		}
-		if err := s.removeLeaving(args.ID); err != nil {
-			return nil, err
-		}
-		return struct{}{}, nil
-	case rpcRaftStats:
-		var none struct{}
-		if err := dec(&none); err != nil {
-			return nil, err
-		}
-		return s.raftStats(), nil
-	case rpcPeers:
-		var none struct{}
-		if err := dec(&none); err != nil {
-			return nil, err
-		}
-		// An error must cross as an error: bootstrap reads an empty
-		// answer as "this peer has no cluster".
-		return s.Peers()
-	}
-	return nil, fmt.Errorf("unknown rpc method %q", method)
+	return nil, fmt.Errorf("%w: unknown rpc method %q", api.ErrUnsupported, method)
 }
