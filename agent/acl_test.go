@@ -105,6 +105,23 @@ func TestClientAgentACLs(t *testing.T) {
 	if _, err := agentCN.Client.Register(ctx, dev); err != nil {
 		t.Fatalf("a write with the agent token: %v", err)
 	}
+	// A token's deletion through the agent's RPC keeps its request ID: a
+	// retry is answered with the first attempt's result, not a second
+	// entry that finds the token gone.
+	var doomed api.ACLTokenSecret
+	if st := httpJSON(t, "PUT", c.Nodes[0].HTTPURL+"/v1/acl/token", boot.SecretID, `{"Description":"doomed","Policies":[{"Kind":"read"}]}`, &doomed); st != 200 {
+		t.Fatalf("create a token to delete: %d", st)
+	}
+	dctx := api.WithRequestID(api.WithToken(ctx, boot.SecretID), "delete-doomed-1")
+	first, err := cn.Client.ACLTokenDelete(dctx, doomed.AccessorID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := cn.Client.ACLTokenDelete(dctx, doomed.AccessorID)
+	if err != nil || retry != first {
+		t.Fatalf("a retried deletion with the same request ID: %+v %v, want the first's %+v", retry, err, first)
+	}
+
 	// Nothing refused was applied.
 	root := client.Config{Addrs: []string{c.Nodes[1].HTTPURL}, Token: boot.SecretID}
 	rc, _ := client.New(root)
