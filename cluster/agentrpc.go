@@ -111,7 +111,7 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 	}
 	c, err := s.preauthorize(ctx, m)
 	if err != nil {
-		return nil, true, api.ToWire(err)
+		return nil, true, err
 	}
 	b := s.Backend()
 	g := authz.Guard(b)
@@ -161,56 +161,56 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 		var args agentrpc.RegisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		if args.Plugin == nil {
-			return nil, true, api.ToWire(fmt.Errorf("%w: plugin is missing", api.ErrInvalid))
+			return nil, true, fmt.Errorf("%w: plugin is missing", api.ErrInvalid)
 		}
 		// Validated once, where the command is encoded (fsm.EncodeCommand),
 		// as for the other writes below: never twice on the write path.
 		res, err := g.Register(wctx, args.Plugin)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.Deregister:
 		var args agentrpc.DeregisterArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.Deregister(wctx, args.Request)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.DeregisterNode:
 		var args agentrpc.DeregisterNodeArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.DeregisterNode(wctx, args.NodeID)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.HostSync:
 		var args agentrpc.HostSyncArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		// Checked whole where it is written (Server.hostSync), before
 		// any of it is.
 		res, err := g.SyncHost(actx, args.Request)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.Renew:
 		var args agentrpc.RenewArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		if err := args.Request.Validate(); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.Renew(actx, args.Request)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.Query:
 		var q api.Query
 		if err := decode(&q); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.Query(anyone, q)
 		if errors.Is(err, api.ErrNotFound) && res != nil {
@@ -218,56 +218,56 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 			return res, true, nil
 		}
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		return res, true, nil
 	case agentrpc.SnapshotSave:
 		var args agentrpc.SnapshotSaveArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		write, err := g.SnapshotSave(actx, args.Stale)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		// The reply is one message: the client agent streams it on.
 		var buf bytes.Buffer
 		if err := write(&buf); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		return buf.Bytes(), true, nil
 	case agentrpc.SnapshotRestore:
 		var args agentrpc.SnapshotRestoreArgs
 		wctx, err := write(&args, &args.Token, &args.RequestID)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.SnapshotRestore(wctx, args.Archive)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	case agentrpc.AutopilotHealth:
 		var args agentrpc.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		h, err := g.AutopilotHealth(actx)
-		return h, true, api.ToWire(err)
+		return h, true, err
 	case agentrpc.Status:
 		var none struct{}
 		if err := decode(&none); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		return s.status(), true, nil
 	case agentrpc.Subscribe:
 		var args agentrpc.SubscribeArgs
 		if err := decode(&args); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		return transport.Streamer(func(ctx context.Context, send func(interface{}) error) error {
 			ch, start, err := g.Subscribe(authz.With(ctx, authz.Anyone()), args.Types, args.From, args.Heartbeat)
 			if err != nil {
-				return api.ToWire(err)
+				return err
 			}
 			// The first event says where the stream starts.
 			if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
@@ -278,55 +278,55 @@ func (s *Server) handleAgentRPC(ctx context.Context, method string, dec func(int
 				// this server, not once per agent.
 				b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
 				if err != nil {
-					return api.ToWire(err)
+					return err
 				}
 				if err := send(transport.Encoded(b)); err != nil {
 					return err
 				}
 			}
 			if ctx.Err() == nil {
-				return api.ToWire(unknown(api.CodeShutdown, ErrShutdown))
+				return unknown(api.CodeShutdown, ErrShutdown)
 			}
 			return nil
 		}), true, nil
 	case agentrpc.ACLResolve:
 		var args agentrpc.ACLResolveArgs
 		if err := decode(&args); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		t, err := b.resolveHash(args.SecretHash)
-		return t, true, api.ToWire(err)
+		return t, true, err
 	case agentrpc.ACLBootstrap:
 		var none struct{}
 		if err := decode(&none); err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		t, err := g.ACLBootstrap(ctx)
-		return t, true, api.ToWire(err)
+		return t, true, err
 	case agentrpc.ACLTokenCreate:
 		var args agentrpc.ACLTokenCreateArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		t, err := g.ACLTokenCreate(actx, args.Request)
-		return t, true, api.ToWire(err)
+		return t, true, err
 	case agentrpc.ACLTokens:
 		var args agentrpc.ACLCallerArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		ts, err := g.ACLTokens(actx)
-		return ts, true, api.ToWire(err)
+		return ts, true, err
 	case agentrpc.ACLTokenDelete:
 		var args agentrpc.ACLTokenDeleteArgs
 		actx, err := as(&args, &args.Token)
 		if err != nil {
-			return nil, true, api.ToWire(err)
+			return nil, true, err
 		}
 		res, err := g.ACLTokenDelete(actx, args.AccessorID)
-		return res, true, api.ToWire(err)
+		return res, true, err
 	}
 	return nil, false, nil
 }

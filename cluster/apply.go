@@ -151,18 +151,9 @@ func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*
 	return reply.applied(), nil
 }
 
-// rpcError turns an RPC failure into an *Error with the right outcome.
-func rpcError(err error) error {
-	var re *transport.RemoteError
-	switch {
-	case errors.Is(err, transport.ErrUnreachable):
-		return notApplied(api.CodeNoLeader, err)
-	case errors.As(err, &re):
-		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
-	default:
-		return unknown(api.CodeForwardFailed, err)
-	}
-}
+// rpcError is an RPC's failure as an api error; a leader that could not
+// be dialled is no leader (not applied).
+func rpcError(err error) error { return transport.CallError(err, api.CodeNoLeader) }
 
 // ReadMeta describes the state a read returned.
 type ReadMeta struct {

@@ -243,8 +243,8 @@ func (s *Server) servesBatches(addr string) bool {
 // result turns one reply of a forwarded write back into what Apply
 // returns.
 func (r *applyReply) result() fwdResult {
-	if r.ErrCode != "" {
-		return fwdResult{err: (&api.WireError{Code: r.ErrCode, Outcome: api.Outcome(r.ErrOutcome), Msg: r.ErrMsg}).Err()}
+	if w := r.failure(); w != nil {
+		return fwdResult{err: w.Err()}
 	}
 	return fwdResult{res: r.applied()}
 }
@@ -303,4 +303,12 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 func (r *applyReply) fail(err error) {
 	w := api.ToWire(err).(*api.WireError)
 	r.ErrCode, r.ErrOutcome, r.ErrMsg = w.Code, w.Outcome, w.Msg
+}
+
+// failure is the failure fail recorded, nil when the command did not fail.
+func (r *applyReply) failure() *api.WireError {
+	if r.ErrCode == "" {
+		return nil
+	}
+	return &api.WireError{Code: r.ErrCode, Outcome: r.ErrOutcome, Msg: r.ErrMsg}
 }

@@ -164,10 +164,10 @@ func (s *Server) serveAckReport(dec func(interface{}) error) (interface{}, error
 		return nil, fmt.Errorf("decode %s: %w", rpcAckReport, err)
 	}
 	if err := api.ValidateIdentifier("node", rep.Node); err != nil {
-		return nil, api.ToWire(err)
+		return nil, err
 	}
 	if rep.Incarnation == "" || len(rep.Incarnation) > 64 {
-		return nil, api.ToWire(fmt.Errorf("%w: incarnation of %d bytes", api.ErrInvalid, len(rep.Incarnation)))
+		return nil, fmt.Errorf("%w: incarnation of %d bytes", api.ErrInvalid, len(rep.Incarnation))
 	}
 	acks := s.acks.Load()
 	if acks == nil {
@@ -184,7 +184,7 @@ func (s *Server) serveAckReport(dec func(interface{}) error) (interface{}, error
 			return nil, fmt.Errorf("%s: raft configuration: %w", rpcAckReport, err)
 		}
 		if !ok {
-			return nil, api.ToWire(fmt.Errorf("%w: %q is not a server of this cluster's Raft configuration", api.ErrPermissionDenied, rep.Node))
+			return nil, fmt.Errorf("%w: %q is not a server of this cluster's Raft configuration", api.ErrPermissionDenied, rep.Node)
 		}
 	}
 	reply, err := acks.report(rep)

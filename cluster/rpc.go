@@ -42,9 +42,13 @@ type applyReply struct {
 	// RejectedCode names the rejection's sentinel (see rejections); empty
 	// from older binaries, which meant invalid.
 	RejectedCode string `codec:",omitempty"`
-	// ErrCode and ErrMsg: this command of an ApplyBatch failed (the
-	// error's code and text, as a failed Apply RPC carries them in its
-	// status). Never set in a single Apply's reply.
+	// ErrCode, ErrOutcome and ErrMsg: this command of an ApplyBatch
+	// failed: an api.WireError (fail, failure), spelled out rather
+	// than embedded because these are its names on the wire, which older
+	// leaders send and older followers read (an embedded WireError would
+	// be Code, Outcome and Msg, and an older follower would take a failed
+	// command for one applied at index 0). Never set in a single Apply's
+	// reply.
 	ErrCode    string      `codec:",omitempty"`
 	ErrOutcome api.Outcome `codec:",omitempty"` // omitted before 2026-11-25: the code's
 	ErrMsg     string      `codec:",omitempty"`
@@ -93,7 +97,7 @@ var serverOnly = map[string]bool{
 // the server identity, before its arguments are read.
 func serversOnly(ctx context.Context, method string) error {
 	if serverOnly[method] && !transport.PeerFrom(ctx).Server {
-		return api.ToWire(fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method))
+		return fmt.Errorf("%w: %s is for servers of this cluster, and this peer's certificate does not name the server identity", api.ErrPermissionDenied, method)
 	}
 	return nil
 }
@@ -187,11 +191,11 @@ func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface
 			return nil, fmt.Errorf("decode %s: %w", method, err)
 		}
 		if err := req.Validate(); err != nil {
-			return nil, api.ToWire(err)
+			return nil, err
 		}
 		res, err := s.renewLocal(req)
 		if err != nil {
-			return nil, api.ToWire(err)
+			return nil, err
 		}
 		return &res, nil
 	case rpcReadIndex:

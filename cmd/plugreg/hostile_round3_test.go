@@ -165,7 +165,7 @@ func (h *hostile) round3() []attack {
 				for _, addr := range h.raftAddrs {
 					var reply interface{}
 					err := h.rpc.Call(h.ctx, addr, agentrpc.SnapshotRestore, args, &reply)
-					var re *transport.RemoteError
+					var re *api.WireError
 					if errors.As(err, &re) && re.Code != api.CodePermissionDenied {
 						return fmt.Errorf("%s: %v, want permission_denied", addr, err)
 					}

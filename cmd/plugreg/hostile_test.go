@@ -177,7 +177,7 @@ func TestHostileSuite(t *testing.T) {
 		for _, addr := range raftAddrs {
 			var reply interface{}
 			err := rpc.Call(ctx, addr, method, args, &reply)
-			var re *transport.RemoteError
+			var re *api.WireError
 			if !errors.As(err, &re) || re.Code != code {
 				return fmt.Errorf("%s at %s: %v (reply %v), want %s", method, addr, err, reply, code)
 			}
@@ -236,7 +236,7 @@ func TestHostileSuite(t *testing.T) {
 				err = s.Recv(&ev)
 				s.Close()
 			}
-			var re *transport.RemoteError
+			var re *api.WireError
 			if !errors.As(err, &re) || re.Code != api.CodeInvalid {
 				return fmt.Errorf("%v, want invalid", err)
 			}
