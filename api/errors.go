@@ -107,21 +107,22 @@ type ErrorKind struct {
 	Status int
 }
 
-// errorTable is the one table of error kinds. A sentinel that wraps
-// another (ErrACLNotFound wraps ErrPermissionDenied) comes before it:
-// lookups by error take the first row whose sentinel matches.
+// errorTable is the one table of error kinds. Lookups by error take the
+// first row whose sentinel matches: a sentinel that wraps another
+// (ErrACLNotFound wraps ErrPermissionDenied) comes before it, and an error
+// that wraps two is the earlier's (a limit before a size before validity).
 var errorTable = []ErrorKind{
 	// Refusals: the request was wrong, and will be wrong again.
+	{CodeTooManyRequests, ErrTooManyRequests, NotApplied, http.StatusTooManyRequests},
+	{CodeTooLarge, ErrTooLarge, NotApplied, http.StatusRequestEntityTooLarge},
 	{CodeInvalid, ErrInvalid, NotApplied, http.StatusBadRequest},
 	{CodeMalformed, ErrMalformed, NotApplied, http.StatusBadRequest},
-	{CodeTooLarge, ErrTooLarge, NotApplied, http.StatusRequestEntityTooLarge},
-	{CodeNotFound, ErrNotFound, NotApplied, http.StatusNotFound},
-	{CodeConflict, ErrConflict, NotApplied, http.StatusConflict},
 	{CodeACLNotFound, ErrACLNotFound, NotApplied, http.StatusForbidden},
 	{CodePermissionDenied, ErrPermissionDenied, NotApplied, http.StatusForbidden},
 	{CodeACLBootstrapped, ErrACLBootstrapped, NotApplied, http.StatusConflict},
+	{CodeNotFound, ErrNotFound, NotApplied, http.StatusNotFound},
+	{CodeConflict, ErrConflict, NotApplied, http.StatusConflict},
 	{CodeUnsupported, ErrUnsupported, NotApplied, http.StatusNotImplemented},
-	{CodeTooManyRequests, ErrTooManyRequests, NotApplied, http.StatusTooManyRequests},
 	// Version skew: retry once the servers are upgraded.
 	{CodeUnknownCommand, ErrUnknownCommand, NotApplied, http.StatusServiceUnavailable},
 	// Refusals of the HTTP edge alone.

@@ -44,7 +44,7 @@ func writeOperatorError(w http.ResponseWriter, err error, code string) {
 func classify(err error) (int, ErrorBody) {
 	k := api.KindOf(err)
 	var mbe *http.MaxBytesError
-	if k.Code == api.CodeInternal && errors.As(err, &mbe) {
+	if errors.As(err, &mbe) {
 		k = api.KindOfCode(api.CodeTooLarge) // a body over its route's bound
 	}
 	return k.Status, ErrorBody{Error: err.Error(), Code: k.Code, Outcome: string(k.Outcome)}
