@@ -70,10 +70,10 @@ func TestClientAgentACLs(t *testing.T) {
 	}
 	dev := plugin("h", "gpu", "g1")
 	dev.Type = "device"
-	if _, err := withToken(csi.SecretID).Register(ctx, dev); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := withToken(csi.SecretID).Register(ctx, dev); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("csi token registering a device through the agent: %v", err)
 	}
-	if _, err := withToken("no-such-token").Register(ctx, plugin("h", "x", "1")); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := withToken("no-such-token").Register(ctx, plugin("h", "x", "1")); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("unknown token through the agent: %v", err)
 	}
 	// A renewal needs what a write of its type needs: the csi token
@@ -87,7 +87,7 @@ func TestClientAgentACLs(t *testing.T) {
 	if _, err := withToken(csi.SecretID).Renew(ctx, "csi", "ebs", "l1"); err != nil {
 		t.Fatalf("csi token renewing a csi lease through the agent: %v", err)
 	}
-	if _, err := withToken(csi.SecretID).Renew(ctx, "device", "gpu", "g1"); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := withToken(csi.SecretID).Renew(ctx, "device", "gpu", "g1"); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("csi token renewing a device lease through the agent: %v", err)
 	}
 	if _, err := withToken(csi.SecretID).Deregister(ctx, "csi", "ebs", "l1"); err != nil {

@@ -249,27 +249,13 @@ func (c *Client) tryServers(ctx context.Context, try func(addr string) error) er
 			c.preferred.Store(&addr)
 			return nil
 		}
-		last = c.wireError(err)
+		last = transport.CallError(err, api.CodeNoServer)
 		if !retryElsewhere(last) || ctx.Err() != nil {
 			return last
 		}
 		c.logger.Debug("server did not serve the call; trying another", "server", addr, "error", err)
 	}
 	return last
-}
-
-// wireError rebuilds an RPC failure as an api error.
-func (c *Client) wireError(err error) error {
-	var re *transport.RemoteError
-	switch {
-	case errors.As(err, &re):
-		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
-	case errors.Is(err, transport.ErrUnreachable):
-		return api.NewError(api.CodeNoServer, err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return api.NewErrorOutcome(api.CodeTimeout, api.OutcomeUnknown, err)
-	}
-	return api.NewErrorOutcome(api.CodeForwardFailed, api.OutcomeUnknown, err)
 }
 
 // retryElsewhere reports whether err means "not done here; another server

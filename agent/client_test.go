@@ -61,7 +61,7 @@ func TestClientAgentServesTheAPI(t *testing.T) {
 			t.Fatalf("list through the agent (%+v): %v %+v %v", q, list, meta, err)
 		}
 	}
-	if _, _, err := ac.Get(ctx, "csi", "ebs", "nope", nil); !errors.Is(err, client.ErrNotFound) {
+	if _, _, err := ac.Get(ctx, "csi", "ebs", "nope", nil); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("get absent through the agent: %v", err)
 	}
 	// A not-found answer carries the index of the state read, as a
@@ -74,7 +74,7 @@ func TestClientAgentServesTheAPI(t *testing.T) {
 	if idx, _ := strconv.ParseUint(resp.Header.Get("X-Plugreg-Index"), 10, 64); resp.StatusCode != http.StatusNotFound || idx < res.Index {
 		t.Fatalf("not found through the agent: %d with X-Plugreg-Index %q, want 404 at or past %d", resp.StatusCode, resp.Header.Get("X-Plugreg-Index"), res.Index)
 	}
-	if _, err := ac.Register(ctx, &api.PluginInfo{Type: "csi", Name: ""}); !errors.Is(err, client.ErrInvalid) {
+	if _, err := ac.Register(ctx, &api.PluginInfo{Type: "csi", Name: ""}); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("invalid register through the agent: %v", err)
 	}
 	// Blocking query through the agent: woken by a write.
@@ -95,7 +95,7 @@ func TestClientAgentServesTheAPI(t *testing.T) {
 		t.Fatalf("blocking query through the agent: %v", err)
 	}
 	// A conditional deregister names the owner.
-	if _, err := ac.DeregisterIf(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "someone-else"}); !errors.Is(err, client.ErrConflict) {
+	if _, err := ac.DeregisterIf(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "someone-else"}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("conditional deregister of another node's instance: %v", err)
 	}
 	if r, err := ac.DeregisterIf(ctx, api.DeregisterRequest{Type: "csi", Name: "ebs", AllocID: "a1", IfNodeID: "client1"}); err != nil || r.Result != api.ResultDeregistered {

@@ -99,8 +99,9 @@ var ErrPermissionDenied = errors.New("plugreg: permission denied")
 
 // ErrACLNotFound: the token sent is not known (it never existed, or was
 // deleted). HTTP 403, code "acl_not_found". The message never carries the
-// token.
-var ErrACLNotFound = errors.New("plugreg: ACL token not found")
+// token. It is a permission denial too (errors.Is(err, ErrPermissionDenied)
+// holds): a caller that only asks "may I?" needs no second case.
+var ErrACLNotFound = fmt.Errorf("%w: ACL token not found", ErrPermissionDenied)
 
 // ErrACLBootstrapped: the ACL system was bootstrapped already.
 var ErrACLBootstrapped = errors.New("plugreg: ACL system already bootstrapped")

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 var (
@@ -50,7 +52,8 @@ const (
 	OutcomeUnknown Outcome = "unknown"
 )
 
-// Error codes, stable across the wire and in the HTTP API.
+// Error codes, stable across the wire and in the HTTP API. The error table
+// (errorTable) gives each its sentinel, outcome and HTTP status.
 const (
 	// Refusals: the request was wrong, and will be wrong again.
 	CodeInvalid        = "invalid"
@@ -83,19 +86,129 @@ const (
 	CodeInternal        = "internal"
 )
 
-// CodeOutcome is what an availability error with code means for a write.
-func CodeOutcome(code string) Outcome {
-	switch code {
-	case CodeNoLeader, CodeEnqueueTimeout, CodeNotLeader, CodeNotReady, CodeStarting, CodeNoServer,
-		CodeUnknownCommand, CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeMalformed, CodeUnsupported,
-		CodePermissionDenied, CodeACLNotFound, CodeACLBootstrapped, CodeTooManyRequests:
-		return NotApplied
-	}
-	return OutcomeUnknown
+// CodeMethodNotAllowed: the HTTP route exists with other methods (HTTP
+// 405, with Allow); nothing was done.
+const CodeMethodNotAllowed = "method_not_allowed"
+
+// An ErrorKind is one row of the error table: what plugreg says of one
+// error code at every edge. The HTTP API answers with Status, Code and
+// Outcome; a node sends Code and Outcome (WireError); the receiving side,
+// a node or the Go client, rebuilds Sentinel from Code.
+type ErrorKind struct {
+	Code string
+	// Sentinel is the refusal errors.Is finds on both sides of a wire;
+	// nil for the availability codes, which cross as an *Error.
+	Sentinel error
+	// Outcome is what an error of this kind did to a write; an *Error
+	// may carry another (a timeout before the entry was proposed is
+	// not applied).
+	Outcome Outcome
+	// Status is the HTTP status of an error of this kind.
+	Status int
 }
 
+// errorTable is the one table of error kinds. Lookups by error take the
+// first row whose sentinel matches: a sentinel that wraps another
+// (ErrACLNotFound wraps ErrPermissionDenied) comes before it, and an error
+// that wraps two is the earlier's (a limit before a size before validity).
+var errorTable = []ErrorKind{
+	// Refusals: the request was wrong, and will be wrong again.
+	{CodeTooManyRequests, ErrTooManyRequests, NotApplied, http.StatusTooManyRequests},
+	{CodeTooLarge, ErrTooLarge, NotApplied, http.StatusRequestEntityTooLarge},
+	{CodeInvalid, ErrInvalid, NotApplied, http.StatusBadRequest},
+	{CodeMalformed, ErrMalformed, NotApplied, http.StatusBadRequest},
+	{CodeACLNotFound, ErrACLNotFound, NotApplied, http.StatusForbidden},
+	{CodePermissionDenied, ErrPermissionDenied, NotApplied, http.StatusForbidden},
+	{CodeACLBootstrapped, ErrACLBootstrapped, NotApplied, http.StatusConflict},
+	{CodeNotFound, ErrNotFound, NotApplied, http.StatusNotFound},
+	{CodeConflict, ErrConflict, NotApplied, http.StatusConflict},
+	{CodeUnsupported, ErrUnsupported, NotApplied, http.StatusNotImplemented},
+	// Version skew: retry once the servers are upgraded.
+	{CodeUnknownCommand, ErrUnknownCommand, NotApplied, http.StatusServiceUnavailable},
+	// Refusals of the HTTP edge alone.
+	{CodeHostNotAllowed, nil, NotApplied, http.StatusMisdirectedRequest},
+	{CodeMethodNotAllowed, nil, NotApplied, http.StatusMethodNotAllowed},
+	// Availability, nothing done: retry anywhere.
+	{CodeNoLeader, nil, NotApplied, http.StatusServiceUnavailable},
+	{CodeEnqueueTimeout, nil, NotApplied, http.StatusServiceUnavailable},
+	{CodeNotLeader, nil, NotApplied, http.StatusServiceUnavailable},
+	{CodeNotReady, nil, NotApplied, http.StatusServiceUnavailable},
+	{CodeStarting, nil, NotApplied, http.StatusServiceUnavailable},
+	{CodeNoServer, nil, NotApplied, http.StatusServiceUnavailable},
+	// Availability, outcome unknown: retry with the same request ID.
+	{CodeLeadershipLost, nil, OutcomeUnknown, http.StatusServiceUnavailable},
+	{CodeShutdown, nil, OutcomeUnknown, http.StatusServiceUnavailable},
+	{CodeForwardFailed, nil, OutcomeUnknown, http.StatusServiceUnavailable},
+	{CodeTimeout, nil, OutcomeUnknown, http.StatusServiceUnavailable},
+	{CodeInternal, nil, OutcomeUnknown, http.StatusInternalServerError},
+}
+
+// ErrorKinds returns the error table, one row per code.
+func ErrorKinds() []ErrorKind { return append([]ErrorKind(nil), errorTable...) }
+
+// KindOfCode returns the row of code. A code this binary does not know
+// (a newer peer's) is an availability error of unknown outcome: HTTP 503.
+func KindOfCode(code string) ErrorKind {
+	for _, k := range errorTable {
+		if k.Code == code {
+			return k
+		}
+	}
+	return ErrorKind{Code: code, Outcome: OutcomeUnknown, Status: http.StatusServiceUnavailable}
+}
+
+// KindOf classifies err by the table: the row of its refusal sentinel, of
+// a Coded error's code (with the error's own outcome), of CodeTimeout for
+// a context's end, else CodeInternal's.
+func KindOf(err error) ErrorKind {
+	if k, ok := kindOf(err); ok {
+		return k
+	}
+	return KindOfCode(CodeInternal)
+}
+
+// kindOf is KindOf, and false for an error the table does not classify.
+func kindOf(err error) (ErrorKind, bool) {
+	if k, ok := refusalKind(err); ok {
+		return k, true
+	}
+	var w *WireError
+	var coded Coded
+	switch {
+	case errors.As(err, &w):
+		return withOutcome(KindOfCode(w.Code), w.Outcome), true
+	case errors.As(err, &coded):
+		return withOutcome(KindOfCode(coded.Code()), coded.Outcome()), true
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return KindOfCode(CodeTimeout), true
+	}
+	return ErrorKind{}, false
+}
+
+// withOutcome is k with outcome o, when one was given.
+func withOutcome(k ErrorKind, o Outcome) ErrorKind {
+	if o != "" {
+		k.Outcome = o
+	}
+	return k
+}
+
+// refusalKind is the row of err's refusal sentinel.
+func refusalKind(err error) (ErrorKind, bool) {
+	for _, k := range errorTable {
+		if k.Sentinel != nil && errors.Is(err, k.Sentinel) {
+			return k, true
+		}
+	}
+	return ErrorKind{}, false
+}
+
+// CodeOutcome is what an error with code means for a write.
+func CodeOutcome(code string) Outcome { return KindOfCode(code).Outcome }
+
 // Coded is an error with a stable code and what it means for a write.
-// Availability errors implement it; the HTTP API answers them with 503.
+// Availability errors implement it; the HTTP API answers them with their
+// row's status (503 for a code not in the table).
 type Coded interface {
 	error
 	Code() string
@@ -126,60 +239,31 @@ func (e *Error) Unwrap() error    { return e.err }
 func (e *Error) Code() string     { return e.code }
 func (e *Error) Outcome() Outcome { return e.outcome }
 
-// WireStatus is what transport sends of an error: its code and outcome.
-func (e *Error) WireStatus() (code, outcome string) { return e.code, string(e.outcome) }
-
-// refusals are the sentinels that carry a deterministic refusal across the
-// wire by code, so errors.Is works on both sides (Consul does the same with
-// structs.ErrNoLeader).
-var refusals = []struct {
-	code string
-	err  error
-}{
-	{CodeInvalid, ErrInvalid},
-	{CodeTooLarge, ErrTooLarge},
-	{CodeNotFound, ErrNotFound},
-	{CodeConflict, ErrConflict},
-	{CodeMalformed, ErrMalformed},
-	{CodeUnknownCommand, ErrUnknownCommand},
-	{CodeUnsupported, ErrUnsupported},
-	{CodePermissionDenied, ErrPermissionDenied},
-	{CodeACLNotFound, ErrACLNotFound},
-	{CodeACLBootstrapped, ErrACLBootstrapped},
-	{CodeTooManyRequests, ErrTooManyRequests},
-}
-
 // RefusalCode names err's refusal sentinel ("" when it has none).
 func RefusalCode(err error) string {
-	for _, r := range refusals {
-		if errors.Is(err, r.err) {
-			return r.code
-		}
-	}
-	return ""
+	k, _ := refusalKind(err)
+	return k.Code
 }
 
-// ErrorCode is the code of any error this package can classify: a refusal
-// sentinel's, a Coded error's, or "".
+// ErrorCode is the code of any error the table classifies: a refusal
+// sentinel's, a Coded error's, CodeTimeout for a context's end, or "".
 func ErrorCode(err error) string {
-	if c := RefusalCode(err); c != "" {
-		return c
-	}
-	var coded Coded
-	if errors.As(err, &coded) {
-		return coded.Code()
-	}
-	return ""
+	k, _ := kindOf(err)
+	return k.Code
 }
 
 // WireError is an error as it crosses between nodes (the internal RPC's
 // status, a stream's end, one reply of a forwarded batch): its code, what
 // it did to a write, and its message. ToWire makes one, Err rebuilds the
 // error on the other side; every wire of plugreg uses this pair.
+//
+// Its msgpack form is the fields by name, each omitted when empty: the
+// transport's status and a stream's end carry it inline under the names
+// they always had (Code, Outcome, Msg).
 type WireError struct {
-	Code    string
-	Outcome Outcome // "" from peers before 2026-11-25: then the code's
-	Msg     string
+	Code    string  `codec:",omitempty"`
+	Outcome Outcome `codec:",omitempty"` // "" from peers before 2026-11-25: then the code's
+	Msg     string  `codec:",omitempty"`
 }
 
 // ToWire returns err in its wire form (nil for nil): its code (CodeInternal
@@ -193,44 +277,28 @@ func ToWire(err error) error {
 	if errors.As(err, &w) {
 		return w
 	}
-	w = &WireError{Code: ErrorCode(err), Msg: err.Error()}
+	k := KindOf(err)
+	w = &WireError{Code: k.Code, Outcome: k.Outcome, Msg: err.Error()}
 	if e, ok := err.(*Error); ok {
 		// Err puts the code in front again: a message must not grow
 		// by one "code: " at every hop.
 		w.Msg = e.err.Error()
-	}
-	if w.Code == "" {
-		w.Code = CodeInternal
-	}
-	var coded Coded
-	if RefusalCode(err) == "" && errors.As(err, &coded) {
-		w.Outcome = coded.Outcome()
-	} else {
-		w.Outcome = CodeOutcome(w.Code)
 	}
 	return w
 }
 
 func (w *WireError) Error() string { return w.Msg }
 
-// WireStatus is what transport sends of an error: its code and outcome.
-func (w *WireError) WireStatus() (code, outcome string) { return w.Code, string(w.Outcome) }
-
 // Err rebuilds the error a peer sent: a refusal wraps its sentinel (so
 // errors.Is works across the wire), anything else is an *Error with the
 // outcome sent, or the code's when the peer sent none. Msg is kept as the
 // peer wrote it.
 func (w *WireError) Err() error {
-	for _, r := range refusals {
-		if r.code == w.Code {
-			return &remoteRefusal{msg: w.Msg, sentinel: r.err}
-		}
+	k := KindOfCode(w.Code)
+	if k.Sentinel != nil {
+		return &remoteRefusal{msg: w.Msg, sentinel: k.Sentinel}
 	}
-	outcome := w.Outcome
-	if outcome == "" {
-		outcome = CodeOutcome(w.Code)
-	}
-	return NewErrorOutcome(w.Code, outcome, errors.New(w.Msg))
+	return NewErrorOutcome(w.Code, withOutcome(k, w.Outcome).Outcome, errors.New(w.Msg))
 }
 
 // remoteRefusal is a refusal received from another node: its message as

@@ -18,7 +18,7 @@ type (
 
 // ACLBootstrap creates the cluster's first token, an operator token, and
 // returns it with its secret (shown only this once). A second call fails
-// with an *APIError of code acl_bootstrapped.
+// with an error matching api.ErrACLBootstrapped.
 func (c *Client) ACLBootstrap(ctx context.Context) (ACLTokenSecret, error) {
 	var out ACLTokenSecret
 	err := c.aclCall(ctx, http.MethodPut, "/v1/acl/bootstrap", nil, &out)

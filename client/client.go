@@ -121,12 +121,18 @@ func (c *Client) next(from int32) {
 	c.cur.CompareAndSwap(from, (from+1)%int32(len(c.addrs)))
 }
 
-// APIError is an error answer from a node.
+// APIError is an error answer from a node: its HTTP status and body. It
+// wraps the error of api's table that the body's code names, so callers
+// test it as the servers do: errors.Is(err, api.ErrNotFound),
+// api.ErrConflict, api.ErrPermissionDenied (an unknown token's
+// api.ErrACLNotFound is one too), api.ErrInvalid, ...; an availability
+// failure (a 503) is an api.Coded with its code and outcome.
 type APIError struct {
 	StatusCode int
 	Code       string
 	Message    string
-	// Outcome, on a failed write: "not_applied" or "unknown".
+	// Outcome: "not_applied" (nothing was done) or "unknown" (a write
+	// may have applied).
 	Outcome string
 }
 
@@ -134,38 +140,13 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%s (%d %s)", e.Message, e.StatusCode, e.Code)
 }
 
-// Sentinel errors an *APIError matches with errors.Is.
-var (
-	ErrNotFound = errors.New("client: not found")
-	ErrInvalid  = errors.New("client: invalid request")
-	ErrTooLarge = errors.New("client: request too large")
-	// ErrConflict: a conditional write's condition did not hold.
-	ErrConflict = errors.New("client: condition not met")
-	// ErrPermissionDenied: the token (or its absence) does not allow the
-	// request, or the token is not known (HTTP 403).
-	ErrPermissionDenied = errors.New("client: permission denied")
-	// ErrACLNotFound: the token is not known (it never existed, or was
-	// deleted): a 403 with code acl_not_found. Such an error matches
-	// ErrPermissionDenied too.
-	ErrACLNotFound = errors.New("client: ACL token not found")
-)
-
-func (e *APIError) Is(target error) bool {
-	switch target {
-	case ErrNotFound:
-		return e.StatusCode == http.StatusNotFound
-	case ErrInvalid:
-		return e.StatusCode == http.StatusBadRequest
-	case ErrTooLarge:
-		return e.StatusCode == http.StatusRequestEntityTooLarge
-	case ErrConflict:
-		return e.StatusCode == http.StatusConflict
-	case ErrPermissionDenied:
-		return e.StatusCode == http.StatusForbidden
-	case ErrACLNotFound:
-		return e.StatusCode == http.StatusForbidden && e.Code == api.CodeACLNotFound
+// Unwrap is the api error the answer's code stands for; nil for an answer
+// without one (not plugreg's: a proxy's).
+func (e *APIError) Unwrap() error {
+	if e.Code == "" {
+		return nil
 	}
-	return false
+	return (&api.WireError{Code: e.Code, Outcome: api.Outcome(e.Outcome), Msg: e.Message}).Err()
 }
 
 // retryable reports whether another node may answer better.
@@ -220,7 +201,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 				if lastErr == nil {
 					lastErr = ctx.Err()
 				}
-				return nil, fmt.Errorf("%s %s: %w (last error: %v)", method, path, ctx.Err(), lastErr)
+				return nil, fmt.Errorf("%s %s: %w (last error: %w)", method, path, ctx.Err(), lastErr)
 			case <-time.After(wait):
 			}
 		}
@@ -351,7 +332,7 @@ func (c *Client) Deregister(ctx context.Context, ptype, name, allocID string) (W
 
 // DeregisterIf removes a plugin instance only if it still belongs to
 // req.IfNodeID and/or was last changed at req.IfModifyIndex; otherwise it
-// fails with an error matching ErrConflict and nothing changes.
+// fails with an error matching api.ErrConflict and nothing changes.
 func (c *Client) DeregisterIf(ctx context.Context, req api.DeregisterRequest) (WriteResult, error) {
 	v := url.Values{}
 	if req.IfNodeID != "" {
@@ -391,7 +372,7 @@ type QueryOptions struct {
 	WaitIndex uint64
 	WaitTime  time.Duration
 	// Filter selects the instances of a list (docs/api.md, "Filters"); a
-	// bad expression is refused with ErrInvalid and its position.
+	// bad expression is refused with api.ErrInvalid and its position.
 	Filter string
 	// PerPage and NextToken page a list: at most PerPage instances,
 	// from the one QueryMeta.NextToken of the previous page named.

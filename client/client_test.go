@@ -41,10 +41,10 @@ func TestClient(t *testing.T) {
 	if err != nil || res.Result != "registered" {
 		t.Fatalf("register: %+v %v", res, err)
 	}
-	if _, err := cl.Register(ctx, plugin("", "a1")); !errors.Is(err, client.ErrInvalid) {
+	if _, err := cl.Register(ctx, plugin("", "a1")); !errors.Is(err, api.ErrInvalid) {
 		t.Fatalf("invalid register: %v", err)
 	}
-	if _, _, err := cl.Get(ctx, "csi", "ebs", "zz", nil); !errors.Is(err, client.ErrNotFound) {
+	if _, _, err := cl.Get(ctx, "csi", "ebs", "zz", nil); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("get absent: %v", err)
 	}
 	list, meta, err := cl.List(ctx, "csi", nil)
@@ -93,7 +93,7 @@ func TestClientRegistersInEitherEncoding(t *testing.T) {
 		if err != nil || res.Result != "registered" {
 			t.Fatalf("protobuf %v: register: %+v %v", proto, res, err)
 		}
-		if _, err := cl.Register(ctx, plugin("", "a1")); !errors.Is(err, client.ErrInvalid) {
+		if _, err := cl.Register(ctx, plugin("", "a1")); !errors.Is(err, api.ErrInvalid) {
 			t.Fatalf("protobuf %v: invalid register: %v", proto, err)
 		}
 		p, _, err := cl.Get(ctx, "csi", "ebs", alloc, nil)

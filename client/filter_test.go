@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
@@ -45,7 +46,7 @@ func TestClientFilterPagingAndWatch(t *testing.T) {
 		t.Fatalf("paged filtered list: %v", got)
 	}
 	_, _, err := cl.List(ctx, "csi", &client.QueryOptions{Filter: `Name = "a"`})
-	if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "1:6 (5)") {
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "1:6 (5)") {
 		t.Fatalf("bad filter: %v", err)
 	}
 	ch := cl.Watch(ctx, start.Index, client.WatchOptions{Types: []string{"csi"}, Filter: `Options.zone == "eu-c"`})
@@ -65,7 +66,7 @@ func TestStreamWithABadFilterEnds(t *testing.T) {
 	s := cl.Stream(ctx, 0, client.WatchOptions{Types: []string{"csi"}, Filter: `Name = "a"`})
 	for range s.Events() {
 	}
-	if ctx.Err() != nil || !errors.Is(s.Err(), client.ErrInvalid) {
+	if ctx.Err() != nil || !errors.Is(s.Err(), api.ErrInvalid) {
 		t.Fatalf("the stream ended with %v (context: %v), want the filter's refusal", s.Err(), ctx.Err())
 	}
 }

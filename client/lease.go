@@ -18,7 +18,7 @@ import (
 // Renew renews the lease of a leased instance: its deadline becomes the
 // leader's now plus its TTL, which the answer carries. It moves through
 // the nodes on failures another node may not have (as every call does).
-// An error matching ErrNotFound means there is no such lease: the
+// An error matching api.ErrNotFound means there is no such lease: the
 // instance expired, was deregistered, or was registered without a TTL;
 // register it again.
 func (c *Client) Renew(ctx context.Context, ptype, name, allocID string) (api.RenewResult, error) {
@@ -44,8 +44,8 @@ func (c *Client) Renew(ctx context.Context, ptype, name, allocID string) (api.Re
 // the first answer, api.MinTTL): one that a hung node holds longer is
 // abandoned and sent to the next node, before the lease runs out. It
 // returns the error of a renewal refused for good: one matching
-// ErrNotFound when the lease is gone (the caller registers again),
-// ErrPermissionDenied or ErrConflict when its token may not renew it. It
+// api.ErrNotFound when the lease is gone (the caller registers again),
+// api.ErrPermissionDenied or api.ErrConflict when its token may not renew it. It
 // logs nothing and starts no goroutine: run it in one of yours.
 func (c *Client) KeepAlive(ctx context.Context, ptype, name, allocID string, every time.Duration) error {
 	wait := every

@@ -33,7 +33,7 @@ func (c *Client) SnapshotSave(ctx context.Context, w io.Writer, q *QueryOptions)
 
 // SnapshotRestore replaces the registry with the archive in r (the server
 // checks it whole first: a damaged, foreign or newer file is refused with
-// ErrInvalid and changes nothing; the CLI checks it before sending, with
+// api.ErrInvalid and changes nothing; the CLI checks it before sending, with
 // package snapshot). It carries a request ID (a fresh one, or ctx's from
 // WithRequestID) that it keeps across its own retries: a restore resent
 // after a lost answer applies once, so the writes acknowledged after the

@@ -56,7 +56,7 @@ func TestStreamStopsOnARefusedToken(t *testing.T) {
 				t.Fatal("the refused stream was retried until its context ended")
 			}
 			err := s.Err()
-			if !errors.Is(err, client.ErrPermissionDenied) || errors.Is(err, client.ErrACLNotFound) != tc.notFound {
+			if !errors.Is(err, api.ErrPermissionDenied) || errors.Is(err, api.ErrACLNotFound) != tc.notFound {
 				t.Fatalf("Err: %v", err)
 			}
 		})

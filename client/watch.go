@@ -25,7 +25,7 @@ type WatchOptions struct {
 	// Filter, when set, delivers only the changes whose instance matches
 	// it (and resets with the matching instances): docs/api.md, "Filters".
 	// A bad expression is refused by every node, so the stream ends at
-	// once with an error matching ErrInvalid (EventStream.Err), as it
+	// once with an error matching api.ErrInvalid (EventStream.Err), as it
 	// does when the filter runs over the stream's work budget.
 	Filter string
 	// StallTimeout: a connection silent this long (no event, no heartbeat)
@@ -69,8 +69,8 @@ func (s *EventStream) Events() <-chan *Event { return s.w.out }
 
 // Err is why the stream ended, once Events is closed: nil when its
 // context ended; else the refusal of its token, an error matching
-// ErrPermissionDenied (and ErrACLNotFound when the token was deleted),
-// or of its request, matching ErrInvalid (a bad filter, or one over the
+// api.ErrPermissionDenied (and api.ErrACLNotFound when the token was deleted),
+// or of its request, matching api.ErrInvalid (a bad filter, or one over the
 // stream's work budget): the node ended the stream (an api.EventError)
 // or refused to open it, and every other node would do the same, so the
 // stream does not resume elsewhere.
@@ -99,7 +99,7 @@ func (w *watcher) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrInvalid) {
+		if errors.Is(err, api.ErrPermissionDenied) || errors.Is(err, api.ErrInvalid) {
 			// The token or the request, not the node: every node refuses
 			// it alike (a bad filter, or one over the stream's budget).
 			w.err = err
@@ -201,21 +201,15 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 
 // streamEndError is the error an api.EventError carries, as the HTTP
 // error the same request would now get: a refusal of the token matches
-// ErrPermissionDenied (and ErrACLNotFound), a filter over its budget
-// ErrInvalid; any other reason is a failure of that node, and the stream
+// api.ErrPermissionDenied (and api.ErrACLNotFound), a filter over its budget
+// api.ErrInvalid; any other reason is a failure of that node, and the stream
 // resumes elsewhere.
 func streamEndError(se *api.StreamError) error {
 	if se == nil {
 		return errors.New("no reason given")
 	}
-	e := &APIError{StatusCode: http.StatusServiceUnavailable, Code: se.Code, Message: se.Message}
-	switch se.Code {
-	case api.CodeACLNotFound, api.CodePermissionDenied:
-		e.StatusCode = http.StatusForbidden
-	case api.CodeInvalid:
-		e.StatusCode = http.StatusBadRequest
-	}
-	return e
+	k := api.KindOfCode(se.Code)
+	return &APIError{StatusCode: k.Status, Code: se.Code, Message: se.Message, Outcome: string(k.Outcome)}
 }
 
 // maxEventBytes bounds one event on the wire; a reset carries a whole

@@ -241,7 +241,7 @@ func (s *Server) upstream(a *agentrpc.SubscribeArgs) transport.Streamer {
 	return func(ctx context.Context, send func(interface{}) error) error {
 		ch, start, err := authz.Guard(s.Backend()).Subscribe(authz.With(ctx, authz.Anyone()), a.Types, a.From, a.Heartbeat)
 		if err != nil {
-			return api.ToWire(err)
+			return err
 		}
 		if err := send(&api.Event{Index: start, EventType: api.EventHeartbeat}); err != nil {
 			return err
@@ -251,14 +251,14 @@ func (s *Server) upstream(a *agentrpc.SubscribeArgs) transport.Streamer {
 			// server, not once per agent.
 			b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
 			if err != nil {
-				return api.ToWire(err)
+				return err
 			}
 			if err := send(transport.Encoded(b)); err != nil {
 				return err
 			}
 		}
 		if ctx.Err() == nil {
-			return api.ToWire(unknown(api.CodeShutdown, ErrShutdown))
+			return unknown(api.CodeShutdown, ErrShutdown)
 		}
 		return nil
 	}

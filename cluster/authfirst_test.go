@@ -57,7 +57,7 @@ func secureServer(t *testing.T) (*testcluster.Node, string, *transport.Pool) {
 
 // remoteCode is the code of a server's refusal ("" for none).
 func remoteCode(err error) string {
-	var re *transport.RemoteError
+	var re *api.WireError
 	if errors.As(err, &re) {
 		return re.Code
 	}

@@ -56,7 +56,7 @@ func (s *Server) AckRecorded(node string) uint64 {
 // the server port does once the caller proved the server identity.
 func (s *Server) ReportAck(node, incarnation string, index uint64, probe bool) error {
 	_, err := s.serveAckReport(&ackReport{Node: node, Incarnation: incarnation, Index: index, Probe: probe})
-	return api.ToWire(err) // as the port answers it (serveRPC)
+	return err
 }
 
 // Apply proposes an encoded command as commit does, without encoding it:

@@ -174,7 +174,7 @@ func TestUnrenewedLeaseExpiresEverywhere(t *testing.T) {
 			t.Fatalf("%s lost the registration without a TTL", n.NodeID())
 		}
 	}
-	if _, err := cl.Renew(ctx, "csi", "ebs", "a1"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := cl.Renew(ctx, "csi", "ebs", "a1"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("renewal of the expired lease: %v, want not found", err)
 	}
 }
@@ -215,7 +215,7 @@ func TestRenewedLeaseStays(t *testing.T) {
 	for _, tc := range []struct {
 		alloc string
 		want  error
-	}{{"plain", client.ErrNotFound}, {"nope", client.ErrNotFound}} {
+	}{{"plain", api.ErrNotFound}, {"nope", api.ErrNotFound}} {
 		if _, err := clientOf(t, agent.HTTPURL).Renew(ctx, "csi", "ebs", tc.alloc); !errors.Is(err, tc.want) {
 			t.Fatalf("renew %s through the client agent: %v, want %v", tc.alloc, err, tc.want)
 		}

@@ -66,7 +66,7 @@ func TestServerOnlyRPCRefusesClientCertificates(t *testing.T) {
 		t.Run("client certificate/"+call.method, func(t *testing.T) {
 			var reply interface{}
 			err := attacker.Call(ctx, leader.RaftAddr(), call.method, call.args, &reply)
-			var re *transport.RemoteError
+			var re *api.WireError
 			if !errors.As(err, &re) || re.Code != api.CodePermissionDenied {
 				t.Fatalf("%s with a client certificate: %v (reply %v); want permission_denied", call.method, err, reply)
 			}

@@ -210,18 +210,9 @@ func (s *Server) forwardApply(ctx context.Context, leader string, cmd []byte) (*
 	return reply.applied(), nil
 }
 
-// rpcError turns an RPC failure into an *Error with the right outcome.
-func rpcError(err error) error {
-	var re *transport.RemoteError
-	switch {
-	case errors.Is(err, transport.ErrUnreachable):
-		return notApplied(api.CodeNoLeader, err)
-	case errors.As(err, &re):
-		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
-	default:
-		return unknown(api.CodeForwardFailed, err)
-	}
-}
+// rpcError is an RPC's failure as an api error; a leader that could not
+// be dialled is no leader (not applied).
+func rpcError(err error) error { return transport.CallError(err, api.CodeNoLeader) }
 
 // Forwarded writes travel in batches. One RPC a write pays for a header,
 // the arguments, a status and a reply, each encoded, written, flushed and
@@ -452,8 +443,8 @@ func (s *Server) servesBatches(addr string) bool {
 // result turns one reply of a forwarded write back into what Apply
 // returns.
 func (r *applyReply) result() fwdResult {
-	if r.ErrCode != "" {
-		return fwdResult{err: (&api.WireError{Code: r.ErrCode, Outcome: api.Outcome(r.ErrOutcome), Msg: r.ErrMsg}).Err()}
+	if w := r.failure(); w != nil {
+		return fwdResult{err: w.Err()}
 	}
 	return fwdResult{res: r.applied()}
 }
@@ -532,4 +523,12 @@ func (s *Server) applyBatchLocal(ctx context.Context, cmds [][]byte, traces []tr
 func (r *applyReply) fail(err error) {
 	w := api.ToWire(err).(*api.WireError)
 	r.ErrCode, r.ErrOutcome, r.ErrMsg = w.Code, w.Outcome, w.Msg
+}
+
+// failure is the failure fail recorded, nil when the command did not fail.
+func (r *applyReply) failure() *api.WireError {
+	if r.ErrCode == "" {
+		return nil
+	}
+	return &api.WireError{Code: r.ErrCode, Outcome: r.ErrOutcome, Msg: r.ErrMsg}
 }

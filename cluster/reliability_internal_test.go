@@ -22,9 +22,8 @@ func TestRPCBeforeRaftIsNotReady(t *testing.T) {
 	for _, m := range methods {
 		t.Run(m, func(t *testing.T) {
 			_, err := s.handleRPC(context.Background(), m, func(interface{}) error { return nil })
-			// In its wire form, as the port answers it.
-			var w *api.WireError
-			if !errors.As(err, &w) || w.Code != api.CodeStarting || w.Outcome != api.NotApplied || w.Msg != ErrStarting.Error() {
+			var ce *api.Error
+			if !errors.As(err, &ce) || ce.Code() != api.CodeStarting || ce.Outcome() != api.NotApplied || !errors.Is(err, ErrStarting) {
 				t.Fatalf("%s before raft: got %v, want a not-applied %q error", m, err, api.CodeStarting)
 			}
 		})

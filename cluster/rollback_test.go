@@ -90,9 +90,9 @@ func TestAckReportsRecordedOnlyForServers(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	leader := c.WaitForLeader()
 	member := c.Followers()[0].Config.NodeID
-	// As the reporter gets it back over the wire.
-	var wire *api.WireError
-	if err := leader.ReportAck("nosuch", "inc-1", 5, false); !errors.As(err, &wire) || !errors.Is(wire.Err(), api.ErrPermissionDenied) {
+	// As the reporter gets it back over the wire (transport sends it as
+	// api.ToWire makes it).
+	if err := leader.ReportAck("nosuch", "inc-1", 5, false); err == nil || !errors.Is(api.ToWire(err).(*api.WireError).Err(), api.ErrPermissionDenied) {
 		t.Fatalf("a report for a node outside the configuration: %v, want permission denied", err)
 	}
 	if got := leader.AckRecorded("nosuch"); got != 0 {

@@ -42,9 +42,13 @@ type applyReply struct {
 	// RejectedCode names the rejection's sentinel (see rejections); empty
 	// from older binaries, which meant invalid.
 	RejectedCode string `codec:",omitempty"`
-	// ErrCode and ErrMsg: this command of an ApplyBatch failed (the
-	// error's code and text, as a failed Apply RPC carries them in its
-	// status). Never set in a single Apply's reply.
+	// ErrCode, ErrOutcome and ErrMsg: this command of an ApplyBatch
+	// failed: an api.WireError (fail, failure), spelled out rather
+	// than embedded because these are its names on the wire, which older
+	// leaders send and older followers read (an embedded WireError would
+	// be Code, Outcome and Msg, and an older follower would take a failed
+	// command for one applied at index 0). Never set in a single Apply's
+	// reply.
 	ErrCode    string      `codec:",omitempty"`
 	ErrOutcome api.Outcome `codec:",omitempty"` // omitted before 2026-11-25: the code's
 	ErrMsg     string      `codec:",omitempty"`
@@ -180,17 +184,9 @@ func (s *Server) handleRPC(ctx context.Context, method string, dec func(interfac
 	return reply, err
 }
 
-// serveRPC dispatches one call of the server port to its endpoint, and
-// answers its error in the wire form (api.ToWire), once for every method.
-func (s *Server) serveRPC(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
-	reply, err := s.dispatch(ctx, method, dec)
-	if err != nil {
-		return nil, api.ToWire(err)
-	}
-	return reply, nil
-}
-
-func (s *Server) dispatch(ctx context.Context, method string, dec decoder) (any, error) {
+// serveRPC dispatches one call of the server port to its endpoint (the
+// transport answers its error as api.ToWire makes it).
+func (s *Server) serveRPC(ctx context.Context, method string, dec decoder) (any, error) {
 	decode := func(v any) error {
 		if err := dec(v); err != nil {
 			return fmt.Errorf("%w: decode %s: %v", api.ErrMalformed, method, err)

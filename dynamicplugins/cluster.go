@@ -74,7 +74,7 @@ func (r *clusterRegistry) call() (context.Context, context.CancelFunc) {
 // RegisterPlugin registers info, or changes its registration, on the
 // cluster; it returns once a quorum has it. The seed's checks come first,
 // with its words; plugreg's own validation (identifiers, sizes) answers
-// after them, as an error matching client.ErrInvalid.
+// after them, as an error matching api.ErrInvalid.
 func (r *clusterRegistry) RegisterPlugin(info *PluginInfo) error {
 	switch {
 	case info.Type == "":
@@ -130,13 +130,13 @@ func (r *clusterRegistry) ListPlugins(ptype string) []*PluginInfo {
 }
 
 // PluginForAlloc returns the instance of (ptype, name) run by allocID.
-// Its error matches client.ErrNotFound when there is none.
+// Its error matches api.ErrNotFound when there is none.
 func (r *clusterRegistry) PluginForAlloc(ptype, name, allocID string) (*PluginInfo, error) {
 	ctx, cancel := r.call()
 	defer cancel()
 	p, _, err := r.c.Get(ctx, ptype, name, allocID, nil)
 	if err != nil {
-		if errors.Is(err, client.ErrNotFound) {
+		if errors.Is(err, api.ErrNotFound) {
 			return nil, fmt.Errorf("no plugin for that allocation: %w", err)
 		}
 		return nil, fmt.Errorf("plugin %s/%s/%s: %w", ptype, name, allocID, err)
@@ -167,7 +167,7 @@ func (r *clusterRegistry) DispensePlugin(ptype, name string) (interface{}, error
 	ctx, cancel := r.call()
 	defer cancel()
 	list, _, err := r.c.Instances(ctx, ptype, name, nil)
-	if err != nil && !errors.Is(err, client.ErrNotFound) {
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
 		return nil, fmt.Errorf("dispense %s/%s: %w", ptype, name, err)
 	}
 	if len(list) == 0 {

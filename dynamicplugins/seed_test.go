@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
@@ -134,7 +135,7 @@ func TestSeedSemanticsOnACluster(t *testing.T) {
 	if p, err := reg.PluginForAlloc(PluginTypeCSINode, "ebs", "a1"); err != nil || p.AllocID != "a1" {
 		t.Fatalf("PluginForAlloc a1 = %+v, %v", p, err)
 	}
-	if _, err := reg.PluginForAlloc(PluginTypeCSINode, "ebs", "zz"); !errors.Is(err, client.ErrNotFound) {
+	if _, err := reg.PluginForAlloc(PluginTypeCSINode, "ebs", "zz"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("PluginForAlloc of an unknown alloc: %v, want not found", err)
 	}
 	// The seed's own checks, with its words.

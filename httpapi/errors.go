@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,9 +8,10 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// ErrorBody is the JSON of every error response. Outcome is set on failed
-// writes: "not_applied" (safe to retry) or "unknown" (retry only with the
-// same request ID).
+// ErrorBody is the JSON of every error response. Outcome says what the
+// request did: "not_applied" (safe to retry) or "unknown" (a write may have
+// applied: retry only with the same request ID); api's error table gives
+// each code its own.
 type ErrorBody struct {
 	Error   string `json:"error"`
 	Code    string `json:"code"`
@@ -39,55 +39,16 @@ func writeOperatorError(w http.ResponseWriter, err error, code string) {
 	writeJSON(w, http.StatusConflict, ErrorBody{Error: err.Error(), Code: code})
 }
 
+// classify is err's row of api's error table: the status, code and outcome
+// it is answered with.
 func classify(err error) (int, ErrorBody) {
-	body := ErrorBody{Error: err.Error()}
-	var coded api.Coded
+	k := api.KindOf(err)
 	var mbe *http.MaxBytesError
-	switch {
-	case errors.Is(err, api.ErrTooManyRequests):
-		body.Code, body.Outcome = api.CodeTooManyRequests, string(api.NotApplied)
-		return http.StatusTooManyRequests, body
-	case errors.Is(err, api.ErrTooLarge), errors.As(err, &mbe):
-		body.Code = api.CodeTooLarge
-		return http.StatusRequestEntityTooLarge, body
-	case errors.Is(err, api.ErrInvalid), errors.Is(err, api.ErrMalformed), errors.Is(err, errBadRequest):
-		body.Code = api.CodeInvalid
-		return http.StatusBadRequest, body
-	case errors.Is(err, api.ErrPermissionDenied):
-		body.Code, body.Outcome = api.CodePermissionDenied, string(api.NotApplied)
-		return http.StatusForbidden, body
-	case errors.Is(err, api.ErrACLNotFound):
-		body.Code, body.Outcome = api.CodeACLNotFound, string(api.NotApplied)
-		return http.StatusForbidden, body
-	case errors.Is(err, api.ErrACLBootstrapped):
-		body.Code, body.Outcome = api.CodeACLBootstrapped, string(api.NotApplied)
-		return http.StatusConflict, body
-	case errors.Is(err, api.ErrUnknownCommand):
-		// Version skew: the leader runs a binary that does not know
-		// this command. Nothing was applied; retry after the upgrade.
-		body.Code, body.Outcome = api.CodeUnknownCommand, string(api.NotApplied)
-		return http.StatusServiceUnavailable, body
-	case errors.Is(err, api.ErrNotFound):
-		body.Code = api.CodeNotFound
-		return http.StatusNotFound, body
-	case errors.Is(err, api.ErrConflict):
-		body.Code, body.Outcome = api.CodeConflict, string(api.NotApplied)
-		return http.StatusConflict, body
-	case errors.Is(err, api.ErrUnsupported):
-		body.Code = api.CodeUnsupported
-		return http.StatusNotImplemented, body
-	case errors.As(err, &coded):
-		body.Code, body.Outcome = coded.Code(), string(coded.Outcome())
-		return http.StatusServiceUnavailable, body
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		body.Code, body.Outcome = api.CodeTimeout, string(api.OutcomeUnknown)
-		return http.StatusServiceUnavailable, body
+	if errors.As(err, &mbe) {
+		k = api.KindOfCode(api.CodeTooLarge) // a body over its route's bound
 	}
-	body.Code = api.CodeInternal
-	return http.StatusInternalServerError, body
+	return k.Status, ErrorBody{Error: err.Error(), Code: k.Code, Outcome: string(k.Outcome)}
 }
-
-var errBadRequest = errors.New("bad request")
 
 func writeJSON(w http.ResponseWriter, status int, v interface{}) {
 	w.Header().Set("Content-Type", "application/json")

@@ -71,7 +71,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if str := v.Get("index"); str != "" {
 		n, err := strconv.ParseUint(str, 10, 64)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: index %q is not a number", errBadRequest, str))
+			writeError(w, fmt.Errorf("%w: index %q is not a number", api.ErrInvalid, str))
 			return
 		}
 		from = &n

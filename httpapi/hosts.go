@@ -92,7 +92,8 @@ func (a allowedHosts) refuseHost(w http.ResponseWriter, r *http.Request) bool {
 	if r.TLS != nil || a.allows(r.Host) {
 		return false
 	}
-	writeJSON(w, http.StatusMisdirectedRequest, ErrorBody{Code: api.CodeHostNotAllowed, Outcome: string(api.NotApplied),
+	k := api.KindOfCode(api.CodeHostNotAllowed)
+	writeJSON(w, k.Status, ErrorBody{Code: k.Code, Outcome: string(k.Outcome),
 		Error: fmt.Sprintf("Host %q is not a name of this agent: over plain HTTP, name it by an IP address, localhost, its host name or a name given to -http-allowed-hosts (refused: a web page whose DNS name was rebound to the agent sends such requests)", r.Host)})
 	return true
 }

@@ -74,7 +74,7 @@ func parseList(r *http.Request) (listParams, error) {
 	if s := v.Get("per_page"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxPerPage {
-			return lp, fmt.Errorf("%w: per_page %q: want 1 to %d", errBadRequest, s, maxPerPage)
+			return lp, fmt.Errorf("%w: per_page %q: want 1 to %d", api.ErrInvalid, s, maxPerPage)
 		}
 		lp.perPage = n
 	}
@@ -82,7 +82,7 @@ func parseList(r *http.Request) (listParams, error) {
 		parts := strings.Split(s, "/")
 		for i, part := range parts {
 			if parts[i], err = url.PathUnescape(part); err != nil {
-				return lp, fmt.Errorf("%w: next_token %q: %v", errBadRequest, s, err)
+				return lp, fmt.Errorf("%w: next_token %q: %v", api.ErrInvalid, s, err)
 			}
 		}
 		lp.next = parts
@@ -111,7 +111,7 @@ func token(key []string) string {
 func (lp listParams) page(ctx context.Context, in []*api.PluginInfo, order listOrder) (out []*api.PluginInfo, next string, err error) {
 	if lp.next != nil {
 		if len(lp.next) != len(order.key(&api.PluginInfo{})) {
-			return nil, "", fmt.Errorf("%w: next_token %q is not a token of this list", errBadRequest, token(lp.next))
+			return nil, "", fmt.Errorf("%w: next_token %q is not a token of this list", api.ErrInvalid, token(lp.next))
 		}
 		from, _ := slices.BinarySearchFunc(in, lp.next, func(p *api.PluginInfo, key []string) int { return order.compare(order.key(p), key) })
 		in = in[from:]

@@ -399,12 +399,12 @@ func (w *jsonStatusWriter) WriteHeader(status int) {
 		return
 	}
 	w.written = true
-	code := api.CodeNotFound
+	k := api.KindOfCode(api.CodeNotFound)
 	if status == http.StatusMethodNotAllowed {
-		code = "method_not_allowed"
+		k = api.KindOfCode(api.CodeMethodNotAllowed)
 	}
 	w.Header().Del("X-Content-Type-Options")
-	writeJSON(w.ResponseWriter, status, ErrorBody{Error: fmt.Sprintf("no route %s %s", w.r.Method, w.r.URL.Path), Code: code})
+	writeJSON(w.ResponseWriter, status, ErrorBody{Error: fmt.Sprintf("no route %s %s", w.r.Method, w.r.URL.Path), Code: k.Code, Outcome: string(k.Outcome)})
 }
 
 func (w *jsonStatusWriter) Write(b []byte) (int, error) {
@@ -461,7 +461,7 @@ func decodeJSON(body io.Reader, v interface{}) error {
 		return decodeError(err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: more than one JSON value in the body", errBadRequest)
+		return fmt.Errorf("%w: more than one JSON value in the body", api.ErrInvalid)
 	}
 	return nil
 }
@@ -477,7 +477,7 @@ func decodePlugin(r *http.Request) (*api.PluginInfo, error) {
 			return nil, decodeError(err)
 		}
 		if info, err = pluginpb.DecodePlugin(b); err != nil {
-			return nil, fmt.Errorf("%w: protobuf body: %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: protobuf body: %v", api.ErrInvalid, err)
 		}
 	} else if err := decodeJSON(r.Body, info); err != nil {
 		return nil, err
@@ -502,9 +502,9 @@ func decodeError(err error) error {
 		return fmt.Errorf("%w: body over %d bytes", api.ErrTooLarge, maxBodyBytes)
 	}
 	if errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: empty body; want a PluginInfo JSON object", errBadRequest)
+		return fmt.Errorf("%w: empty body; want a PluginInfo JSON object", api.ErrInvalid)
 	}
-	return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	return fmt.Errorf("%w: body: %v", api.ErrInvalid, err)
 }
 
 // deregister: DELETE /v1/plugins/{type}/{name}/{alloc}[?node=N][&index=M].
@@ -515,14 +515,14 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	if _, ok := v["node"]; ok {
 		if req.IfNodeID = v.Get("node"); req.IfNodeID == "" {
-			writeError(w, fmt.Errorf("%w: node is empty", errBadRequest))
+			writeError(w, fmt.Errorf("%w: node is empty", api.ErrInvalid))
 			return
 		}
 	}
 	if str := v.Get("index"); str != "" {
 		n, err := strconv.ParseUint(str, 10, 64)
 		if err != nil || n == 0 {
-			writeError(w, fmt.Errorf("%w: index %q: want the instance's ModifyIndex, a positive number", errBadRequest, str))
+			writeError(w, fmt.Errorf("%w: index %q: want the instance's ModifyIndex, a positive number", api.ErrInvalid, str))
 			return
 		}
 		req.IfModifyIndex = n
@@ -593,7 +593,7 @@ func parseQuery(r *http.Request, q *api.Query) error {
 	case "stale":
 		q.Consistency = api.Stale
 	default:
-		return fmt.Errorf("%w: consistency %q: want linearizable or stale", errBadRequest, c)
+		return fmt.Errorf("%w: consistency %q: want linearizable or stale", api.ErrInvalid, c)
 	}
 	if _, ok := v["stale"]; ok { // Consul's spelling
 		q.Consistency = api.Stale
@@ -601,7 +601,7 @@ func parseQuery(r *http.Request, q *api.Query) error {
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: index %q is not a number", errBadRequest, s)
+			return fmt.Errorf("%w: index %q is not a number", api.ErrInvalid, s)
 		}
 		q.MinIndex = n
 		q.Wait = defaultWait
@@ -609,7 +609,7 @@ func parseQuery(r *http.Request, q *api.Query) error {
 	if s := v.Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			return fmt.Errorf("%w: wait %q: want a duration such as 30s", errBadRequest, s)
+			return fmt.Errorf("%w: wait %q: want a duration such as 30s", api.ErrInvalid, s)
 		}
 		q.Wait = min(d, maxWait)
 	}

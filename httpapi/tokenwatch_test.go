@@ -30,7 +30,7 @@ const endsWithin = 40 * time.Second
 // A deleted token ends what runs as it, on a server and through a client
 // agent: an event stream (JSON lines, read raw) ends with an error event
 // coded acl_not_found; the Go client's stream (protobuf) stops with
-// client.ErrACLNotFound and does not resume elsewhere; a blocking query
+// api.ErrACLNotFound and does not resume elsewhere; a blocking query
 // answers 403 acl_not_found. Tokens cannot be narrowed in place (only
 // created and deleted), so deletion is the change there is to make.
 func TestDeletedTokenEndsStreams(t *testing.T) {
@@ -129,7 +129,7 @@ func jsonStream(t *testing.T, ctx context.Context, url, secret string) ending {
 }
 
 // goClientStream runs the Go client's stream: it ends as it should with
-// Err matching client.ErrACLNotFound, its events closed.
+// Err matching api.ErrACLNotFound, its events closed.
 func goClientStream(t *testing.T, ctx context.Context, url, secret string) ending {
 	cl, err := client.New(client.Config{Addrs: []string{url}, Token: secret})
 	if err != nil {
@@ -148,7 +148,7 @@ func goClientStream(t *testing.T, ctx context.Context, url, secret string) endin
 		if ctx.Err() != nil {
 			return errors.New("the stream went on after its token was deleted")
 		}
-		if err := s.Err(); !errors.Is(err, client.ErrACLNotFound) || !errors.Is(err, client.ErrPermissionDenied) {
+		if err := s.Err(); !errors.Is(err, api.ErrACLNotFound) || !errors.Is(err, api.ErrPermissionDenied) {
 			return errors.New("Err: want ErrACLNotFound, got " + errString(err))
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/jepsen/check"
 )
@@ -149,7 +150,7 @@ func (h *leaseHolders) keepAlive(ctx context.Context, holdUntil time.Time, l *ch
 	defer cancel()
 	err := c.KeepAlive(hctx, check.LeaseType, l.Name, l.Alloc, 0)
 	l.Renewals = tap.take()
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		l.Lost = h.w.clock()
 	}
 }

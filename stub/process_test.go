@@ -162,7 +162,7 @@ func instances(s *proctest.Agent, typ, name string) ([]*api.PluginInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, _, err := s.API.Instances(ctx, typ, name, &client.QueryOptions{Stale: true})
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return nil, nil
 	}
 	return l, err
@@ -174,7 +174,7 @@ func hostPlugins(s *proctest.Agent, typ string) (map[string][]*api.PluginInfo, e
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, _, err := s.API.NodePlugins(ctx, hostNode, &client.QueryOptions{Stale: true})
-	if err != nil && !errors.Is(err, client.ErrNotFound) {
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
 		return nil, err
 	}
 	out := map[string][]*api.PluginInfo{}

@@ -15,6 +15,11 @@
 // a caller that must notice a silent peer (a host that vanished without a
 // FIN) asks for heartbeats and closes a stream that stalls.
 //
+// A handler's error crosses as api.ToWire makes it (an RPC's status and a
+// stream's end carry the api.WireError inline), and comes back to the
+// caller as that *api.WireError; CallError turns any failure of a call
+// into the api error it stands for.
+//
 // Outgoing connections bind the node's own address, so nodes on 127.0.0.1,
 // .2 and .3 are distinct hosts to each other and to packet filters.
 //

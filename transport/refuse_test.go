@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/testing/netcount"
 	"go.uber.org/goleak"
 )
 
 type deniedError struct{}
 
-func (deniedError) Error() string { return "no token" }
-func (deniedError) Code() string  { return "permission_denied" }
+func (deniedError) Error() string        { return "no token" }
+func (deniedError) Code() string         { return "permission_denied" }
+func (deniedError) Outcome() api.Outcome { return api.NotApplied }
 
 // A request its handler refuses before decoding its arguments (the caller
 // proved nothing: the token in the header, the peer's certificate) has at
@@ -64,7 +66,7 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 			before := counted.Read()
 			var n int
 			err := p.Call(WithCallerToken(ctx, tc.token), ln.Addr().String(), "M", make([]byte, tc.size), &n)
-			var re *RemoteError
+			var re *api.WireError
 			switch {
 			case tc.code == "" && (err != nil || n != tc.size):
 				t.Fatalf("served: %d, %v", n, err)

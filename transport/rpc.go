@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/tracing"
 )
@@ -33,22 +34,32 @@ var msgpackHandle = func() *codec.MsgpackHandle {
 // dialled. The caller may retry it anywhere without risk of a double apply.
 var ErrUnreachable = errors.New("transport: peer unreachable; request not sent")
 
-// RemoteError is an error the peer's handler returned. Code is a stable,
-// machine-readable name; Outcome, when the peer sent one, says what the
-// call did (see api.WireError, which rebuilds the error from these).
-type RemoteError struct {
-	Code    string
-	Outcome string
-	Msg     string
+// CallError is err, a failure of Pool.Call or Pool.Stream (or a stream's
+// end), as an api error: the handler's error rebuilt from the *api.WireError
+// it sent (its sentinel, or its code and outcome); ErrUnreachable as code
+// unreachable, not applied (nothing was sent); the context's end as a
+// timeout and any other failure (the connection broke after the request
+// went out) as forward_failed, both of unknown outcome. The caller names
+// the code of an unreachable peer: what it means depends on whom it
+// dialled (a leader: no_leader; any server: no_server).
+func CallError(err error, unreachable string) error {
+	var w *api.WireError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &w):
+		return w.Err()
+	case errors.Is(err, ErrUnreachable):
+		return api.NewErrorOutcome(unreachable, api.NotApplied, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return api.NewErrorOutcome(api.CodeTimeout, api.OutcomeUnknown, err)
+	}
+	return api.NewErrorOutcome(api.CodeForwardFailed, api.OutcomeUnknown, err)
 }
 
-func (e *RemoteError) Error() string { return e.Msg }
-
 // RPCHandler answers one request: it decodes the arguments with dec and
-// returns the reply to encode, or an error. An error implementing
-// interface{ WireStatus() (code, outcome string) } (api.WireError,
-// api.Error) keeps both across the wire; one implementing
-// interface{ Code() string }, its code. A handler
+// returns the reply to encode, or an error, which crosses the wire as
+// api.ToWire makes it (its code, outcome and message). A handler
 // that returns a Streamer answers with a stream (see Pool.Stream); the
 // Streamer runs after the handler returned, with a context of its own.
 type RPCHandler func(ctx context.Context, method string, dec func(v interface{}) error) (interface{}, error)
@@ -73,9 +84,10 @@ type rpcHeader struct {
 }
 
 type rpcStatus struct {
-	Code    string // "" on success
-	Outcome string `codec:",omitempty"` // omitted before 2026-11-25
-	Msg     string
+	// WireError is the handler's error, inline: Code "" on success.
+	// Senders before 2026-11-25 send no Outcome; before 2026-11-29,
+	// an empty Code and Msg rather than none.
+	api.WireError
 	// Closing: the server ends the connection after this answer (the
 	// request was refused before its arguments were read), so the
 	// caller must not pool it. Older servers never set it.
@@ -111,7 +123,6 @@ const (
 	// and this much before the connection closes.
 	lingerTimeout = 2 * time.Second
 	lingerBytes   = 256 << 20
-	codeTooLarge  = "too_large"
 	// A request refused before its arguments were decoded has at most
 	// this much of them read and dropped (twice: to keep the connection
 	// in step, then after the answer when they were larger, before the
@@ -238,7 +249,7 @@ func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHan
 					closeAfter(conn, w, enc, st, refusedArgsBytes)
 					return
 				}
-				st := rpcStatus{Code: codeTooLarge, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}
+				st := rpcStatus{WireError: api.WireError{Code: api.CodeTooLarge, Outcome: api.NotApplied, Msg: fmt.Sprintf("%s: the request is larger than %d bytes", hdr.Method, maxArgs(hdr.Method))}}
 				closeAfter(conn, w, enc, st, lingerBytes)
 				return
 			}
@@ -384,7 +395,7 @@ func (p *Pool) put(addr string, c *rpcConn) {
 }
 
 // Call sends method(args) to addr and decodes the answer into reply. An
-// error wrapping ErrUnreachable means nothing was sent; a *RemoteError is
+// error wrapping ErrUnreachable means nothing was sent; an *api.WireError is
 // the handler's answer; any other error leaves the outcome unknown.
 func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interface{}) error {
 	c, err := p.get(addr)
@@ -427,7 +438,7 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 		return fmt.Errorf("rpc %s to %s: receive: %w", method, addr, derr)
 	}
 	c.SetDeadline(time.Time{})
-	if stop() && st.Code != codeTooLarge && !st.Closing {
+	if stop() && st.Code != api.CodeTooLarge && !st.Closing {
 		p.put(addr, c)
 	} else {
 		// The deadline was forced, or the server ends the connection
@@ -436,7 +447,7 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply interf
 		c.Close()
 	}
 	if st.Code != "" {
-		return &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
+		return &st.WireError
 	}
 	return nil
 }
@@ -477,7 +488,7 @@ func (c *rpcConn) refusal(ctx context.Context, deadline time.Time) error {
 	if c.dec.Decode(&st) != nil || st.Code == "" {
 		return nil
 	}
-	return &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
+	return &st.WireError
 }
 
 // Close closes every idle connection and every open stream (their Recv

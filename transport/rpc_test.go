@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 	"go.uber.org/goleak"
 )
 
@@ -120,7 +121,7 @@ func TestServerBoundsRequests(t *testing.T) {
 	} {
 		var n int
 		err := p.Call(ctx, addr, tc.method, make([]byte, tc.size), &n)
-		var re *RemoteError
+		var re *api.WireError
 		switch {
 		case tc.ok && (err != nil || n != tc.size):
 			t.Fatalf("%s of %d bytes: %d, %v", tc.method, tc.size, n, err)

@@ -3,7 +3,6 @@ package transport
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 )
 
 // Streamer is what a handler returns, instead of a reply, to answer with a
@@ -39,7 +39,7 @@ func Encode(v interface{}) (Encoded, error) {
 // DefaultStreamWriteTimeout is ServeOptions.StreamWriteTimeout's default.
 const DefaultStreamWriteTimeout = 30 * time.Second
 
-// CodeNotStream is the RemoteError code of a streaming method called with
+// CodeNotStream is the code of a streaming method called with
 // Call. (A plain method called with Stream is served as a stream of its
 // one reply.)
 const CodeNotStream = "not_stream"
@@ -48,10 +48,9 @@ const CodeNotStream = "not_stream"
 // set, carries the streamer's error (Code "" for a clean end) and no
 // value.
 type streamFrame struct {
-	End     bool   `codec:",omitempty"`
-	Code    string `codec:",omitempty"`
-	Outcome string `codec:",omitempty"`
-	Msg     string `codec:",omitempty"`
+	End bool `codec:",omitempty"`
+	// WireError is the streamer's error, inline, on the end frame.
+	api.WireError
 }
 
 type notStreamError string
@@ -59,19 +58,12 @@ type notStreamError string
 func (e notStreamError) Error() string {
 	return fmt.Sprintf("transport: %s is a stream; call it with Pool.Stream", string(e))
 }
-func (e notStreamError) Code() string { return CodeNotStream }
+func (e notStreamError) Code() string         { return CodeNotStream }
+func (e notStreamError) Outcome() api.Outcome { return api.NotApplied }
 
+// statusOf is err in the status's wire form.
 func statusOf(err error) rpcStatus {
-	st := rpcStatus{Code: "error", Msg: err.Error()}
-	var wire interface{ WireStatus() (string, string) }
-	var coded interface{ Code() string }
-	switch {
-	case errors.As(err, &wire):
-		st.Code, st.Outcome = wire.WireStatus()
-	case errors.As(err, &coded):
-		st.Code = coded.Code()
-	}
-	return st
+	return rpcStatus{WireError: *api.ToWire(err).(*api.WireError)}
 }
 
 // serveStream writes the stream's frames to conn until the streamer ends,
@@ -126,8 +118,7 @@ func serveStream(base context.Context, hdr rpcHeader, conn net.Conn, r *bufio.Re
 	}
 	end := streamFrame{End: true}
 	if err != nil {
-		st := statusOf(err)
-		end.Code, end.Outcome, end.Msg = st.Code, st.Outcome, st.Msg
+		end.WireError = statusOf(err).WireError
 	}
 	write(&end)
 }
@@ -156,13 +147,13 @@ type Stream struct {
 	closed bool
 	reason error // why Close was called: ErrClosed, or ctx's error
 
-	ended error // set by Recv once the stream ended (io.EOF or a *RemoteError); Recv's goroutine only
+	ended error // set by Recv once the stream ended (io.EOF or an *api.WireError); Recv's goroutine only
 }
 
 // Stream calls a streaming method at addr on a connection of its own
 // (never pooled) and returns the stream once the handler has accepted the
 // call. An error wrapping ErrUnreachable means nothing was sent; a
-// *RemoteError is the handler's refusal. Cancelling ctx closes the stream.
+// *api.WireError is the handler's refusal. Cancelling ctx closes the stream.
 func (p *Pool) Stream(ctx context.Context, addr, method string, args interface{}) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -219,7 +210,7 @@ func (p *Pool) Stream(ctx context.Context, addr, method string, args interface{}
 	}
 	if st.Code != "" {
 		s.Close()
-		return nil, &RemoteError{Code: st.Code, Outcome: st.Outcome, Msg: st.Msg}
+		return nil, &st.WireError
 	}
 	s.mu.Lock()
 	if !s.closed {
@@ -230,7 +221,7 @@ func (p *Pool) Stream(ctx context.Context, addr, method string, args interface{}
 }
 
 // Recv decodes the next value into v. It returns io.EOF when the stream
-// ended cleanly, a *RemoteError when the streamer ended with an error,
+// ended cleanly, an *api.WireError when the streamer ended with an error,
 // ErrClosed (or ctx's error) after Close (or ctx's end), and another error
 // when the connection broke.
 func (s *Stream) Recv(v interface{}) error {
@@ -244,7 +235,7 @@ func (s *Stream) Recv(v interface{}) error {
 	if f.End {
 		s.ended = io.EOF
 		if f.Code != "" {
-			s.ended = &RemoteError{Code: f.Code, Outcome: f.Outcome, Msg: f.Msg}
+			s.ended = &f.WireError
 		}
 		s.Close()
 		return s.ended

@@ -11,13 +11,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/plugreg/plugreg/api"
 	"go.uber.org/goleak"
 )
 
 type codedErr struct{ code, msg string }
 
-func (e codedErr) Error() string { return e.msg }
-func (e codedErr) Code() string  { return e.code }
+func (e codedErr) Error() string        { return e.msg }
+func (e codedErr) Code() string         { return e.code }
+func (e codedErr) Outcome() api.Outcome { return api.OutcomeUnknown }
 
 // streamServer serves:
 //
@@ -156,7 +158,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 		}
 		defer s.Close()
 		got, err := recvInts(t, s)
-		var re *RemoteError
+		var re *api.WireError
 		if !errors.As(err, &re) || re.Code != "boom" || re.Msg != "boom after 3" {
 			t.Fatalf("end: %#v, want the remote error boom", err)
 		}
@@ -166,7 +168,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 	})
 	t.Run("handler error before the stream", func(t *testing.T) {
 		_, err := p.Stream(ctx, addr, "Refuse", struct{}{})
-		var re *RemoteError
+		var re *api.WireError
 		if !errors.As(err, &re) || re.Code != "no_leader" {
 			t.Fatalf("got %v, want the remote error no_leader", err)
 		}
@@ -188,7 +190,7 @@ func TestStreamFramesInOrderThenEnd(t *testing.T) {
 	t.Run("stream method with Call", func(t *testing.T) {
 		var out int
 		err := p.Call(ctx, addr, "Count", 3, &out)
-		var re *RemoteError
+		var re *api.WireError
 		if !errors.As(err, &re) || re.Code != CodeNotStream {
 			t.Fatalf("got %v, want the remote error %s", err, CodeNotStream)
 		}
@@ -281,7 +283,7 @@ func TestStreamServerShutdownEndsRecv(t *testing.T) {
 		}
 		srv.stop()
 		err = s.Recv(&v)
-		var re *RemoteError
+		var re *api.WireError
 		if err == nil || err == io.EOF {
 			t.Fatalf("Recv after the server's shutdown: %v, want an error", err)
 		}

@@ -7,18 +7,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/plugreg/plugreg/api"
 )
 
-// wireCases are every error code with each outcome it may carry.
+// wireCases are every error code of the table with each outcome it may
+// carry.
 func wireCases() []*api.WireError {
 	var out []*api.WireError
-	for _, code := range []string{api.CodeInvalid, api.CodeTooLarge, api.CodeNotFound, api.CodeConflict, api.CodeMalformed,
-		api.CodeUnknownCommand, api.CodeUnsupported, api.CodePermissionDenied, api.CodeACLNotFound, api.CodeACLBootstrapped,
-		api.CodeTooManyRequests, api.CodeNoLeader, api.CodeEnqueueTimeout, api.CodeNotLeader, api.CodeNotReady, api.CodeStarting,
-		api.CodeNoServer, api.CodeLeadershipLost, api.CodeShutdown, api.CodeForwardFailed, api.CodeTimeout, api.CodeInternal} {
+	for _, k := range api.ErrorKinds() {
 		for _, o := range []api.Outcome{api.NotApplied, api.OutcomeUnknown} {
-			out = append(out, &api.WireError{Code: code, Outcome: o, Msg: code + " " + string(o)})
+			out = append(out, &api.WireError{Code: k.Code, Outcome: o, Msg: k.Code + " " + string(o)})
 		}
 	}
 	return out
@@ -72,11 +71,11 @@ func TestErrorsCrossEveryWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	back := func(err error) error {
-		var re *RemoteError
-		if !errors.As(err, &re) {
+		var w *api.WireError
+		if !errors.As(err, &w) {
 			t.Fatalf("not a remote error: %v", err)
 		}
-		return (&api.WireError{Code: re.Code, Outcome: api.Outcome(re.Outcome), Msg: re.Msg}).Err()
+		return CallError(err, api.CodeNoServer)
 	}
 	for _, w := range cases {
 		var reply interface{}
@@ -91,5 +90,58 @@ func TestErrorsCrossEveryWire(t *testing.T) {
 		}
 		same(t, "stream end", w, back(s.Recv(&first)))
 		s.Close()
+	}
+}
+
+// The status and a stream's end frame carry api.WireError inline: on the
+// wire they are the maps of named fields they were when each spelled out
+// Code, Outcome and Msg, so older peers read them, and they read older
+// peers'.
+func TestStatusDecodesBothWays(t *testing.T) {
+	type oldStatus struct {
+		Code    string
+		Outcome string `codec:",omitempty"`
+		Msg     string
+		Closing bool `codec:",omitempty"`
+	}
+	type oldFrame struct {
+		End     bool   `codec:",omitempty"`
+		Code    string `codec:",omitempty"`
+		Outcome string `codec:",omitempty"`
+		Msg     string `codec:",omitempty"`
+	}
+	roundTrip := func(in, out interface{}) {
+		t.Helper()
+		var b []byte
+		if err := codec.NewEncoderBytes(&b, msgpackHandle).Encode(in); err != nil {
+			t.Fatal(err)
+		}
+		if err := codec.NewDecoderBytes(b, msgpackHandle).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range append(wireCases(), &api.WireError{}) {
+		st := rpcStatus{WireError: *w, Closing: w.Code == api.CodeTooLarge}
+		var old oldStatus
+		roundTrip(&st, &old)
+		if old != (oldStatus{Code: w.Code, Outcome: string(w.Outcome), Msg: w.Msg, Closing: st.Closing}) {
+			t.Errorf("status %+v read by an older peer as %+v", st, old)
+		}
+		var back rpcStatus
+		roundTrip(&old, &back)
+		if back != st {
+			t.Errorf("older peer's status %+v read as %+v", old, back)
+		}
+		f := streamFrame{End: true, WireError: *w}
+		var oldF oldFrame
+		roundTrip(&f, &oldF)
+		if oldF != (oldFrame{End: true, Code: w.Code, Outcome: string(w.Outcome), Msg: w.Msg}) {
+			t.Errorf("end frame %+v read by an older peer as %+v", f, oldF)
+		}
+		var backF streamFrame
+		roundTrip(&oldF, &backF)
+		if backF != f {
+			t.Errorf("older peer's end frame %+v read as %+v", oldF, backF)
+		}
 	}
 }

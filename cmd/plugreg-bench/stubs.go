@@ -152,7 +152,7 @@ func runStubs(ctx context.Context, o *options, pc *plugregCluster, ec *etcdClust
 func (b *stubBench) listedEverywhere(ctx context.Context, n int) bool {
 	for _, cli := range b.onServer {
 		l, _, err := cli.List(ctx, stubType, &client.QueryOptions{Stale: true})
-		if errors.Is(err, client.ErrNotFound) {
+		if errors.Is(err, api.ErrNotFound) {
 			l, err = nil, nil
 		}
 		if err != nil || len(l) != n {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
@@ -139,7 +140,7 @@ func TestDeposedLeaderRestartsAfterSuffixTruncation(t *testing.T) {
 	})
 	// The truncated write was never committed: no server has it.
 	for _, s := range c.Servers {
-		if _, _, err := s.API.Get(ctx, "deposed", "lost", "a0", &client.QueryOptions{Stale: true}); !errors.Is(err, client.ErrNotFound) {
+		if _, _, err := s.API.Get(ctx, "deposed", "lost", "a0", &client.QueryOptions{Stale: true}); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("%s: the truncated write: %v; want not found", s.Name, err)
 		}
 	}
@@ -392,7 +393,7 @@ func deposedLeaderCatchesUp(t *testing.T) bool {
 		t.Fatalf("%s: exited or restarted (exited %v)", old.Name, old.Exited())
 	}
 	for _, s := range c.Servers {
-		if _, _, err := s.API.Get(ctx, "deposed", lost, "0", &client.QueryOptions{Stale: true}); !errors.Is(err, client.ErrNotFound) {
+		if _, _, err := s.API.Get(ctx, "deposed", lost, "0", &client.QueryOptions{Stale: true}); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("%s: an uncommitted write of the deposed leader: %v; want not found", s.Name, err)
 		}
 	}

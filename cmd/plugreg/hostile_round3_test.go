@@ -129,11 +129,11 @@ func (h *hostile) round3() []attack {
 	return []attack{
 		{"host-1's agent token", "take host-2's instance over by registering it for host-1, through host-1's agent", func() error {
 			_, err := h.as([]string{h.h1.HTTP}, h.tok1).Register(h.ctx, h.plugin("host-1", "b1"))
-			return isErr(err, client.ErrConflict)
+			return isErr(err, api.ErrConflict)
 		}},
 		{"host-1's agent token", "take host-2's instance over at a server", func() error {
 			_, err := h.as(h.addrs, h.tok1).Register(h.ctx, h.plugin("host-1", "b1"))
-			return isErr(err, client.ErrConflict)
+			return isErr(err, api.ErrConflict)
 		}},
 		{"anyone", "make an agent read a 300 MiB snapshot without a token", func() error {
 			body := &zeros{n: 300 << 20}
@@ -165,7 +165,7 @@ func (h *hostile) round3() []attack {
 				for _, addr := range h.raftAddrs {
 					var reply interface{}
 					err := h.rpc.Call(h.ctx, addr, agentrpc.SnapshotRestore, args, &reply)
-					var re *transport.RemoteError
+					var re *api.WireError
 					if errors.As(err, &re) && re.Code != api.CodePermissionDenied {
 						return fmt.Errorf("%s: %v, want permission_denied", addr, err)
 					}
@@ -215,7 +215,7 @@ func (h *hostile) round3() []attack {
 			for _, name := range []string{".", ".."} {
 				p := h.plugin("host-9", "d1")
 				p.Name = name
-				if _, err := h.op.Register(h.ctx, p); !errors.Is(err, client.ErrInvalid) {
+				if _, err := h.op.Register(h.ctx, p); !errors.Is(err, api.ErrInvalid) {
 					h.op.Deregister(h.ctx, "csi", name, "d1")
 					return fmt.Errorf("name %q: %v, want invalid", name, err)
 				}
@@ -255,7 +255,7 @@ func (h *hostile) costlyFilter(expr, want string) error {
 	mem, cpu, err := costOf(h.c.Servers, func() error {
 		for _, addr := range h.addrs {
 			_, _, err := h.as([]string{addr}, r.SecretID).List(h.ctx, "csi", &client.QueryOptions{Filter: expr, Stale: true})
-			if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), want) {
 				return fmt.Errorf("%s answered %v, want a 400 saying %q", addr, err, want)
 			}
 		}

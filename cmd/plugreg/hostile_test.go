@@ -46,7 +46,7 @@ func viewOf(ctx context.Context, t *testing.T, op *client.Client) clusterView {
 	}
 	for _, typ := range types {
 		list, _, err := op.List(ctx, typ, nil)
-		if err != nil && !errors.Is(err, client.ErrNotFound) {
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
 			t.Fatalf("list %s: %v", typ, err)
 		}
 		for _, p := range list {
@@ -124,7 +124,7 @@ func TestHostileSuite(t *testing.T) {
 	write := []client.ACLPolicy{{Kind: api.ACLWrite}}
 	tok1, err1 := op.ACLAgentTokenCreate(ctx, "host-1", "agent host-1", write)
 	tok2, err2 := op.ACLAgentTokenCreate(ctx, "host-2", "agent host-2", write)
-	if errors.Is(err1, client.ErrInvalid) && os.Getenv("PLUGREG_HOSTILE_BIN") != "" {
+	if errors.Is(err1, api.ErrInvalid) && os.Getenv("PLUGREG_HOSTILE_BIN") != "" {
 		// A build before node-bound tokens: the agent token of
 		// docs/security.md then.
 		tok1, err1 = op.ACLTokenCreate(ctx, "agent", write)
@@ -177,7 +177,7 @@ func TestHostileSuite(t *testing.T) {
 		for _, addr := range raftAddrs {
 			var reply interface{}
 			err := rpc.Call(ctx, addr, method, args, &reply)
-			var re *transport.RemoteError
+			var re *api.WireError
 			if !errors.As(err, &re) || re.Code != code {
 				return fmt.Errorf("%s at %s: %v (reply %v), want %s", method, addr, err, reply, code)
 			}
@@ -236,7 +236,7 @@ func TestHostileSuite(t *testing.T) {
 				err = s.Recv(&ev)
 				s.Close()
 			}
-			var re *transport.RemoteError
+			var re *api.WireError
 			if !errors.As(err, &re) || re.Code != api.CodeInvalid {
 				return fmt.Errorf("%v, want invalid", err)
 			}
@@ -245,30 +245,30 @@ func TestHostileSuite(t *testing.T) {
 		// Another host's agent token (TestNodeBoundAgentToken).
 		{"host-1's agent token", "deregister host-2's plugins through host-1's agent", func() error {
 			_, err := h1API.DeregisterNode(ctx, "host-2")
-			return isErr(err, client.ErrPermissionDenied)
+			return isErr(err, api.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "deregister host-2's instance at a server", func() error {
 			_, err := as(addrs, tok1.SecretID).Deregister(ctx, "csi", "ebs", "b1")
-			return isErr(err, client.ErrConflict)
+			return isErr(err, api.ErrConflict)
 		}},
 		{"host-1's agent token", "register a plugin for host-2", func() error {
 			_, err := h1API.Register(ctx, plugin("host-2", "b2"))
-			return isErr(err, client.ErrPermissionDenied)
+			return isErr(err, api.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "deregister host-2 over the agent RPC", func() error {
 			return refusedRPC(agentrpc.DeregisterNode, &agentrpc.DeregisterNodeArgs{NodeID: "host-2", Token: tok1.SecretID}, api.CodePermissionDenied)
 		}},
 		{"host-1's agent token", "create itself an operator token", func() error {
 			_, err := h1API.ACLTokenCreate(ctx, "mine", []client.ACLPolicy{{Kind: api.ACLOperator}})
-			return isErr(err, client.ErrPermissionDenied)
+			return isErr(err, api.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "restore a snapshot", func() error {
 			_, err := h1API.SnapshotRestore(ctx, strings.NewReader("not an archive"))
-			return isErr(err, client.ErrPermissionDenied)
+			return isErr(err, api.ErrPermissionDenied)
 		}},
 		{"a made-up token", "read", func() error {
 			_, _, err := as(addrs, "made-up").List(ctx, "csi", nil)
-			return isErr(err, client.ErrPermissionDenied)
+			return isErr(err, api.ErrPermissionDenied)
 		}},
 		// A page in a browser that holds the client certificate (TestCrossSiteRequestsRefused).
 		{"a web page", "register with a text/plain body", func() error {

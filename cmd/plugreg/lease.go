@@ -53,7 +53,7 @@ func holdLease(c *client.Client, info *client.PluginInfo, res client.WriteResult
 		if ctx.Err() != nil {
 			break
 		}
-		if !errors.Is(err, client.ErrNotFound) {
+		if !errors.Is(err, api.ErrNotFound) {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "plugreg register: the lease of %s was lost (%v); registering it again\n", what, err)
@@ -76,7 +76,7 @@ func holdLease(c *client.Client, info *client.PluginInfo, res client.WriteResult
 	defer cancel()
 	dres, err := c.DeregisterIf(dctx, api.DeregisterRequest{Type: info.Type, Name: info.Name, AllocID: info.AllocID, IfModifyIndex: at})
 	switch {
-	case errors.Is(err, client.ErrConflict):
+	case errors.Is(err, api.ErrConflict):
 		fmt.Printf("left %s in place: it was registered again since\n", what)
 		return nil
 	case err != nil:

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/datadir"
@@ -196,7 +197,7 @@ func TestOutageRecoveryFromLaggingSurvivorLosesLaterWrites(t *testing.T) {
 	})
 	checkPlugins(ctx, t, follower, "before", acked, 0)
 	got, _, err := follower.API.List(ctx, "later", nil)
-	if err != nil && !errors.Is(err, client.ErrNotFound) {
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
 		t.Fatal(err)
 	}
 	t.Logf("of %d acknowledged later writes, %d survived the recovery from the lagging server", len(later), len(got))
@@ -462,7 +463,7 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 		checkPlugins(ctx, t, s, "more", more, last)
 		checkPlugins(ctx, t, s, "after", after, last)
 		l, _, err := s.API.List(ctx, "tail", &client.QueryOptions{Stale: true})
-		if err != nil && !errors.Is(err, client.ErrNotFound) {
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
 			t.Fatal(err)
 		}
 		for _, p := range l {
@@ -630,7 +631,7 @@ func waitAllApplied(ctx context.Context, t *testing.T, c *proctest.Cluster, serv
 	c.Poll(t, fmt.Sprintf("every server at index %d", index), func() (bool, string) {
 		for _, s := range servers {
 			_, m, err := s.API.List(ctx, "proctest-ready", &client.QueryOptions{Stale: true})
-			if err != nil && !errors.Is(err, client.ErrNotFound) {
+			if err != nil && !errors.Is(err, api.ErrNotFound) {
 				return false, s.Name + ": " + err.Error()
 			}
 			if m == nil || m.Index < index {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/plugreg/plugreg/internal/testing/testpki"
@@ -94,7 +95,7 @@ func TestAgentsWithMutualTLS(t *testing.T) {
 	c.Poll(t, "the reload logged", func() (bool, string) {
 		return strings.Contains(s.Log(), "SIGHUP: TLS certificates reloaded"), "no reload line yet"
 	})
-	if _, _, err := s.API.List(ctx, "csi", &client.QueryOptions{Stale: true}); err != nil && !errors.Is(err, client.ErrNotFound) {
+	if _, _, err := s.API.List(ctx, "csi", &client.QueryOptions{Stale: true}); err != nil && !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("after SIGHUP: %v", err)
 	}
 }

@@ -45,7 +45,7 @@ func TestWatchEndsWithItsToken(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, client.ErrACLNotFound) {
+		if !errors.Is(err, api.ErrACLNotFound) {
 			t.Fatalf("watch returned %v, want the token's refusal", err)
 		}
 	case <-ctx.Done():

@@ -47,7 +47,7 @@ func listed(c *client.Client, stale bool) (*api.PluginInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, _, err := c.List(ctx, registerapi.DRAPlugin, &client.QueryOptions{Stale: stale})
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -124,7 +124,7 @@ func listedOn(c *client.Client, driver, node string) (*api.PluginInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, _, err := c.List(ctx, registerapi.DRAPlugin, &client.QueryOptions{Stale: true})
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 )
 
@@ -318,7 +319,7 @@ func (a *Agent) linearizableRead() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _, err := a.API.List(ctx, "proctest-ready", nil)
-	if errors.Is(err, client.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		return nil
 	}
 	return err
