@@ -325,7 +325,7 @@ const maxIdlePerPeer = 64
 // NewPool returns a Pool dialling from bindIP, over TLS when tlsc (nil:
 // plaintext) says outgoing connections use it.
 func NewPool(bindIP string, dialTimeout time.Duration, tlsc *tlsutil.Configurator) *Pool {
-	return &Pool{dialer: NewTLSDialer(bindIP, tlsc), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
+	return &Pool{dialer: NewDialer(bindIP, tlsc), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
 }
 
 type rpcConn struct {

@@ -88,7 +88,7 @@ func TestServerPortTLS(t *testing.T) {
 			if !tc.rpcOK && err == nil {
 				t.Fatalf("RPC answered (%q), want refused", out)
 			}
-			err = raftEcho(NewTLSDialer("127.0.0.1", tc.tls), addr)
+			err = raftEcho(NewDialer("127.0.0.1", tc.tls), addr)
 			if tc.raftOK && err != nil {
 				t.Fatalf("raft: %v", err)
 			}

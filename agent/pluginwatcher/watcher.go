@@ -80,10 +80,6 @@ func New(cfg Config) (*Watcher, error) {
 	}, nil
 }
 
-// Dir returns the directory watched: Config.Dir made absolute, with
-// symbolic links resolved.
-func (w *Watcher) Dir() string { return w.cfg.Dir }
-
 // Mode returns the mode the watcher runs in: ModeShared or ModeOwned
 // (Config.Mode, ModeAuto resolved).
 func (w *Watcher) Mode() Mode { return w.cfg.Mode }

@@ -109,9 +109,6 @@ func (p *Proc) run() *run {
 	return p.cur
 }
 
-// Done is closed when the current run has exited.
-func (p *Proc) Done() <-chan struct{} { return p.run().done }
-
 // Exited reports whether the current run has exited.
 func (p *Proc) Exited() bool { return closed(p.run().done) }
 
