@@ -148,7 +148,7 @@ func (s *Server) start() (err error) {
 
 	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)
 	s.mux, err = transport.Listen(net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.ServerPort)),
-		transport.ServeRPCWith(s.ctx, s.handleRPC, transport.ServeOptions{MaxRequestBytes: rpcRequestBound}), s.logger.Named("transport"), cfg.TLS)
+		transport.ServeRPC(s.ctx, s.handleRPC, transport.ServeOptions{MaxRequestBytes: rpcRequestBound}), s.logger.Named("transport"), cfg.TLS)
 	if err != nil {
 		return err
 	}

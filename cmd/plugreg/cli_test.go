@@ -224,7 +224,7 @@ func TestUnprotectedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, err := gossip.NewKeyring("cGx1Z3JlZy10ZXN0LWtleS0zMi1ieXRlcy1sb25nLi4=")
+	kr, _, err := gossip.OpenKeyring(filepath.Join(t.TempDir(), gossip.KeyringFileName), "cGx1Z3JlZy10ZXN0LWtleS0zMi1ieXRlcy1sb25nLi4=")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -294,7 +295,7 @@ func TestHostileSuite(t *testing.T) {
 	// A gossip member with the key that claims to be a server, at its own
 	// port (a client certificate) and at a real server's address under
 	// another ID (TestGossipMemberCannotTakeAVoterSlot).
-	kr, err := gossip.NewKeyring(key)
+	kr, _, err := gossip.OpenKeyring(filepath.Join(t.TempDir(), gossip.KeyringFileName), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestHostileSuite(t *testing.T) {
 		var none struct{}
 		dec(&none)
 		return api.RaftStats{ID: c.Servers[2].Node}, nil
-	}), hclog.NewNullLogger(), certConf)
+	}, transport.ServeOptions{}), hclog.NewNullLogger(), certConf)
 	if err != nil {
 		t.Fatal(err)
 	}
