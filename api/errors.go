@@ -178,7 +178,7 @@ func ErrorCode(err error) string {
 // error on the other side; every wire of plugreg uses this pair.
 type WireError struct {
 	Code    string
-	Outcome Outcome // "" from peers before 2026-11-25: then the code's
+	Outcome Outcome // "" from a peer of a release without outcomes: then the code's
 	Msg     string
 }
 

@@ -32,8 +32,8 @@ type Limits struct {
 	// default 4096).
 	MaxBlockingQueries int
 	// BodyReadTimeout bounds reading one request's body (default 30 s; a
-	// snapshot restore's archive gets restoreReadTimeout): a client that
-	// sends its body a byte a minute held a handler for good before.
+	// snapshot restore's archive gets restoreReadTimeout): without it, a
+	// client that sends its body a byte a minute holds a handler for good.
 	BodyReadTimeout time.Duration
 }
 

@@ -138,7 +138,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
 	fs.IntVar(&s.leaseExpiryRate, "lease-expiry-rate", cluster.DefaultLeaseExpiryRate, "the most leased plugins (registered with a TTL) the leader expires a second, one log entry every 100ms")
 	fs.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
-	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives the 1s of releases before 2026-11-24; 5 suits slow or shared machines)")
+	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives a 1s heartbeat and election timeout; 5 suits slow or shared machines)")
 	fs.StringVar(&s.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&s.aclToken, "acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
 	fs.BoolVar(&s.aclEnabled, "acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
