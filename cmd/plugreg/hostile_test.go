@@ -122,7 +122,7 @@ func TestHostileSuite(t *testing.T) {
 		t.Fatalf("bootstrap: %v", err)
 	}
 	op := as(addrs, boot.SecretID)
-	write := []client.ACLPolicy{{Kind: api.ACLWrite}}
+	write := []api.ACLPolicy{{Kind: api.ACLWrite}}
 	tok1, err1 := op.ACLAgentTokenCreate(ctx, "host-1", "agent host-1", write)
 	tok2, err2 := op.ACLAgentTokenCreate(ctx, "host-2", "agent host-2", write)
 	if errors.Is(err1, client.ErrInvalid) && os.Getenv("PLUGREG_HOSTILE_BIN") != "" {
@@ -141,8 +141,8 @@ func TestHostileSuite(t *testing.T) {
 		"-probe-port", probePort)...)
 	// Each host registers its own plugin through its own agent, with its
 	// agent token: what the agents do for their hosts.
-	plugin := func(node, alloc string) *client.PluginInfo {
-		return &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, NodeID: node, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+	plugin := func(node, alloc string) *api.PluginInfo {
+		return &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, NodeID: node, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
 	}
 	c.Poll(t, "both hosts registering their own plugins", func() (bool, string) {
 		_, e1 := as([]string{h1.HTTP}, tok1.SecretID).Register(ctx, plugin("host-1", "a1"))
@@ -260,7 +260,7 @@ func TestHostileSuite(t *testing.T) {
 			return refusedRPC(agentrpc.DeregisterNode, &agentrpc.DeregisterNodeArgs{NodeID: "host-2", Token: tok1.SecretID}, api.CodePermissionDenied)
 		}},
 		{"host-1's agent token", "create itself an operator token", func() error {
-			_, err := h1API.ACLTokenCreate(ctx, "mine", []client.ACLPolicy{{Kind: api.ACLOperator}})
+			_, err := h1API.ACLTokenCreate(ctx, "mine", []api.ACLPolicy{{Kind: api.ACLOperator}})
 			return isErr(err, client.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "restore a snapshot", func() error {
