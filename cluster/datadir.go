@@ -11,8 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/plugreg/plugreg/internal/atomicfile"
-	"github.com/plugreg/plugreg/internal/datadir"
 )
 
 // StoreError says a server cannot start from its data dir because a store
@@ -55,53 +53,6 @@ func storePath(cfg *Config) string {
 		return filepath.Join(cfg.DataDir, "raft.db")
 	}
 	return filepath.Join(cfg.DataDir, "wal")
-}
-
-// storedLog is what checkLogReadable found in the stores.
-type storedLog struct {
-	conf raft.Configuration // the newest: the log's last configuration entry, or the newest snapshot's
-	last uint64             // the log's end: its last entry, or the newest snapshot's
-}
-
-// checkLogReadable reads every entry raft.NewRaft will read at start (those
-// after the newest snapshot) and returns a StoreError for the first that
-// cannot be read. NewRaft panics on such an entry (raft v1.7: "failed to
-// get log"); finding it first turns a crash with a stack into an error
-// that says what to do. On the way it notes the newest configuration and
-// the log's end, which the rollback check asks the other servers about
-// (rollback.go).
-func checkLogReadable(cfg *Config, logs raft.LogStore, snaps raft.SnapshotStore) (storedLog, error) {
-	var stored storedLog
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("first index: %w", err)}
-	}
-	last, err := logs.LastIndex()
-	if err != nil {
-		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("last index: %w", err)}
-	}
-	var snapshot uint64
-	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
-		snapshot, stored.conf = metas[0].Index, metas[0].Configuration
-	}
-	stored.last = max(last, snapshot)
-	// Entries between the newest snapshot and the log would be skipped
-	// without a word: the FSM would go on from the snapshot as if they
-	// had never been committed.
-	if last != 0 && first > snapshot+1 {
-		return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("the log starts at entry %d but the newest snapshot ends at %d: entries %d-%d are missing", first, snapshot, snapshot+1, first-1)}
-	}
-	first = max(first, snapshot+1)
-	var entry raft.Log
-	for i := first; i != 0 && i <= last; i++ {
-		if err := logs.GetLog(i, &entry); err != nil {
-			return stored, &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("entry %d of %d-%d: %w", i, first, last, err)}
-		}
-		if entry.Type == raft.LogConfiguration {
-			stored.conf = raft.DecodeConfiguration(entry.Data)
-		}
-	}
-	return stored, nil
 }
 
 // checkSnapshots refuses a data dir whose snapshots raft would pass over
@@ -169,95 +120,6 @@ func newerSnapshot(term, index uint64, id string, than *raft.SnapshotMeta) bool 
 		return index > than.Index
 	}
 	return id > than.ID
-}
-
-// newRaftNoPanic is raft.NewRaft with a panic in it (it panics on a log
-// entry it cannot read, among others) returned as a StoreError. The panic
-// happens on the caller's goroutine, before NewRaft starts any of its own.
-func newRaftNoPanic(cfg *Config, start func() (*raft.Raft, error)) (r *raft.Raft, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			perr, ok := p.(error)
-			if !ok {
-				perr = fmt.Errorf("%v", p)
-			}
-			r, err = nil, &StoreError{Path: cfg.DataDir, NodeID: cfg.NodeID, Err: fmt.Errorf("raft start: %w", perr)}
-		}
-	}()
-	r, err = start()
-	if err != nil {
-		err = &StoreError{Path: cfg.DataDir, NodeID: cfg.NodeID, Err: fmt.Errorf("raft start: %w", err)}
-	}
-	return r, err
-}
-
-// removeSnapshotTemps removes the snapshots/*.tmp dirs a snapshot left
-// behind when the agent died while writing it, or when an install from
-// the leader failed: raft's FileSnapshotStore ignores them but never
-// removes them, so each can hold a whole registry's worth of disk for
-// good. Called after the log store is open (it locks the data dir), so no
-// other agent is writing a snapshot there.
-func removeSnapshotTemps(dataDir string, logger interface {
-	Warn(msg string, args ...interface{})
-}) error {
-	tmps, err := filepath.Glob(filepath.Join(dataDir, "snapshots", "*.tmp"))
-	if err != nil {
-		return err
-	}
-	for _, tmp := range tmps {
-		if err := os.RemoveAll(tmp); err != nil {
-			return fmt.Errorf("remove an unfinished snapshot: %w", err)
-		}
-		logger.Warn("removed an unfinished snapshot", "path", tmp)
-	}
-	return nil
-}
-
-// syncedSnapshotStore is raft's FileSnapshotStore with the one fsync it
-// lacks: the directory of a new snapshot. raft v1.7.3 syncs meta.json,
-// state.bin and, after the rename, snapshots/, but never snapshots/ID.tmp
-// itself, so after a power cut the renamed snapshot dir may come back
-// without its files; once the log was compacted past it the server cannot
-// start ("log not found": jepsen's powerloss family with -powerloss-names
-// posix, seed 12, n1 after its first cut). Both files exist once Create
-// returns (raft writes meta.json again on Close, in place), so one sync
-// of the dir here makes their names durable.
-type syncedSnapshotStore struct {
-	*raft.FileSnapshotStore
-	dir string // the snapshots dir
-}
-
-func (s syncedSnapshotStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
-	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
-	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
-	if err != nil {
-		// raft leaves the dir of a snapshot whose meta.json it could not
-		// write (a full disk), and tries again at once: a leader sending
-		// a snapshot to a follower whose disk is full left one a try.
-		// Its name is TERM-INDEX-MSEC.tmp; only a create of this very
-		// snapshot makes one so named.
-		if left, gerr := filepath.Glob(filepath.Join(s.dir, fmt.Sprintf("%d-%d-*.tmp", term, index))); gerr == nil {
-			for _, d := range left {
-				os.RemoveAll(d)
-			}
-		}
-		return nil, err
-	}
-	tmp := filepath.Join(s.dir, sink.ID()+".tmp")
-	// raft makes the dir 0755 and its files 0644; they keep the modes
-	// set here through the rename and meta.json's rewrite.
-	err = datadir.Private(tmp)
-	if err == nil {
-		err = datadir.Tighten(tmp)
-	}
-	if err == nil {
-		err = atomicfile.SyncDir(tmp)
-	}
-	if err != nil {
-		sink.Cancel()
-		return nil, fmt.Errorf("create snapshot: %w", err)
-	}
-	return sink, nil
 }
 
 // syncFailer is a log store that reports a failed fsync (raftx.WALStore).
