@@ -273,7 +273,11 @@ func (s *Server) setupRaft() error {
 		machine = tracedFSM{BatchingFSM: machine, pub: s.traced}
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
-	if err := checkSnapshots(cfg); err != nil {
+	if err := raftx.CheckSnapshots(cfg.DataDir); err != nil {
+		var refused *raftx.SnapshotError
+		if errors.As(err, &refused) {
+			return &StoreError{Path: refused.Path, NodeID: cfg.NodeID, Err: refused.Err}
+		}
 		return err
 	}
 	stored, err := raftx.CheckLog(store, snaps)

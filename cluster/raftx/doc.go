@@ -26,6 +26,12 @@
 //     the files), the dir of a failed Create removed, and the *.tmp dirs
 //     raft never removes removed at open (neither reported upstream as
 //     far as searched). Opened by cluster/server.go (setupRaft).
+//   - CheckSnapshots: a data dir refused whose snapshots raft would pass
+//     over without a word (a newer snapshot whose meta.json cannot be
+//     read, a newest whose state.bin fails its CRC: raft restores an older
+//     one). Not reported upstream as far as searched. Used by
+//     cluster/server.go (setupRaft), which makes a refusal a StoreError;
+//     NewerSnapshot, raft's order of snapshots, by cluster/inspect.go.
 //   - CheckLog, NewRaftNoPanic: what raft.NewRaft would panic on (an entry
 //     it cannot read, "failed to get log"; cf. issue 85, open) or pass
 //     over (a gap between the newest snapshot and the log) found first,

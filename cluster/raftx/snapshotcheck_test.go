@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"errors"
@@ -60,8 +60,8 @@ func TestSnapshotsRaftWouldPassOver(t *testing.T) {
 				ids = append(ids, sink.ID())
 			}
 			tc.damage(t, dir, ids)
-			err = checkSnapshots(&Config{DataDir: dir, NodeID: "n1"})
-			var se *StoreError
+			err = CheckSnapshots(dir)
+			var se *SnapshotError
 			if tc.refused != errors.As(err, &se) {
 				t.Fatalf("refused: %v (%v); want refused %v", err != nil, err, tc.refused)
 			}
