@@ -58,7 +58,7 @@ func (c *Client) Deregister(ctx context.Context, req api.DeregisterRequest) (api
 // which the server writes as one entry (see backend.Backend). While a
 // server this agent sees alive does not serve it (a rolling upgrade), it
 // sends nothing and answers api.ErrUnsupported: the host then writes one
-// instance at a time, as before.
+// instance at a time, which every server serves.
 func (c *Client) SyncHost(ctx context.Context, req api.HostSyncRequest) (api.HostSyncResult, error) {
 	if err := req.Validate(); err != nil {
 		return api.HostSyncResult{}, err

@@ -267,7 +267,7 @@ func TestClientAgentEventsFanOutAndSurviveTheirServer(t *testing.T) {
 	// Half resume from index 0 (older than the agent's buffer: each gets
 	// a passthrough, which joins the shared stream once caught up), half
 	// from the current index (served from the shared stream at once).
-	streams := make([]<-chan *client.Event, watchers)
+	streams := make([]<-chan *api.Event, watchers)
 	for i := range streams {
 		from := meta.Index
 		if i%2 == 0 {

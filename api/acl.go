@@ -2,12 +2,13 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // ACLs: tokens with policies, replicated in the FSM (only a SHA-256 of each
@@ -261,10 +262,10 @@ func (a Authorizer) hasOperator() bool {
 
 // NewACLSecret makes a token's secret and accessor: random UUIDs (v4).
 func NewACLSecret() (accessor, secret string, err error) {
-	if accessor, err = uuid(); err != nil {
+	if accessor, err = randomUUID(); err != nil {
 		return "", "", err
 	}
-	if secret, err = uuid(); err != nil {
+	if secret, err = randomUUID(); err != nil {
 		return "", "", err
 	}
 	return accessor, secret, nil
@@ -276,15 +277,15 @@ func HashSecret(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func uuid() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+// randomUUID is a version 4 UUID from crypto/rand (uuid.NewRandom's
+// source unless its pool is enabled, which plugreg never does: a pooled
+// secret would sit in memory before it is handed out).
+func randomUUID() (string, error) {
+	u, err := uuid.NewRandom()
+	if err != nil {
 		return "", fmt.Errorf("random token: %w", err)
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+	return u.String(), nil
 }
 
 type tokenKey struct{}

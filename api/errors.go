@@ -262,7 +262,7 @@ func ErrorCode(err error) string {
 // they always had (Code, Outcome, Msg).
 type WireError struct {
 	Code    string  `codec:",omitempty"`
-	Outcome Outcome `codec:",omitempty"` // "" from peers before 2026-11-25: then the code's
+	Outcome Outcome `codec:",omitempty"` // "" from a peer of a release without outcomes: then the code's
 	Msg     string  `codec:",omitempty"`
 }
 

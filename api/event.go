@@ -69,5 +69,6 @@ const EventStreamProtobuf = "application/vnd.plugreg.events+protobuf"
 // PluginProtobuf is the media type of a registration body in protobuf: a
 // client that sends it as Content-Type with POST /v1/plugins sends one
 // pluginpb.PluginInfo instead of a PluginInfo JSON object. Any other
-// Content-Type (none included) is read as JSON, as before it existed.
+// Content-Type (none included) is read as JSON, which every client sends
+// that does not know this type.
 const PluginProtobuf = "application/vnd.plugreg.plugin+protobuf"

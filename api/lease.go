@@ -12,7 +12,7 @@ import (
 // never go through the log: the leader keeps each leased instance's
 // deadline in memory and proposes the expiry of those that pass it
 // (etcd's lessor). A registration without a TTL lives until it is
-// deregistered, as before leases existed.
+// deregistered.
 const (
 	// MinTTL is the shortest lease: shorter ones would mostly measure
 	// elections and a busy leader's ticks.

@@ -140,8 +140,8 @@ func ValidateInstanceID(ptype, name, allocID string) error {
 //
 // It is for the edges and for proposing a command, not for decoding one:
 // what an older release let in (an instance named ".", an entry in its
-// log) still decodes, applies, reads and deregisters as before, through
-// ValidateIdentifier.
+// log) still decodes, applies, reads and deregisters, through
+// ValidateIdentifier, so an upgrade strands no instance.
 func ValidateNewIdentifier(field, v string) error {
 	if err := ValidateIdentifier(field, v); err != nil {
 		return err

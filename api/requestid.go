@@ -13,8 +13,8 @@ import (
 // which never applied. The server that builds a command records the ID
 // as ScopeRequestID(caller, kind, id) instead: the same caller's retry of
 // the same kind of write matches it on every server, nothing else does.
-// The log and the FSM see an ID as before (entries of older releases
-// apply the same), within MaxRequestIDLen.
+// The log and the FSM treat a scoped ID as any other (entries of older
+// releases apply the same), within MaxRequestIDLen.
 //
 // A scoped ID is "s1." + a digest of the caller and kind + "." + the raw
 // ID, readable in the apply log (UnscopedRequestID gets it back), or,

@@ -282,11 +282,6 @@ func DeregisterNode(ctx context.Context, nodeID string) error {
 	return nil
 }
 
-// FilterPlugins keeps the instances of types the caller may read.
-func FilterPlugins(ctx context.Context, in []*api.PluginInfo) []*api.PluginInfo {
-	return filterPlugins(From(ctx).Grants, in)
-}
-
 func filterPlugins(a api.Authorizer, in []*api.PluginInfo) []*api.PluginInfo {
 	if a.CanReadAll() {
 		return in

@@ -23,19 +23,6 @@ import (
 	"github.com/plugreg/plugreg/api/pluginpb"
 )
 
-// PluginInfo is a plugin instance.
-type PluginInfo = api.PluginInfo
-
-// ConnectionInfo says how to reach a plugin instance.
-type ConnectionInfo = api.ConnectionInfo
-
-// InstanceHealth says why an instance is suspect (PluginInfo.Health; nil:
-// passing).
-type InstanceHealth = api.InstanceHealth
-
-// Event is one line of the event stream.
-type Event = api.Event
-
 // Config of a Client.
 type Config struct {
 	// Addrs are node HTTP addresses ("127.0.0.1:8500" or a URL).
@@ -277,12 +264,6 @@ func (c *Client) decode(resp *http.Response, out interface{}) error {
 	return nil
 }
 
-// WriteResult is a write's outcome and log index.
-type WriteResult struct {
-	Index  uint64
-	Result api.Result
-}
-
 func newRequestID() string {
 	var b [16]byte
 	rand.Read(b[:])
@@ -290,7 +271,7 @@ func newRequestID() string {
 }
 
 // write sends a write; body is JSON unless contentType says otherwise.
-func (c *Client) write(ctx context.Context, method, path string, body []byte, contentType string) (WriteResult, error) {
+func (c *Client) write(ctx context.Context, method, path string, body []byte, contentType string) (api.WriteResult, error) {
 	hdr := http.Header{}
 	if contentType != "" {
 		hdr.Set("Content-Type", contentType)
@@ -302,38 +283,38 @@ func (c *Client) write(ctx context.Context, method, path string, body []byte, co
 	hdr.Set("X-Plugreg-Request-Id", id)
 	resp, err := c.do(ctx, method, path, nil, body, hdr)
 	if err != nil {
-		return WriteResult{}, err
+		return api.WriteResult{}, err
 	}
-	var res WriteResult
+	var res api.WriteResult
 	err = c.decode(resp, &res)
 	return res, err
 }
 
 // Register registers or updates a plugin instance.
-func (c *Client) Register(ctx context.Context, info *PluginInfo) (WriteResult, error) {
+func (c *Client) Register(ctx context.Context, info *api.PluginInfo) (api.WriteResult, error) {
 	if c.proto {
 		body, err := pluginpb.FromPlugin(info).MarshalVT()
 		if err != nil {
-			return WriteResult{}, err
+			return api.WriteResult{}, err
 		}
 		return c.write(ctx, http.MethodPost, "/v1/plugins", body, api.PluginProtobuf)
 	}
 	body, err := json.Marshal(info)
 	if err != nil {
-		return WriteResult{}, err
+		return api.WriteResult{}, err
 	}
 	return c.write(ctx, http.MethodPost, "/v1/plugins", body, "")
 }
 
 // Deregister removes a plugin instance.
-func (c *Client) Deregister(ctx context.Context, ptype, name, allocID string) (WriteResult, error) {
+func (c *Client) Deregister(ctx context.Context, ptype, name, allocID string) (api.WriteResult, error) {
 	return c.write(ctx, http.MethodDelete, "/v1/plugins/"+seg(ptype)+"/"+seg(name)+"/"+seg(allocID), nil, "")
 }
 
 // DeregisterIf removes a plugin instance only if it still belongs to
 // req.IfNodeID and/or was last changed at req.IfModifyIndex; otherwise it
 // fails with an error matching api.ErrConflict and nothing changes.
-func (c *Client) DeregisterIf(ctx context.Context, req api.DeregisterRequest) (WriteResult, error) {
+func (c *Client) DeregisterIf(ctx context.Context, req api.DeregisterRequest) (api.WriteResult, error) {
 	v := url.Values{}
 	if req.IfNodeID != "" {
 		v.Set("node", req.IfNodeID)
@@ -349,14 +330,14 @@ func (c *Client) DeregisterIf(ctx context.Context, req api.DeregisterRequest) (W
 }
 
 // NodePlugins lists every instance registered with nodeID.
-func (c *Client) NodePlugins(ctx context.Context, nodeID string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
-	var out []*PluginInfo
+func (c *Client) NodePlugins(ctx context.Context, nodeID string, q *QueryOptions) ([]*api.PluginInfo, *QueryMeta, error) {
+	var out []*api.PluginInfo
 	meta, err := c.query(ctx, "/v1/nodes/"+seg(nodeID)+"/plugins", q, &out)
 	return out, meta, err
 }
 
 // DeregisterNode removes every plugin instance of a node.
-func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (WriteResult, error) {
+func (c *Client) DeregisterNode(ctx context.Context, nodeID string) (api.WriteResult, error) {
 	return c.write(ctx, http.MethodDelete, "/v1/nodes/"+seg(nodeID)+"/plugins", nil, "")
 }
 
@@ -445,29 +426,26 @@ func (c *Client) Types(ctx context.Context, q *QueryOptions) ([]string, *QueryMe
 }
 
 // List returns the newest instance of every name of ptype, sorted by name.
-func (c *Client) List(ctx context.Context, ptype string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
-	var out []*PluginInfo
+func (c *Client) List(ctx context.Context, ptype string, q *QueryOptions) ([]*api.PluginInfo, *QueryMeta, error) {
+	var out []*api.PluginInfo
 	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype), q, &out)
 	return out, meta, err
 }
 
-// Coverage is the answer of GET /v1/coverage/{type}.
-type Coverage = api.Coverage
-
 // Coverage returns which live nodes have an instance of ptype and which
 // lack one (docs/api.md, "Coverage"), counting every member.
-func (c *Client) Coverage(ctx context.Context, ptype string, q *QueryOptions) (*Coverage, *QueryMeta, error) {
+func (c *Client) Coverage(ctx context.Context, ptype string, q *QueryOptions) (*api.Coverage, *QueryMeta, error) {
 	return c.CoverageOfRole(ctx, ptype, "", q)
 }
 
 // CoverageOfRole is Coverage counting only the members of role
 // (api.RoleClient or api.RoleServer; "" for every member).
-func (c *Client) CoverageOfRole(ctx context.Context, ptype, role string, q *QueryOptions) (*Coverage, *QueryMeta, error) {
+func (c *Client) CoverageOfRole(ctx context.Context, ptype, role string, q *QueryOptions) (*api.Coverage, *QueryMeta, error) {
 	v := q.values()
 	if role != "" {
 		v.Set("role", role)
 	}
-	var out Coverage
+	var out api.Coverage
 	meta, err := c.queryValues(ctx, "/v1/coverage/"+seg(ptype), v, &out)
 	if err != nil {
 		return nil, meta, err
@@ -476,15 +454,15 @@ func (c *Client) CoverageOfRole(ctx context.Context, ptype, role string, q *Quer
 }
 
 // Instances returns the recency list of (ptype, name), newest first.
-func (c *Client) Instances(ctx context.Context, ptype, name string, q *QueryOptions) ([]*PluginInfo, *QueryMeta, error) {
-	var out []*PluginInfo
+func (c *Client) Instances(ctx context.Context, ptype, name string, q *QueryOptions) ([]*api.PluginInfo, *QueryMeta, error) {
+	var out []*api.PluginInfo
 	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype)+"/"+seg(name), q, &out)
 	return out, meta, err
 }
 
 // Get returns one instance.
-func (c *Client) Get(ctx context.Context, ptype, name, allocID string, q *QueryOptions) (*PluginInfo, *QueryMeta, error) {
-	var out PluginInfo
+func (c *Client) Get(ctx context.Context, ptype, name, allocID string, q *QueryOptions) (*api.PluginInfo, *QueryMeta, error) {
+	var out api.PluginInfo
 	meta, err := c.query(ctx, "/v1/plugins/"+seg(ptype)+"/"+seg(name)+"/"+seg(allocID), q, &out)
 	if err != nil {
 		return nil, meta, err
@@ -492,12 +470,9 @@ func (c *Client) Get(ctx context.Context, ptype, name, allocID string, q *QueryO
 	return &out, meta, nil
 }
 
-// Member is one entry of Members: a server or a client agent.
-type Member = api.Member
-
 // Members lists the gossip pool as the answering node sees it.
-func (c *Client) Members(ctx context.Context) ([]Member, error) {
-	var out []Member
+func (c *Client) Members(ctx context.Context) ([]api.Member, error) {
+	var out []api.Member
 	_, err := c.query(ctx, "/v1/members", nil, &out)
 	return out, err
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 )
 
-func plugin(name, alloc string) *client.PluginInfo {
-	return &client.PluginInfo{Type: "csi", Name: name, AllocID: alloc, NodeID: "n1",
-		ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
+func plugin(name, alloc string) *api.PluginInfo {
+	return &api.PluginInfo{Type: "csi", Name: name, AllocID: alloc, NodeID: "n1",
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}}
 }
 
 func newClient(t *testing.T, c *testcluster.Cluster, first int) *client.Client {
@@ -75,14 +75,14 @@ func TestClientRegistersInEitherEncoding(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	full := func(alloc string) *client.PluginInfo {
+	full := func(alloc string) *api.PluginInfo {
 		p := plugin("ebs", alloc)
 		p.Version, p.Options, p.TTL = "1.2.3", map[string]string{"zone": "a", "rack": "7"}, api.Duration(time.Minute)
 		p.ConnectionInfo.Address = "10.0.0.1:9000"
 		p.Health = &api.InstanceHealth{Status: api.HealthSuspect, Check: "probe", Reason: "slow", LastSeen: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
 		return p
 	}
-	var got []*client.PluginInfo
+	var got []*api.PluginInfo
 	for i, proto := range []bool{false, true} {
 		cl, err := client.New(client.Config{Addrs: []string{c.Followers()[0].HTTPURL}, Protobuf: proto})
 		if err != nil {
@@ -115,7 +115,7 @@ func TestClientRetryIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ctx = client.WithRequestID(ctx, "retry-1")
-	var first client.WriteResult
+	var first api.WriteResult
 	for i := range c.Nodes {
 		res, err := newClient(t, c, i).Deregister(ctx, "csi", "x", "y")
 		if err != nil {

@@ -27,7 +27,7 @@ type ackedWrite struct {
 }
 
 // render describes an event for comparing streams.
-func render(ev *client.Event) string {
+func render(ev *api.Event) string {
 	cur := "-"
 	if ev.Current != nil {
 		cur = ev.Current.AllocID
@@ -50,7 +50,7 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 	defer cancel()
 
 	// One subscriber per node, each pinned to its node.
-	streams := make([][]*client.Event, len(c.Nodes))
+	streams := make([][]*api.Event, len(c.Nodes))
 	var subWG sync.WaitGroup
 	subCtx, stopSubs := context.WithCancel(ctx)
 	for i, n := range c.Nodes {
@@ -79,11 +79,11 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 			for i := 0; i < perW; i++ {
 				name := fmt.Sprintf("n%d", rng.Intn(40))
 				alloc := fmt.Sprintf("w%d-a%d", w, rng.Intn(5))
-				p := &client.PluginInfo{Type: fmt.Sprintf("t%d", rng.Intn(3)), Name: name, AllocID: alloc,
+				p := &api.PluginInfo{Type: fmt.Sprintf("t%d", rng.Intn(3)), Name: name, AllocID: alloc,
 					NodeID: fmt.Sprintf("host%d", rng.Intn(4)), Version: fmt.Sprint(rng.Intn(3)),
-					ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}
+					ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}
 				var (
-					res client.WriteResult
+					res api.WriteResult
 					err error
 					key string
 				)
@@ -165,7 +165,7 @@ func TestEventStreamsAgreeAcrossNodes(t *testing.T) {
 
 	// Every acknowledged change appears exactly once, at its index, and
 	// nothing else appears.
-	byIndex := map[uint64][]*client.Event{}
+	byIndex := map[uint64][]*api.Event{}
 	for _, ev := range streams[0] {
 		if ev.EventType != api.EventHeartbeat {
 			byIndex[ev.Index] = append(byIndex[ev.Index], ev)
@@ -239,7 +239,7 @@ func TestFallenSubscriberGetsOneExactReset(t *testing.T) {
 	cl := newClient(t, c, 0)
 	for i := 0; i < 600; i++ {
 		p := plugin(fmt.Sprintf("p%d", i%50), fmt.Sprintf("a%d", i%7))
-		var res client.WriteResult
+		var res api.WriteResult
 		if i%3 == 2 {
 			res, err = cl.Deregister(ctx, p.Type, p.Name, p.AllocID)
 		} else {
@@ -346,10 +346,10 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		p := plugin(fmt.Sprintf("p%d", i%5), fmt.Sprintf("a%d", i%3))
 		p.Version = fmt.Sprint(i)
 		if i%2 == 0 {
-			p.ConnectionInfo = &client.ConnectionInfo{Address: fmt.Sprintf("10.0.0.%d:9", i)}
+			p.ConnectionInfo = &api.ConnectionInfo{Address: fmt.Sprintf("10.0.0.%d:9", i)}
 			p.Options = map[string]string{"k": fmt.Sprint(i), "zone": "a"}
 		}
-		var res client.WriteResult
+		var res api.WriteResult
 		var err error
 		if i%4 == 3 {
 			res, err = cl.Deregister(ctx, p.Type, p.Name, p.AllocID)
@@ -364,7 +364,7 @@ func TestWatchEncodingsAgree(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		write(i)
 	}
-	watch := func(ctx context.Context, json bool, types []string) <-chan *client.Event {
+	watch := func(ctx context.Context, json bool, types []string) <-chan *api.Event {
 		wc, err := client.New(client.Config{Addrs: []string{c.Nodes[0].HTTPURL}})
 		if err != nil {
 			t.Fatal(err)
@@ -373,7 +373,7 @@ func TestWatchEncodingsAgree(t *testing.T) {
 	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	streams := map[string]<-chan *client.Event{
+	streams := map[string]<-chan *api.Event{
 		"json":           watch(wctx, true, nil),
 		"protobuf":       watch(wctx, false, nil),
 		"json empty":     watch(wctx, true, []string{"none"}),
@@ -381,7 +381,7 @@ func TestWatchEncodingsAgree(t *testing.T) {
 	}
 	// Each stream's reset first: it is taken when the stream connects, so
 	// a write between two connects would give them different resets.
-	first := map[string]*client.Event{}
+	first := map[string]*api.Event{}
 	for name, ch := range streams {
 		select {
 		case ev := <-ch:
@@ -395,8 +395,8 @@ func TestWatchEncodingsAgree(t *testing.T) {
 	for i := 40; i < 60; i++ {
 		last = write(i)
 	}
-	collect := func(ch <-chan *client.Event, until uint64) []*client.Event {
-		evs := []*client.Event{}
+	collect := func(ch <-chan *api.Event, until uint64) []*api.Event {
+		evs := []*api.Event{}
 		for ev := range ch {
 			evs = append(evs, ev)
 			if ev.Index >= until {
@@ -406,8 +406,8 @@ func TestWatchEncodingsAgree(t *testing.T) {
 		t.Fatalf("stream ended before index %d", until)
 		return nil
 	}
-	got := append([]*client.Event{first["json"]}, collect(streams["json"], last)...)
-	want := append([]*client.Event{first["protobuf"]}, collect(streams["protobuf"], last)...)
+	got := append([]*api.Event{first["json"]}, collect(streams["json"], last)...)
+	want := append([]*api.Event{first["protobuf"]}, collect(streams["protobuf"], last)...)
 	if got[0].EventType != api.EventReset || len(got[0].Plugins) == 0 {
 		t.Fatalf("first event %+v: want a reset with plugins", got[0])
 	}
@@ -439,13 +439,13 @@ func TestWatchPastTheClusterGetsAReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
+	res, err := cl.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ahead := res.Index + 1000 // what the watcher saw of the old history
 	ch := cl.Watch(ctx, ahead, client.WatchOptions{})
-	next := func(what string) *client.Event {
+	next := func(what string) *api.Event {
 		select {
 		case ev := <-ch:
 			return ev
@@ -458,7 +458,7 @@ func TestWatchPastTheClusterGetsAReset(t *testing.T) {
 	if reset.EventType != api.EventReset || reset.Index < res.Index || reset.Index >= ahead || len(reset.Plugins) != 1 || reset.Plugins[0].AllocID != "a1" {
 		t.Fatalf("first event: %+v, want a reset at the cluster's index with a1", reset)
 	}
-	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a2", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+	if _, err := cl.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a2", NodeID: "n1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := next("the next write"); ev.EventType != api.EventRegistered || ev.Info.AllocID != "a2" {

@@ -10,18 +10,11 @@ import (
 	"github.com/plugreg/plugreg/api"
 )
 
-// AutopilotHealth is the servers' health (GET
-// /v1/operator/autopilot/health).
-type AutopilotHealth = api.AutopilotHealth
-
-// AgentSelf is an agent's description of itself.
-type AgentSelf = api.AgentSelf
-
 // AutopilotHealth returns the servers' health as the answering agent
 // gathers it; an unhealthy cluster is an answer (the server says 429),
 // not an error.
-func (c *Client) AutopilotHealth(ctx context.Context) (AutopilotHealth, error) {
-	var h AutopilotHealth
+func (c *Client) AutopilotHealth(ctx context.Context) (api.AutopilotHealth, error) {
+	var h api.AutopilotHealth
 	resp, err := c.do(ctx, http.MethodGet, "/v1/operator/autopilot/health", nil, nil, nil)
 	if err != nil {
 		return h, err
@@ -37,8 +30,8 @@ func (c *Client) AutopilotHealth(ctx context.Context) (AutopilotHealth, error) {
 }
 
 // AgentSelf describes the answering agent (GET /v1/agent/self).
-func (c *Client) AgentSelf(ctx context.Context) (AgentSelf, error) {
-	var s AgentSelf
+func (c *Client) AgentSelf(ctx context.Context) (api.AgentSelf, error) {
+	var s api.AgentSelf
 	_, err := c.query(ctx, "/v1/agent/self", nil, &s)
 	return s, err
 }
@@ -50,14 +43,11 @@ func (c *Client) TransferLeadership(ctx context.Context) (string, error) {
 	return out.Leader, c.aclCall(ctx, http.MethodPost, "/v1/operator/leadership-transfer", nil, &out)
 }
 
-// ReapStatus is the leader's guard on reaping.
-type ReapStatus = api.ReapStatus
-
 // ResumeReaping asks the leader (the answering agent must be the leader)
 // to reap the failed nodes its guard holds, until the guard releases, and
 // returns the guard's state.
-func (c *Client) ResumeReaping(ctx context.Context) (ReapStatus, error) {
-	var out ReapStatus
+func (c *Client) ResumeReaping(ctx context.Context) (api.ReapStatus, error) {
+	var out api.ReapStatus
 	return out, c.aclCall(ctx, http.MethodPost, "/v1/operator/reap/resume", nil, &out)
 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+
+	"github.com/plugreg/plugreg/api"
 )
 
 // SnapshotSave writes a backup archive of the registry (package snapshot's format)
@@ -38,10 +40,10 @@ func (c *Client) SnapshotSave(ctx context.Context, w io.Writer, q *QueryOptions)
 // WithRequestID) that it keeps across its own retries: a restore resent
 // after a lost answer applies once, so the writes acknowledged after the
 // first copy are not overwritten by the second.
-func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) (WriteResult, error) {
+func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) (api.WriteResult, error) {
 	archive, err := io.ReadAll(r)
 	if err != nil {
-		return WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
+		return api.WriteResult{}, fmt.Errorf("snapshot restore: %w", err)
 	}
 	res, err := c.write(ctx, http.MethodPut, "/v1/operator/snapshot", archive, "")
 	if err != nil {

@@ -46,7 +46,7 @@ type WatchOptions struct {
 // duplicate (or a reset, when the cluster no longer holds the events after
 // that index). The channel is closed when ctx is done, or when the token
 // is refused (see Stream, which says why).
-func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *Event {
+func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *api.Event {
 	return c.Stream(ctx, fromIndex, opts).Events()
 }
 
@@ -56,7 +56,7 @@ type EventStream struct{ w *watcher }
 // Stream is Watch, with the reason it ends: read Events until it is
 // closed, then Err.
 func (c *Client) Stream(ctx context.Context, fromIndex uint64, opts WatchOptions) *EventStream {
-	w := &watcher{c: c, opts: opts, out: make(chan *Event, 64), cur: api.Cursor{Complete: fromIndex}}
+	w := &watcher{c: c, opts: opts, out: make(chan *api.Event, 64), cur: api.Cursor{Complete: fromIndex}}
 	if w.opts.StallTimeout == 0 {
 		w.opts.StallTimeout = 15 * time.Second
 	}
@@ -65,7 +65,7 @@ func (c *Client) Stream(ctx context.Context, fromIndex uint64, opts WatchOptions
 }
 
 // Events is the stream's events; it is closed when the stream ends.
-func (s *EventStream) Events() <-chan *Event { return s.w.out }
+func (s *EventStream) Events() <-chan *api.Event { return s.w.out }
 
 // Err is why the stream ended, once Events is closed: nil when its
 // context ended; else the refusal of its token, an error matching
@@ -80,7 +80,7 @@ func (s *EventStream) Err() error { return s.w.err }
 type watcher struct {
 	c    *Client
 	opts WatchOptions
-	out  chan *Event
+	out  chan *api.Event
 	// cur is advanced only after the event it counts has been handed to
 	// the consumer (or, for a heartbeat the consumer did not ask for, once
 	// read): a delivery aborted by a stall or a reconnect is then read
@@ -218,7 +218,7 @@ const maxEventBytes = 256 << 20
 
 // eventDecoder reads one stream's events; next returns io.EOF at its clean end.
 type eventDecoder interface {
-	next() (*Event, error)
+	next() (*api.Event, error)
 }
 
 type jsonDecoder struct{ sc *bufio.Scanner }
@@ -229,14 +229,14 @@ func newJSONDecoder(r io.Reader) *jsonDecoder {
 	return &jsonDecoder{sc: sc}
 }
 
-func (d *jsonDecoder) next() (*Event, error) {
+func (d *jsonDecoder) next() (*api.Event, error) {
 	if !d.sc.Scan() {
 		if err := d.sc.Err(); err != nil {
 			return nil, err
 		}
 		return nil, io.EOF
 	}
-	var ev Event
+	var ev api.Event
 	if err := json.Unmarshal(d.sc.Bytes(), &ev); err != nil {
 		return nil, fmt.Errorf("bad line: %w", err)
 	}
@@ -254,7 +254,7 @@ func newProtobufDecoder(r io.Reader) *protobufDecoder {
 	return &protobufDecoder{r: bufio.NewReaderSize(r, 64*1024)}
 }
 
-func (d *protobufDecoder) next() (*Event, error) {
+func (d *protobufDecoder) next() (*api.Event, error) {
 	n, err := binary.ReadUvarint(d.r)
 	if err != nil {
 		if err == io.EOF {

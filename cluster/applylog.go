@@ -36,9 +36,9 @@ type ApplyRecord struct {
 // response back, so a kill -9 loses nothing that was acknowledged. Each
 // batch is one write: a kill -9 leaves all of it in the file or none,
 // never a torn line that the next process would append to (a bufio.Writer
-// wrote out a full buffer in the middle of a record: the fault suite's
-// deposed-leader family killed a server applying a batch, and its apply log
-// no longer parsed).
+// writes out a full buffer in the middle of a record, so a server killed
+// while applying a batch, as the fault suite's deposed-leader family does,
+// would leave an apply log that does not parse).
 type applyLogFSM struct {
 	*fsm.FSM
 	mu sync.Mutex     // guards f (Close may race with the FSM goroutine)

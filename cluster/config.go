@@ -18,7 +18,8 @@ type Config struct {
 	// NodeID names the node in Raft and memberlist. It is kept in the data
 	// dir: a restart with another ID is refused.
 	NodeID string
-	// DataDir holds raft.db and snapshots/. Required.
+	// DataDir holds the node ID, Raft's log store (raft-wal or raft.db,
+	// per LogStore) and snapshots/. Required.
 	DataDir string
 	// BindAddr is the IP all listeners use and outgoing connections come
 	// from.

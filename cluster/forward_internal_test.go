@@ -146,7 +146,7 @@ func TestLeaderTimeoutReachesAFollowerAsNotApplied(t *testing.T) {
 		dec(&args)
 		return nil, leaderSays
 	}
-	leader, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
+	leader, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h, transport.ServeOptions{}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func newestSnapshot(dir string) (*SnapshotInfo, []raft.Server, uint64, error) {
 		return nil, nil, 0, nil
 	}
 	sort.Slice(metas, func(i, j int) bool {
-		return newerSnapshot(metas[i].Term, metas[i].Index, metas[i].ID, &metas[j])
+		return raftx.NewerSnapshot(metas[i].Term, metas[i].Index, metas[i].ID, &metas[j])
 	})
 	m := metas[0]
 	return &SnapshotInfo{ID: m.ID, Index: m.Index, Term: m.Term, Size: m.Size}, m.Configuration.Servers, m.ConfigurationIndex, nil

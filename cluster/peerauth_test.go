@@ -137,7 +137,7 @@ func TestGossipMemberCannotTakeAVoterSlot(t *testing.T) {
 		dec(&none)
 		return api.RaftStats{ID: victim.Config.NodeID}, nil
 	}
-	port, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), conf(cli))
+	port, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h, transport.ServeOptions{}), hclog.NewNullLogger(), conf(cli))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestGossipMemberCannotJoinTheFirstConfiguration(t *testing.T) {
 		}
 		return api.RaftStats{ID: "y"}, nil
 	}
-	y, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h), hclog.NewNullLogger(), conf)
+	y, err := transport.Listen("127.0.0.1:0", transport.ServeRPC(context.Background(), h, transport.ServeOptions{}), hclog.NewNullLogger(), conf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func checkPrivate(t *testing.T, dir string) {
 		switch {
 		case d.IsDir() && strings.HasSuffix(path, ".tmp") && filepath.Base(filepath.Dir(path)) == "snapshots":
 			// A snapshot raft is creating this instant (0755 until
-			// syncedSnapshotStore.Create tightens it, inside the private
+			// raftx.SnapshotStore.Create tightens it, inside the private
 			// snapshots dir); the finished ones are checked.
 			return fs.SkipDir
 		case d.IsDir():

@@ -213,10 +213,10 @@ func (s *Server) inConfiguration(node string) (bool, error) {
 // dir that went back. Peers that do not answer are
 // passed over (said in a warning): it waits for them at most
 // rollbackProbeWait, and rollbackProbeGrace past the first answer.
-func (s *Server) checkNotRolledBack(inc string, stored storedLog) error {
-	last := stored.last
+func (s *Server) checkNotRolledBack(inc string, stored raftx.StoredLog) error {
+	last := stored.Last
 	var peers []raft.Server
-	for _, srv := range stored.conf.Servers {
+	for _, srv := range stored.Conf.Servers {
 		if srv.ID != raft.ServerID(s.cfg.NodeID) {
 			peers = append(peers, srv)
 		}

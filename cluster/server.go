@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -148,7 +147,7 @@ func (s *Server) start() (err error) {
 
 	s.pool = transport.NewPool(cfg.BindAddr, 2*time.Second, cfg.TLS)
 	s.mux, err = transport.Listen(net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.ServerPort)),
-		transport.ServeRPCWith(s.ctx, s.handleRPC, transport.ServeOptions{MaxRequestBytes: rpcRequestBound}), s.logger.Named("transport"), cfg.TLS)
+		transport.ServeRPC(s.ctx, s.handleRPC, transport.ServeOptions{MaxRequestBytes: rpcRequestBound}), s.logger.Named("transport"), cfg.TLS)
 	if err != nil {
 		return err
 	}
@@ -222,14 +221,10 @@ func (s *Server) setupRaft() error {
 		s.goFunc(func() { s.watchSyncs(f) })
 	}
 	s.acks.Store(newAckRecords(s.stable))
-	if err := removeSnapshotTemps(cfg.DataDir, s.logger); err != nil {
+	snaps, err := raftx.OpenSnapshotStore(cfg.DataDir, 2, s.logger.Named("snapshot"))
+	if err != nil {
 		return err
 	}
-	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, s.logger.Named("snapshot"))
-	if err != nil {
-		return fmt.Errorf("open snapshot store: %w", err)
-	}
-	snaps := syncedSnapshotStore{fileSnaps, filepath.Join(cfg.DataDir, "snapshots")}
 	// What the stores just made, and what an older release or another
 	// user left looser, is made the agent's alone (internal/datadir).
 	if err := datadir.Tighten(cfg.DataDir); err != nil {
@@ -278,12 +273,16 @@ func (s *Server) setupRaft() error {
 		machine = tracedFSM{BatchingFSM: machine, pub: s.traced}
 	}
 	machine = watchedFSM{BatchingFSM: machine, s: s}
-	if err := checkSnapshots(cfg); err != nil {
+	if err := raftx.CheckSnapshots(cfg.DataDir); err != nil {
+		var refused *raftx.SnapshotError
+		if errors.As(err, &refused) {
+			return &StoreError{Path: refused.Path, NodeID: cfg.NodeID, Err: refused.Err}
+		}
 		return err
 	}
-	stored, err := checkLogReadable(cfg, store, snaps)
+	stored, err := raftx.CheckLog(store, snaps)
 	if err != nil {
-		return err
+		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: err}
 	}
 	// Before Raft, which votes as soon as it runs: a data dir restored
 	// from an older copy forgot its votes (rollback.go).
@@ -293,10 +292,10 @@ func (s *Server) setupRaft() error {
 	if err := s.checkNotRolledBack(s.incarnation, stored); err != nil {
 		return err
 	}
-	if s.raft, err = newRaftNoPanic(cfg, func() (*raft.Raft, error) {
+	if s.raft, err = raftx.NewRaftNoPanic(func() (*raft.Raft, error) {
 		return raft.NewRaft(rc, machine, s.logs, s.stable, snaps, trans)
 	}); err != nil {
-		return err
+		return &StoreError{Path: cfg.DataDir, NodeID: cfg.NodeID, Err: fmt.Errorf("raft start: %w", err)}
 	}
 	if !existing && cfg.BootstrapExpect == 1 {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
@@ -650,37 +649,23 @@ func (s *Server) Shutdown() error {
 	return s.shutErr
 }
 
-// stopRaft shuts Raft down within two ShutdownTimeouts. It reports whether
-// Raft's goroutines all ended.
+// stopRaft shuts Raft down within two ShutdownTimeouts, closing the
+// server's connections under it after the first (raftx.Shutdown). It
+// reports whether Raft's goroutines all ended; ErrShutdownAbandoned when
+// they did not.
 func (s *Server) stopRaft() (bool, error) {
-	done := make(chan error, 1)
-	f := s.raft.Shutdown()
-	// This goroutine ends when Raft does; it outlives Shutdown only in
-	// the abandoned case, which ends the process anyway.
-	go func() { done <- f.Error() }()
-	wait := s.cfg.ShutdownTimeout
-	select {
-	case err := <-done:
-		return true, err
-	case <-time.After(wait):
+	stopped, err := raftx.Shutdown(s.raft, s.cfg.ShutdownTimeout, func() {
+		if s.trans != nil {
+			s.trans.Close()
+		}
+		if s.mux != nil {
+			s.mux.Close()
+		}
+	}, s.logger)
+	if !stopped {
+		return false, ErrShutdownAbandoned
 	}
-	// Raft's goroutines wait on the network (a peer that stopped reading,
-	// a replication stream that will never be answered): close every
-	// connection under them.
-	s.logger.Warn("raft did not stop in time; closing its connections", "waited", wait)
-	if s.trans != nil {
-		s.trans.Close()
-	}
-	if s.mux != nil {
-		s.mux.Close()
-	}
-	select {
-	case err := <-done:
-		return true, err
-	case <-time.After(wait):
-	}
-	s.logger.Error("abandoning raft shutdown: its goroutines are still running and the log store is left open; the data dir is consistent (raft syncs every write)", "waited", 2*wait)
-	return false, ErrShutdownAbandoned
+	return true, err
 }
 
 // streamLayer adapts the server port's Raft side to raft.StreamLayer.

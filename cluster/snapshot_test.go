@@ -70,7 +70,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // 100k instances under -race on a busy machine: minutes
 	defer cancel()
 	for i := 0; i < 20; i++ {
-		if _, err := cl.Register(ctx, &client.PluginInfo{Type: "before", Name: "x", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+		if _, err := cl.Register(ctx, &api.PluginInfo{Type: "before", Name: "x", AllocID: fmt.Sprint(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,7 +135,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 
 	// Writes continue from there.
-	w, err := cl.Register(ctx, &client.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+	w, err := cl.Register(ctx, &api.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 	if err != nil || w.Index <= res.Index {
 		t.Fatalf("write after the restore: %+v, %v", w, err)
 	}
@@ -156,7 +156,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if _, err := cl.Deregister(ctx, "after", "y", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "later", Name: "z", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+	if _, err := cl.Register(ctx, &api.PluginInfo{Type: "later", Name: "z", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
 	res2, err := cl.SnapshotRestore(client.WithRequestID(ctx, "restore-2"), bytes.NewReader(saved.Bytes()))
@@ -204,7 +204,7 @@ func TestSnapshotRestoreRefusals(t *testing.T) {
 	cl, _ := client.New(client.Config{Addrs: []string{c.Leader().HTTPURL}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "t", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+	if _, err := cl.Register(ctx, &api.PluginInfo{Type: "t", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
 	newer := rewriteVersion(t, good)
@@ -310,7 +310,7 @@ func restoreWithLeaderKilled(t *testing.T, backup *fsm.State, archive []byte, de
 	cl, _ := client.New(client.Config{Addrs: []string{f.HTTPURL}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "before", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+	if _, err := cl.Register(ctx, &api.PluginInfo{Type: "before", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
 	pre := nodeState(f)
@@ -330,7 +330,7 @@ func restoreWithLeaderKilled(t *testing.T, backup *fsm.State, archive []byte, de
 	err := <-done
 	c.Restart(leader)
 	c.WaitForLeader()
-	w, werr := cl.Register(ctx, &client.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+	w, werr := cl.Register(ctx, &api.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 	if werr != nil {
 		t.Fatalf("a write after: %v", werr)
 	}
@@ -370,14 +370,14 @@ func TestSnapshotThroughClientAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c.Eventually(30*time.Second, "the client agent reaching a server", func() bool {
-		_, err := cl.Register(ctx, &client.PluginInfo{Type: "t", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+		_, err := cl.Register(ctx, &api.PluginInfo{Type: "t", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 		return err == nil
 	})
 	var saved bytes.Buffer
 	if err := cl.SnapshotSave(ctx, &saved, nil); err != nil {
 		t.Fatalf("save through the client agent: %v", err)
 	}
-	if _, err := cl.Register(ctx, &client.PluginInfo{Type: "t", Name: "x", AllocID: "2", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+	if _, err := cl.Register(ctx, &api.PluginInfo{Type: "t", Name: "x", AllocID: "2", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := cl.SnapshotRestore(ctx, bytes.NewReader(saved.Bytes()))
@@ -417,7 +417,7 @@ func TestSnapshotRestoreRetryAppliesOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("restore: %v", err)
 			}
-			between, err := cl.Register(ctx, &client.PluginInfo{Type: "between", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+			between, err := cl.Register(ctx, &api.PluginInfo{Type: "between", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 			if err != nil {
 				t.Fatal(err)
 			}

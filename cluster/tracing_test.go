@@ -17,6 +17,7 @@ import (
 	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/tracing"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -45,7 +46,7 @@ func (tn *tracedNodes) sampling(node string, root sdktrace.Sampler) *tracing.Tra
 	tn.mu.Lock()
 	tn.tps = append(tn.tps, tp)
 	tn.mu.Unlock()
-	return tracing.New(tp)
+	return tracing.New(tp, nil)
 }
 
 // callerTrace returns a context as a caller's instrumented code holds it:
@@ -68,7 +69,7 @@ type propagatingTransport struct{}
 
 func (propagatingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	tracing.ToHTTP(r.Context(), r.Header)
+	propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	return http.DefaultTransport.RoundTrip(r)
 }
 

@@ -1,5 +1,7 @@
-// Package docs_test keeps docs/architecture.md's package graph what the
-// code is: it is generated from `go list`, never drawn by hand.
+// Package docs_test holds the tests of what the docs claim of the whole
+// tree: docs/architecture.md's package graph is what the code is
+// (generated from `go list`, never drawn by hand), and every name has one
+// package (aliases_test.go).
 package docs_test
 
 import (

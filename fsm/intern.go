@@ -17,7 +17,8 @@ import (
 // and shared (see State), so instances with equal options can share one
 // map and equal strings one backing array. Interning changes no value:
 // what is stored, snapshotted and returned is equal to what was
-// registered, so the snapshot bytes and every node's state are as before.
+// registered, so the snapshot bytes and every node's state are those of
+// a replica that does not intern.
 
 // maxInternedOptions bounds the option sets kept for sharing. A fleet has
 // a few distinct ones; a registry whose every instance has its own options
@@ -34,12 +35,12 @@ const maxStrings = 16384
 // it builds a state): States carry a pointer to it, readers never use it.
 type interner struct {
 	options map[string]map[string]string
-	// strings maps a string to its one copy. It was unique.Make(s).Value()
-	// until 2026-11-26, which shares a copy only while a unique.Handle to
-	// it lives: the state keeps the string, not the handle, so after the
-	// next GC the table forgot it and the next equal string got a copy of
-	// its own. It also cost about 4 % of a server's CPU under register
-	// load (a concurrent table, a weak pointer made strong on every hit).
+	// strings maps a string to its one copy. Not unique.Make(s).Value(),
+	// which shares a copy only while a unique.Handle to it lives: the
+	// state keeps the string, not the handle, so after the next GC the
+	// table would forget it and the next equal string get a copy of its
+	// own; it also costs about 4 % of a server's CPU under register load
+	// (a concurrent table, a weak pointer made strong on every hit).
 	strings map[string]string
 }
 

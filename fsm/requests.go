@@ -29,9 +29,9 @@ type RequestRecord struct {
 // for lookups, is changed in place. A published State's byID must not be
 // read by anyone else: readers go through log (State.Request).
 //
-// The window was two immutable radix trees before; their path copies were
-// about a third of the FSM's CPU per write and a fifth of the bytes a
-// server allocated (docs/benchmarks.md, performance round 3).
+// Not immutable radix trees: their path copies cost about a third of the
+// FSM's CPU per write and a fifth of the bytes a server allocated
+// (docs/benchmarks.md).
 type requests struct {
 	log  []RequestRecord
 	byID map[string]RequestRecord
@@ -97,10 +97,11 @@ func (r requests) find(id string) (RequestRecord, bool) {
 
 // recordable are the results a request record may hold: every result a
 // command with a request ID can have (State.apply records it), ACL
-// commands' included. The snapshot reader refused "deleted" once, so every
-// snapshot taken after an ACL token deletion with a request ID was
-// unreadable; WriteState now checks each record with checkRequestRecord
-// too, and TestSnapshotOfAnyHistoryReadsBack drives every command type.
+// commands' included. The snapshot reader refuses a record whose result is
+// not here, so a result missing here makes every snapshot that holds one
+// unreadable; WriteState checks each record with checkRequestRecord too,
+// so such a snapshot fails when taken rather than when read, and
+// TestSnapshotOfAnyHistoryReadsBack drives every command type.
 var recordable = map[api.Result]bool{
 	api.ResultRegistered: true, api.ResultUpdated: true, api.ResultUnchanged: true,
 	api.ResultDeregistered: true, api.ResultAbsent: true, ResultIgnored: true,

@@ -32,7 +32,7 @@ type RegistryState struct {
 	// ACLTokens ACLToken records follow the request records, by
 	// AccessorID; ACLBootstrapIndex is when ACLs were bootstrapped. Both
 	// are left out when zero, so a registry without ACLs snapshots to the
-	// same bytes as before they existed; a binary older than them reads
+	// same bytes as a binary without ACLs writes; a binary older than them reads
 	// a snapshot with tokens as one with data after its last record, and
 	// refuses it.
 	ACLBootstrapIndex uint64 `codec:",omitempty"`

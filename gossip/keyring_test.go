@@ -121,7 +121,7 @@ func TestOpenKeyring(t *testing.T) {
 
 func TestKeyringRefusals(t *testing.T) {
 	k1, k2 := mustKey(t), mustKey(t)
-	kr, err := NewKeyring(k1)
+	kr, err := memoryKeyring(k1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestWrongOrMissingKeyDoesNotJoin(t *testing.T) {
 	key := mustKey(t)
 	ring := func(k string) *Keyring {
-		kr, err := NewKeyring(k)
+		kr, err := memoryKeyring(k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func TestKeyRotationWithoutDowntime(t *testing.T) {
 	oldKey, newKey := mustKey(t), mustKey(t)
 	var pools []*Pool
 	for _, name := range []string{"a", "b", "c"} {
-		kr, err := NewKeyring(oldKey)
+		kr, err := memoryKeyring(oldKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,12 +300,12 @@ func TestKeyRotationWithoutDowntime(t *testing.T) {
 			t.Fatalf("%s holds %d keys after the rotation", p.cfg.NodeID, len(st.Keys))
 		}
 	}
-	oldRing, _ := NewKeyring(oldKey)
+	oldRing, _ := memoryKeyring(oldKey)
 	stale := startEncrypted(t, "stale", oldRing)
 	if _, err := stale.Join([]string{pools[1].Addr()}); err == nil {
 		t.Error("a node with the removed key joined")
 	}
-	newRing, _ := NewKeyring(newKey)
+	newRing, _ := memoryKeyring(newKey)
 	fresh := startEncrypted(t, "fresh", newRing)
 	if _, err := fresh.Join([]string{pools[2].Addr()}); err != nil {
 		t.Fatalf("a node with the new key: %v", err)
@@ -391,7 +391,7 @@ func TestEnablingEncryptionInARunningPool(t *testing.T) {
 			n, _ := strconv.Atoi(port)
 			p.Leave(time.Second)
 			p.Shutdown()
-			kr, err := NewKeyring(key)
+			kr, err := memoryKeyring(key)
 			if err != nil {
 				t.Fatal(err)
 			}

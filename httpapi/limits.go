@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-connlimit"
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 )
@@ -32,8 +33,8 @@ type Limits struct {
 	// default 4096).
 	MaxBlockingQueries int
 	// BodyReadTimeout bounds reading one request's body (default 30 s; a
-	// snapshot restore's archive gets restoreReadTimeout): a client that
-	// sends its body a byte a minute held a handler for good before.
+	// snapshot restore's archive gets restoreReadTimeout): without it, a
+	// client that sends its body a byte a minute holds a handler for good.
 	BodyReadTimeout time.Duration
 }
 
@@ -127,21 +128,23 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 }
 
 // connLimiter is a TCP listener that holds at most max connections per
-// remote IP; it answers the others in TLS when tls is set (it sits beneath
-// the TLS listener, so that net/http still sees its *tls.Conn).
+// remote IP (go-connlimit counts them, as in Consul and Nomad); it answers
+// the others in TLS when tls is set (it sits beneath the TLS listener, so
+// that net/http still sees its *tls.Conn). It refuses in Accept rather
+// than through go-connlimit's http.Server.ConnState hook: that hook runs in
+// the server's accept loop, and its 429 is written there, so one slow peer
+// (or a TLS handshake) would hold up every new connection.
 type connLimiter struct {
 	net.Listener
-	max int
+	lim *connlimit.Limiter
 	tls *tls.Config
-	mu  sync.Mutex
-	n   map[string]int
 }
 
 func limitConns(ln net.Listener, max int, tc *tls.Config) net.Listener {
 	if max < 0 {
 		return ln
 	}
-	return &connLimiter{Listener: ln, max: max, tls: tc, n: map[string]int{}}
+	return &connLimiter{Listener: ln, lim: connlimit.NewLimiter(connlimit.Config{MaxConnsPerClientIP: max}), tls: tc}
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -150,13 +153,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := c.RemoteAddr().String()
-		if host, _, err := net.SplitHostPort(ip); err == nil {
-			ip = host
-		}
-		l.mu.Lock()
-		if l.n[ip] >= l.max {
-			l.mu.Unlock()
+		free, err := l.lim.Accept(c)
+		if err != nil {
 			limited("connections from one client", "conns_per_client")
 			// Its own goroutine, ended by the deadline: a slow peer
 			// must not hold up Accept.
@@ -166,15 +164,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			go refuseConn(c)
 			continue
 		}
-		l.n[ip]++
-		l.mu.Unlock()
-		return &countedConn{Conn: c, release: func() {
-			l.mu.Lock()
-			if l.n[ip]--; l.n[ip] <= 0 {
-				delete(l.n, ip)
-			}
-			l.mu.Unlock()
-		}}, nil
+		return connlimit.Wrap(c, free), nil
 	}
 }
 
@@ -186,15 +176,4 @@ func refuseConn(c net.Conn) {
 	body := `{"error":"too many connections from your address; try again later or another agent","code":"` + api.CodeTooManyRequests + `","outcome":"not_applied"}` + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: %s\r\nConnection: close\r\nContent-Length: %s\r\n\r\n%s",
 		retryAfterLimited, strconv.Itoa(len(body)), body)
-}
-
-type countedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(c.release)
-	return c.Conn.Close()
 }

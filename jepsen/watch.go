@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/jepsen/check"
 )
@@ -170,9 +171,9 @@ func (w *slowWatcher) catchUp(target uint64, bound time.Duration) (uint64, bool)
 }
 
 // eventRec is a client event as the checkers take it.
-func eventRec(ev *client.Event, at int64) check.EventRec {
+func eventRec(ev *api.Event, at int64) check.EventRec {
 	rec := check.EventRec{Index: ev.Index, EventType: string(ev.EventType), At: at}
-	plugin := func(p *client.PluginInfo) *check.Plugin {
+	plugin := func(p *api.PluginInfo) *check.Plugin {
 		if p == nil {
 			return nil
 		}

@@ -78,15 +78,6 @@ type Meta struct {
 	StateSHA256 string
 }
 
-// Write writes an archive of state (an fsm.WriteState stream) to w,
-// filling meta's Format, Version, StateSize and StateSHA256.
-func Write(w io.Writer, meta Meta, state []byte) error {
-	return write(w, meta, func(w io.Writer) error {
-		_, err := w.Write(state)
-		return err
-	})
-}
-
 // Encode writes the archive of state to w without holding its stream in
 // memory: meta.json comes first and carries the stream's size and
 // SHA-256, so the stream is written twice, to a hash and then into the

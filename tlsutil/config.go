@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync/atomic"
 )
 
@@ -297,6 +296,3 @@ func ClientConfig(o ClientOptions) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
-
-// HasName reports whether cert names dns (for tests and diagnostics).
-func HasName(cert *x509.Certificate, dns string) bool { return slices.Contains(cert.DNSNames, dns) }

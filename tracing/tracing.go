@@ -32,15 +32,10 @@ type Tracer struct {
 	shutdown func(context.Context) error // nil when the provider is the caller's
 }
 
-// New returns a Tracer recording through tp (a test's provider with an
-// in-memory exporter, say); the caller owns tp and shuts it down.
-func New(tp trace.TracerProvider) *Tracer {
-	return &Tracer{tracer: tp.Tracer(ScopeName)}
-}
-
-// NewOwned returns a Tracer recording through tp whose Shutdown calls
-// shutdown (package otlp's, which owns its provider).
-func NewOwned(tp trace.TracerProvider, shutdown func(context.Context) error) *Tracer {
+// New returns a Tracer recording through tp whose Shutdown calls shutdown
+// (package otlp's, which owns its provider); nil shutdown: the caller owns
+// tp and shuts it down (a test's provider with an in-memory exporter, say).
+func New(tp trace.TracerProvider, shutdown func(context.Context) error) *Tracer {
 	return &Tracer{tracer: tp.Tracer(ScopeName), shutdown: shutdown}
 }
 
@@ -98,14 +93,6 @@ func FromHTTP(ctx context.Context, h http.Header) context.Context {
 		return ctx
 	}
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
-}
-
-// ToHTTP sets h's traceparent and tracestate from ctx's span, if any.
-func ToHTTP(ctx context.Context, h http.Header) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return
-	}
-	propagator.Inject(ctx, propagation.HeaderCarrier(h))
 }
 
 // Context is a span context in its W3C text form, as the internal RPC

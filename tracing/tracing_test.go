@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/tracing"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -67,7 +68,7 @@ func TestContextFromTheWire(t *testing.T) {
 				t.Fatalf("from HTTP: %v, want %v", got, sc)
 			}
 			out := http.Header{}
-			tracing.ToHTTP(c.With(context.Background()), out)
+			propagation.TraceContext{}.Inject(c.With(context.Background()), propagation.HeaderCarrier(out))
 			if out.Get("Traceparent") != tc.parent {
 				t.Fatalf("to HTTP: %q", out.Get("Traceparent"))
 			}
@@ -192,5 +193,5 @@ func recording(t *testing.T) (*tracing.Tracer, *tracetest.InMemoryExporter) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	return tracing.New(tp), exp
+	return tracing.New(tp, nil), exp
 }

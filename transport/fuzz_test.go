@@ -72,7 +72,7 @@ func FuzzServeRPC(f *testing.F) {
 		}
 		return struct{}{}, nil
 	}
-	serve := ServeRPCWith(context.Background(), handler, ServeOptions{IdleTimeout: time.Second,
+	serve := ServeRPC(context.Background(), handler, ServeOptions{IdleTimeout: time.Second,
 		MaxRequestBytes: func(string) int64 { return 1 << 20 }})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		server, peer := net.Pipe()

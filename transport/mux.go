@@ -68,7 +68,7 @@ func serveMux(ln net.Listener, rpc ConnHandler, logger hclog.Logger, tlsc *tlsut
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
 	m := &Mux{
 		ln:     ln,
-		dialer: NewTLSDialer(host, tlsc),
+		dialer: NewDialer(host, tlsc),
 		rpc:    rpc,
 		logger: logger,
 		tls:    tlsc,
@@ -315,12 +315,10 @@ type Dialer struct {
 	tls  *tlsutil.Configurator // nil: plaintext
 }
 
-// NewDialer returns a plaintext Dialer whose connections come from bindIP
-// ("" or an unspecified address lets the kernel choose).
-func NewDialer(bindIP string) *Dialer { return NewTLSDialer(bindIP, nil) }
-
-// NewTLSDialer is NewDialer whose connections use TLS when tlsc.DialsTLS.
-func NewTLSDialer(bindIP string, tlsc *tlsutil.Configurator) *Dialer {
+// NewDialer returns a Dialer whose connections come from bindIP ("" or an
+// unspecified address lets the kernel choose) and use TLS when
+// tlsc.DialsTLS (a nil tlsc: plaintext).
+func NewDialer(bindIP string, tlsc *tlsutil.Configurator) *Dialer {
 	ip := net.ParseIP(bindIP)
 	if ip != nil && ip.IsUnspecified() {
 		ip = nil

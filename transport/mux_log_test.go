@@ -72,7 +72,7 @@ func listenLoggingWarnings(t *testing.T) (*Mux, *testlog.Buffer) {
 	logs := &testlog.Buffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})
 	h := func(context.Context, string, func(interface{}) error) (interface{}, error) { return nil, nil }
-	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), logger, nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h, ServeOptions{}), logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestRefusalBeforeArgumentsReadsNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	counted := netcount.Wrap(ln)
-	m := serveMux(counted, ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
+	m := serveMux(counted, ServeRPC(context.Background(), h, ServeOptions{}), hclog.NewNullLogger(), nil)
 	defer m.Close()
 	p := NewPool("127.0.0.1", time.Second, nil)
 	defer p.Close()

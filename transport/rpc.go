@@ -85,8 +85,8 @@ type rpcHeader struct {
 
 type rpcStatus struct {
 	// WireError is the handler's error, inline: Code "" on success.
-	// Senders before 2026-11-25 send no Outcome; before 2026-11-29,
-	// an empty Code and Msg rather than none.
+	// Releases without outcomes send no Outcome; releases before the
+	// one error table, an empty Code and Msg rather than none.
 	api.WireError
 	// Closing: the server ends the connection after this answer (the
 	// request was refused before its arguments were read), so the
@@ -94,7 +94,7 @@ type rpcStatus struct {
 	Closing bool `codec:",omitempty"`
 }
 
-// ServeOptions tune ServeRPCWith.
+// ServeOptions tune ServeRPC.
 type ServeOptions struct {
 	// StreamWriteTimeout bounds each write of a stream; a peer that stops
 	// reading for this long is disconnected. Zero: DefaultStreamWriteTimeout.
@@ -135,7 +135,7 @@ const (
 // errRequestTooLarge ends a connection whose request passed its bound.
 var errRequestTooLarge = errors.New("transport: request larger than its bound")
 
-// limitedReader reads at most n more bytes from r; ServeRPCWith sets n
+// limitedReader reads at most n more bytes from r; ServeRPC sets n
 // for each part of each request. (bufio reads ahead of the message being
 // decoded, so a bound may count up to a buffer of the next one.)
 type limitedReader struct {
@@ -157,15 +157,6 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ServeRPC returns a ConnHandler that serves requests from one connection,
-// one at a time, until the peer closes it. Each request's context derives
-// from base (cancel it on shutdown) with the caller's timeout. A request
-// answered with a stream is the connection's last: ServeRPC closes it
-// after the stream's end frame.
-func ServeRPC(base context.Context, h RPCHandler) ConnHandler {
-	return ServeRPCWith(base, h, ServeOptions{})
-}
-
 // requestContext is one request's context: cancelled when the caller's
 // timeout (if it sent one) passes or the server's base ends, and by cancel
 // once the request is done. Exactly one context is derived from base: one
@@ -177,8 +168,12 @@ func requestContext(base context.Context, timeout time.Duration) (context.Contex
 	return context.WithCancel(base)
 }
 
-// ServeRPCWith is ServeRPC with options.
-func ServeRPCWith(base context.Context, h RPCHandler, opts ServeOptions) ConnHandler {
+// ServeRPC returns a ConnHandler that serves requests from one connection,
+// one at a time, until the peer closes it. Each request's context derives
+// from base (cancel it on shutdown) with the caller's timeout. A request
+// answered with a stream is the connection's last: ServeRPC closes it
+// after the stream's end frame.
+func ServeRPC(base context.Context, h RPCHandler, opts ServeOptions) ConnHandler {
 	writeTimeout := opts.StreamWriteTimeout
 	if writeTimeout <= 0 {
 		writeTimeout = DefaultStreamWriteTimeout
@@ -336,7 +331,7 @@ const maxIdlePerPeer = 64
 // NewPool returns a Pool dialling from bindIP, over TLS when tlsc (nil:
 // plaintext) says outgoing connections use it.
 func NewPool(bindIP string, dialTimeout time.Duration, tlsc *tlsutil.Configurator) *Pool {
-	return &Pool{dialer: NewTLSDialer(bindIP, tlsc), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
+	return &Pool{dialer: NewDialer(bindIP, tlsc), timeout: dialTimeout, idle: make(map[string][]*rpcConn)}
 }
 
 type rpcConn struct {

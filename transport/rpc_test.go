@@ -25,7 +25,7 @@ func echoServer(t *testing.T, addr string) *Mux {
 		}
 		return method + ":" + s, nil
 	}
-	m, err := Listen(addr, ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
+	m, err := Listen(addr, ServeRPC(context.Background(), h, ServeOptions{}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestServerBoundsRequests(t *testing.T) {
 		}
 		return 64 << 10
 	}}
-	m, err := Listen("127.0.0.1:0", ServeRPCWith(context.Background(), h, opts), hclog.NewNullLogger(), nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h, opts), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestRequestsLeaveNothingOnTheServersContext(t *testing.T) {
 		}
 		return s, nil
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPCWith(base, h, ServeOptions{}), hclog.NewNullLogger(), nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(base, h, ServeOptions{}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func newStreamServer(t *testing.T) *streamServer {
 		}
 		return nil, fmt.Errorf("no method %s", method)
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPC(s.base, h), hclog.NewNullLogger(), nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(s.base, h, ServeOptions{}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestStreamWriteTimeoutFreesTheHandler(t *testing.T) {
 			}
 		}), nil
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPCWith(context.Background(), h, ServeOptions{StreamWriteTimeout: 200 * time.Millisecond}), hclog.NewNullLogger(), nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h, ServeOptions{StreamWriteTimeout: 200 * time.Millisecond}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestServerPortTLS(t *testing.T) {
 		}
 		return fmt.Sprintf("%s:%s:server=%v", method, s, PeerFrom(ctx).Server), nil
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), hclog.NewNullLogger(), serverTLS)
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h, ServeOptions{}), hclog.NewNullLogger(), serverTLS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestServerPortTLS(t *testing.T) {
 			if !tc.rpcOK && err == nil {
 				t.Fatalf("RPC answered (%q), want refused", out)
 			}
-			err = raftEcho(NewTLSDialer("127.0.0.1", tc.tls), addr)
+			err = raftEcho(NewDialer("127.0.0.1", tc.tls), addr)
 			if tc.raftOK && err != nil {
 				t.Fatalf("raft: %v", err)
 			}
@@ -125,7 +125,7 @@ func TestOutgoingVerifiesTheServer(t *testing.T) {
 	srvTLS := configurator(t, tlsutil.Config{CAFile: ca.CAFile, CertFile: notServer.Cert, KeyFile: notServer.Key})
 	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), func(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 		return "ok", nil
-	}), hclog.NewNullLogger(), srvTLS)
+	}, ServeOptions{}), hclog.NewNullLogger(), srvTLS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestReloadTakesNewCertificates(t *testing.T) {
 	srvTLS := configurator(t, tlsutil.Config{CAFile: ca1.CAFile, CertFile: s1.Cert, KeyFile: s1.Key})
 	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), func(ctx context.Context, method string, dec func(interface{}) error) (interface{}, error) {
 		return "ok", nil
-	}), hclog.NewNullLogger(), srvTLS)
+	}, ServeOptions{}), hclog.NewNullLogger(), srvTLS)
 	if err != nil {
 		t.Fatal(err)
 	}

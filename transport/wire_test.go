@@ -61,7 +61,7 @@ func TestErrorsCrossEveryWire(t *testing.T) {
 		}
 		return nil, api.ToWire(w.Err())
 	}
-	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h), hclog.NewNullLogger(), nil)
+	m, err := Listen("127.0.0.1:0", ServeRPC(context.Background(), h, ServeOptions{}), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,17 +82,6 @@ const (
 	DefaultRetryMax = 30 * time.Second
 )
 
-// DefaultConfig returns a Config with every optional field set to its
-// default; the caller sets Dir, NodeID and Registrar.
-func DefaultConfig() Config {
-	return Config{
-		GetInfoTimeout: DefaultGetInfoTimeout,
-		ProbeInterval:  DefaultProbeInterval,
-		RetryMin:       DefaultRetryMin,
-		RetryMax:       DefaultRetryMax,
-	}
-}
-
 // Validate checks the fields and their relations. It does not look at the
 // file system; New does.
 func (c *Config) Validate() error {

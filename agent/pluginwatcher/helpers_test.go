@@ -322,7 +322,7 @@ const testNode = "node-7"
 // testConfig has short timeouts, so that tests see retries and probes
 // quickly; tests never rely on how quickly.
 func testConfig(t testing.TB, dir string, reg Registrar) Config {
-	cfg := DefaultConfig()
+	var cfg Config
 	cfg.Dir = dir
 	cfg.NodeID = testNode
 	cfg.Registrar = reg

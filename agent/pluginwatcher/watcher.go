@@ -80,10 +80,6 @@ func New(cfg Config) (*Watcher, error) {
 	}, nil
 }
 
-// Dir returns the directory watched: Config.Dir made absolute, with
-// symbolic links resolved.
-func (w *Watcher) Dir() string { return w.cfg.Dir }
-
 // Mode returns the mode the watcher runs in: ModeShared or ModeOwned
 // (Config.Mode, ModeAuto resolved).
 func (w *Watcher) Mode() Mode { return w.cfg.Mode }
@@ -191,34 +187,6 @@ func (w *Watcher) Plugins() []*api.PluginInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return copyAll(w.plugins)
-}
-
-// Wait blocks until cond holds for Plugins(), ctx ends (its error is
-// returned), or the watcher stops (ErrStopped).
-func (w *Watcher) Wait(ctx context.Context, cond func([]*api.PluginInfo) bool) error {
-	for {
-		w.mu.Lock()
-		plugins, changed, done := copyAll(w.plugins), w.changed, w.done
-		stopped := w.stopped
-		w.mu.Unlock()
-		if cond(plugins) {
-			return nil
-		}
-		if stopped {
-			return ErrStopped
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-changed:
-		case <-done:
-			// Stopped (by Stop or Start's ctx): one last look.
-			if cond(w.Plugins()) {
-				return nil
-			}
-			return ErrStopped
-		}
-	}
 }
 
 func copyAll(in []*api.PluginInfo) []*api.PluginInfo {

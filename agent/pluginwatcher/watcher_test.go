@@ -62,7 +62,7 @@ func TestConfigValidate(t *testing.T) {
 		{"nil handler", func(c *Config) { c.Handlers = map[string]Handler{"x": nil} }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			var cfg Config
 			cfg.Dir, cfg.NodeID, cfg.Registrar = "/x", "n", reg
 			tc.mod(&cfg)
 			if err := cfg.Validate(); (err == nil) != tc.ok {

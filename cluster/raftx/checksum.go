@@ -191,7 +191,7 @@ func (s *ChecksumStore) IsMonotonic() bool {
 // live here, and a changed byte in the last vote's term could let a
 // server vote twice in a term. Neither store checks its values (bbolt
 // checksums only its meta pages). A value without one was written by an
-// older release and reads as before; its first write adds one.
+// older release and is read unchecked; its first write adds one.
 type ChecksumStableStore struct {
 	raft.StableStore
 }

@@ -11,7 +11,7 @@ import "github.com/hashicorp/raft"
 // the same index and term, other entries than the real leader's, the log
 // matching check passes, and it applies them (hashicorp/raft issue 695,
 // open; PR 701 open; v1.8.0 unchanged). The fault suite saw exactly that
-// (seed 106, 2026-11-25: a leader resumed after SIGSTOP applied three
+// (seed 106: a leader resumed after SIGSTOP applied three
 // writes at 266-268 in term 4 that the leader of term 4 never had). With
 // no handler set, the transport delivers heartbeats to raft's main loop
 // like every other AppendEntries, in order with the leader loop's work;

@@ -98,7 +98,7 @@ func (e *SyncFailedError) Unwrap() error { return e.Err }
 // failed is left behind while its state names that segment next, so every
 // later rotation or truncation answers "file exists"
 // (TestWALTakesEntriesAfterItsDiskFilled). A follower in that state never
-// appended again (fault suite, disk family, seed 101 on 2026-11-25) until
+// appended again (fault suite, disk family, seed 101) until
 // its process restarted, and with another server down the cluster had no
 // quorum. Opening the WAL again is what a restart does: it reads what was
 // synced, deletes unused segment files and starts a new tail. Entries raft

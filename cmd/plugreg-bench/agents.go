@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/kubeletplugin"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -201,7 +202,7 @@ func newInstTracker(server string) *instTracker {
 
 func (t *instTracker) countLocked(node string) int { return len(t.byNode[node]) }
 
-func (t *instTracker) addLocked(p *client.PluginInfo) {
+func (t *instTracker) addLocked(p *api.PluginInfo) {
 	if p == nil || !strings.HasPrefix(p.NodeID, agentPrefix) {
 		return
 	}
@@ -217,7 +218,7 @@ func (t *instTracker) addLocked(p *client.PluginInfo) {
 	}
 }
 
-func (t *instTracker) removeLocked(p *client.PluginInfo) {
+func (t *instTracker) removeLocked(p *api.PluginInfo) {
 	if p == nil || !strings.HasPrefix(p.NodeID, agentPrefix) {
 		return
 	}
@@ -229,7 +230,7 @@ func (t *instTracker) removeLocked(p *client.PluginInfo) {
 	t.deregs[p.NodeID]++
 }
 
-func (t *instTracker) apply(ev *client.Event) {
+func (t *instTracker) apply(ev *api.Event) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

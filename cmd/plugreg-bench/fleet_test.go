@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/api"
 )
 
 func validFleetOptions() *fleetOptions {
@@ -61,32 +61,32 @@ func TestFleetOptionsResolve(t *testing.T) {
 // fleet's hosts only, an update counted once, a deregistration removed,
 // and a reset replacing everything.
 func TestFleetTrackerCounts(t *testing.T) {
-	inst := func(node, alloc string) *client.PluginInfo {
-		return &client.PluginInfo{Type: "fleet-csi", Name: "n", AllocID: alloc, NodeID: node}
+	inst := func(node, alloc string) *api.PluginInfo {
+		return &api.PluginInfo{Type: "fleet-csi", Name: "n", AllocID: alloc, NodeID: node}
 	}
 	cases := []struct {
 		name   string
-		events []*client.Event
+		events []*api.Event
 		want   int64
 	}{
-		{name: "registrations", events: []*client.Event{
+		{name: "registrations", events: []*api.Event{
 			{EventType: "registered", Info: inst(fleetHostName(1), "a")},
 			{EventType: "registered", Info: inst(fleetHostName(2), "b")},
 		}, want: 2},
-		{name: "not the fleet's", events: []*client.Event{
+		{name: "not the fleet's", events: []*api.Event{
 			{EventType: "registered", Info: inst("fleet-bench", "m")},
 		}, want: 0},
-		{name: "update counted once", events: []*client.Event{
+		{name: "update counted once", events: []*api.Event{
 			{EventType: "registered", Info: inst(fleetHostName(1), "a")},
 			{EventType: "updated", Info: inst(fleetHostName(1), "a")},
 		}, want: 1},
-		{name: "deregistered", events: []*client.Event{
+		{name: "deregistered", events: []*api.Event{
 			{EventType: "registered", Info: inst(fleetHostName(1), "a")},
 			{EventType: "deregistered", Info: inst(fleetHostName(1), "a")},
 		}, want: 0},
-		{name: "reset replaces", events: []*client.Event{
+		{name: "reset replaces", events: []*api.Event{
 			{EventType: "registered", Info: inst(fleetHostName(1), "a")},
-			{EventType: "reset", Plugins: []*client.PluginInfo{inst(fleetHostName(2), "b"), inst(fleetHostName(3), "c"), inst("other", "d")}},
+			{EventType: "reset", Plugins: []*api.PluginInfo{inst(fleetHostName(2), "b"), inst(fleetHostName(3), "c"), inst("other", "d")}},
 		}, want: 2},
 	}
 	for _, tc := range cases {

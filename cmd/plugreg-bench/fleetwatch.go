@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 )
 
@@ -45,10 +46,10 @@ func (b *fleetBench) startTracker(ctx context.Context, nd *plugregNode, wg *sync
 	return t, nil
 }
 
-func (t *fleetTracker) apply(ev *client.Event) {
+func (t *fleetTracker) apply(ev *api.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	add := func(p *client.PluginInfo) {
+	add := func(p *api.PluginInfo) {
 		if p != nil && strings.HasPrefix(p.NodeID, fleetHostPrefix) {
 			t.allocs[p.AllocID] = true
 		}
@@ -347,8 +348,8 @@ func (b *fleetBench) liveProcs() []*fleetProc {
 func (b *fleetBench) writeMarker(ctx context.Context, deadline time.Time) (uint64, time.Time, error) {
 	for {
 		b.seq++
-		p := &client.PluginInfo{Type: b.f.signalType, Name: fleetSignalName, AllocID: "bench", NodeID: "fleet-bench", Version: fmt.Sprintf("%d", b.seq),
-			ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/marker.sock"}}
+		p := &api.PluginInfo{Type: b.f.signalType, Name: fleetSignalName, AllocID: "bench", NodeID: "fleet-bench", Version: fmt.Sprintf("%d", b.seq),
+			ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/marker.sock"}}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		res, err := b.marker.Register(wctx, p)
 		cancel()
@@ -596,8 +597,8 @@ func (b *fleetBench) failover(ctx context.Context) (*fleetRecovery, error) {
 		go func() {
 			defer wg.Done()
 			for attempt := 0; rctx.Err() == nil; attempt++ {
-				p := &client.PluginInfo{Type: b.f.signalType, Name: fleetSignalName, AllocID: fmt.Sprintf("failover-%d", k), NodeID: "fleet-bench",
-					Version: fmt.Sprintf("%d", attempt), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/marker.sock"}}
+				p := &api.PluginInfo{Type: b.f.signalType, Name: fleetSignalName, AllocID: fmt.Sprintf("failover-%d", k), NodeID: "fleet-bench",
+					Version: fmt.Sprintf("%d", attempt), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/marker.sock"}}
 				actx, acancel := context.WithTimeout(rctx, 2*time.Second)
 				res, err := cli.Register(actx, p)
 				acancel()

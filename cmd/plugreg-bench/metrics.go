@@ -21,9 +21,9 @@ const (
 	// raft.rpc.appendEntries.storeLogs a follower's StoreLogs of one
 	// append. With raft-wal (the default -log-store) one StoreLogs is one
 	// fsync; with -log-store boltdb it is one bolt commit (itself two
-	// fsyncs), so the figures then count commits. The ...Old names are a
-	// release's before 2026-11-26 (go-metrics' own sink: camelCase
-	// summaries), for a -baseline-bin of it: a member serves one set or
+	// fsyncs), so the figures then count commits. The ...Old names are
+	// those of a release that exposes go-metrics' own sink (camelCase
+	// summaries), for a -baseline-bin of one: a member serves one set or
 	// the other, so the sum of both is its figure.
 	plugregLeaderStores      = "plugreg_raft_leader_dispatch_log_seconds_count"
 	plugregFollowerStores    = "plugreg_raft_rpc_append_entries_store_logs_seconds_count"

@@ -250,7 +250,7 @@ func (b *stubBench) burst(ctx context.Context, round, m int) (time.Duration, tim
 	cpu0, _ := cpuTime(b.agent.pid())
 	t0 := time.Now()
 	err = writeBurst(m, func(k int) error {
-		p := &client.PluginInfo{Type: stubWatchType, Name: fmt.Sprintf("r%d-w%05d", round, k), AllocID: "a",
+		p := &api.PluginInfo{Type: stubWatchType, Name: fmt.Sprintf("r%d-w%05d", round, k), AllocID: "a",
 			NodeID: "bench", ConnectionInfo: &api.ConnectionInfo{Address: "127.0.0.1:1"}}
 		_, err := cli.Register(ctx, p)
 		return err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,10 +18,10 @@ type rec struct{ Type, Name, Alloc string }
 
 // pluginInfo is the ~200-byte record of the bench: what a node agent would
 // register for a CSI node plugin.
-func (r rec) pluginInfo() *client.PluginInfo {
-	return &client.PluginInfo{
+func (r rec) pluginInfo() *api.PluginInfo {
+	return &api.PluginInfo{
 		Type: r.Type, Name: r.Name, AllocID: r.Alloc, Version: "1.4.0", NodeID: "node-0042",
-		ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/plugins/" + r.Alloc + "/csi.sock"},
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/plugins/" + r.Alloc + "/csi.sock"},
 		Options:        map[string]string{"zone": "eu-west-1a"},
 	}
 }
@@ -248,7 +249,7 @@ func (e *etcdClient) list(ctx context.Context, typ string, stale bool) (int, err
 	// Decode like the plugreg client decodes its JSON answer, so both
 	// sides pay for turning bytes into records.
 	for _, kv := range resp.Kvs {
-		var p client.PluginInfo
+		var p api.PluginInfo
 		if err := json.Unmarshal(kv.Value, &p); err != nil {
 			return 0, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}

@@ -79,7 +79,7 @@ func runACLTokenCreate(args []string) error {
 		}
 		create := c.ACLTokenCreate
 		if *node != "" {
-			create = func(ctx context.Context, desc string, ps []api.ACLPolicy) (client.ACLTokenSecret, error) {
+			create = func(ctx context.Context, desc string, ps []api.ACLPolicy) (api.ACLTokenSecret, error) {
 				return c.ACLAgentTokenCreate(ctx, *node, desc, ps)
 			}
 		}

@@ -158,8 +158,8 @@ func (m kvFlag) Set(v string) error {
 func runRegister(args []string) error {
 	cf := newClientFlags("register", "", "Registers a plugin instance, or updates it when (type, name, alloc) exists.\nGive the fields as flags, or the whole PluginInfo as JSON with -file (- for stdin).")
 	var (
-		info client.PluginInfo
-		conn client.ConnectionInfo
+		info api.PluginInfo
+		conn api.ConnectionInfo
 		opts = kvFlag{}
 	)
 	cf.fs.StringVar(&info.Type, "type", "", "plugin type, e.g. csi-node")
@@ -192,7 +192,7 @@ func runRegister(args []string) error {
 			return fmt.Errorf("read %s: %w", *file, err)
 		}
 	} else {
-		if conn != (client.ConnectionInfo{}) {
+		if conn != (api.ConnectionInfo{}) {
 			info.ConnectionInfo = &conn
 		}
 		if len(opts) > 0 {
@@ -247,7 +247,7 @@ func runDeregister(args []string) error {
 	ctx, cancel := cf.ctx()
 	defer cancel()
 	var (
-		res  client.WriteResult
+		res  api.WriteResult
 		what string
 	)
 	if *nodeID != "" {
@@ -272,7 +272,7 @@ func queryFlags(cf *clientFlags) *bool {
 	return cf.fs.Bool("stale", false, "read this node's state without asking the leader (may be behind)")
 }
 
-func pluginRows(list []*client.PluginInfo) [][]string {
+func pluginRows(list []*api.PluginInfo) [][]string {
 	var rows [][]string
 	for _, p := range list {
 		conn := ""
@@ -291,7 +291,7 @@ const pluginHeader = "NAME\tALLOC\tVERSION\tNODE\tHEALTH\tCONNECTION\tINDEX"
 
 // healthText is an instance's health in a table: passing, or suspect with
 // its checker and the time it was last seen passing (-json has the reason).
-func healthText(p *client.PluginInfo) string {
+func healthText(p *api.PluginInfo) string {
 	h := p.Health
 	if h == nil {
 		return string(api.HealthPassing)
@@ -366,7 +366,7 @@ func runGet(args []string) error {
 			if *cf.json {
 				return printJSON(p)
 			}
-			table(pluginHeader, pluginRows([]*client.PluginInfo{p}))
+			table(pluginHeader, pluginRows([]*api.PluginInfo{p}))
 			return nil
 		}
 		list, _, err := c.Instances(ctx, a[0], a[1], q)
@@ -464,7 +464,7 @@ func runWatch(args []string) error {
 	return ctx.Err()
 }
 
-func printEvent(ev *client.Event) {
+func printEvent(ev *api.Event) {
 	if ev.EventType == api.EventReset {
 		fmt.Printf("%-8d %-13s (%d instances follow)\n", ev.Index, ev.EventType, len(ev.Plugins))
 		for _, p := range ev.Plugins {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
@@ -224,7 +224,7 @@ func TestUnprotectedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kr, err := gossip.NewKeyring("cGx1Z3JlZy10ZXN0LWtleS0zMi1ieXRlcy1sb25nLi4=")
+	kr, _, err := gossip.OpenKeyring(filepath.Join(t.TempDir(), gossip.KeyringFileName), "cGx1Z3JlZy10ZXN0LWtleS0zMi1ieXRlcy1sb25nLi4=")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,13 +258,13 @@ func TestUnprotectedAtStart(t *testing.T) {
 func TestHealthText(t *testing.T) {
 	seen := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		h    *client.InstanceHealth
+		h    *api.InstanceHealth
 		want string
 	}{
 		{nil, "passing"},
-		{&client.InstanceHealth{Status: "suspect", Check: "probe", Reason: "slow", LastSeen: seen}, "suspect (probe, last seen 2026-11-26T12:00:00Z)"},
+		{&api.InstanceHealth{Status: "suspect", Check: "probe", Reason: "slow", LastSeen: seen}, "suspect (probe, last seen 2026-11-26T12:00:00Z)"},
 	} {
-		if got := healthText(&client.PluginInfo{Health: tc.h}); got != tc.want {
+		if got := healthText(&api.PluginInfo{Health: tc.h}); got != tc.want {
 			t.Errorf("healthText(%+v) = %q, want %q", tc.h, got, tc.want)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -72,7 +71,7 @@ func TestRequiredTypesAndCoverageCommand(t *testing.T) {
 	defer cancel()
 	register := func(typ, node string) {
 		t.Helper()
-		p := &client.PluginInfo{Type: typ, Name: typ + "-node", AllocID: node, NodeID: node, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/p.sock"}}
+		p := &api.PluginInfo{Type: typ, Name: typ + "-node", AllocID: node, NodeID: node, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/p.sock"}}
 		if _, err := c.Servers[0].API.Register(ctx, p); err != nil {
 			t.Fatalf("register %s on %s: %v", typ, node, err)
 		}

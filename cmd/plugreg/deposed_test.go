@@ -146,14 +146,14 @@ func TestDeposedLeaderRestartsAfterSuffixTruncation(t *testing.T) {
 	}
 }
 
-func deposedPlugin(name string) *client.PluginInfo {
-	return &client.PluginInfo{Type: "deposed", Name: name, AllocID: "a0", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/deposed.sock"}}
+func deposedPlugin(name string) *api.PluginInfo {
+	return &api.PluginInfo{Type: "deposed", Name: name, AllocID: "a0", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/deposed.sock"}}
 }
 
 // postOnce registers p through a, once (the Go client would retry, and a
 // retry after the heal would commit what the test needs uncommitted), and
 // says how it was answered.
-func postOnce(ctx context.Context, a *proctest.Agent, p *client.PluginInfo) string {
+func postOnce(ctx context.Context, a *proctest.Agent, p *api.PluginInfo) string {
 	body := fmt.Sprintf(`{"Type":%q,"Name":%q,"AllocID":%q,"ConnectionInfo":{"SocketPath":%q}}`, p.Type, p.Name, p.AllocID, p.ConnectionInfo.SocketPath)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -300,7 +300,7 @@ func deposedLeaderCatchesUp(t *testing.T) bool {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				postOnce(ctx, old, &client.PluginInfo{Type: "deposed", Name: lost, AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+				postOnce(ctx, old, &api.PluginInfo{Type: "deposed", Name: lost, AllocID: fmt.Sprint(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 			}()
 		}
 		wg.Wait()
@@ -352,7 +352,7 @@ func deposedLeaderCatchesUp(t *testing.T) bool {
 			t.Logf("the new leader reached the old one's last index %d before compacting past %d", oldLast, parted)
 			return false
 		}
-		if _, err := leader.API.Register(ctx, &client.PluginInfo{Type: "deposed", Name: "during", AllocID: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+		if _, err := leader.API.Register(ctx, &api.PluginInfo{Type: "deposed", Name: "during", AllocID: fmt.Sprint(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

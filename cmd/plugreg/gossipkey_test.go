@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -100,7 +100,7 @@ func TestGossipEncryptionAndRotation(t *testing.T) {
 			default:
 			}
 			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-			p := &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprintf("a%d", i%50), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+			p := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprintf("a%d", i%50), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
 			_, err := good.API.Register(wctx, p)
 			wcancel()
 			if err != nil {

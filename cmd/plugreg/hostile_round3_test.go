@@ -45,7 +45,7 @@ type hostile struct {
 	cliTLS     *tls.Config
 	rpc        *transport.Pool
 	as         func(addrs []string, token string) *client.Client
-	plugin     func(node, alloc string) *client.PluginInfo
+	plugin     func(node, alloc string) *api.PluginInfo
 	probe      string // host-2's -probe-port address
 }
 
@@ -181,7 +181,7 @@ func (h *hostile) round3() []attack {
 			return h.bounded("three refusals", mem, cpu, 100<<20, 10*time.Second)
 		}},
 		{"host-2's agent token", "reuse another caller's request ID to be answered with its result", func() error {
-			w, err := h.op.ACLTokenCreate(h.ctx, "writer", []client.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}})
+			w, err := h.op.ACLTokenCreate(h.ctx, "writer", []api.ACLPolicy{{Kind: api.ACLWrite, Types: []string{"csi"}}})
 			if err != nil {
 				return err
 			}
@@ -247,7 +247,7 @@ func (h *hostile) costlyFilter(expr, want string) error {
 		}
 		defer h.op.Deregister(h.ctx, "csi", "ebs", p.AllocID)
 	}
-	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []client.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
+	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []api.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (h *hostile) costlyFilter(expr, want string) error {
 // with the refusal as its last event (a client agent learns of the
 // deletion through its token cache: about 12 s).
 func (h *hostile) streamsOutliveToken() error {
-	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []client.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
+	r, err := h.op.ACLTokenCreate(h.ctx, "reader", []api.ACLPolicy{{Kind: api.ACLRead, Types: []string{"csi"}}})
 	if err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func defaultAgentAttacks(ctx context.Context, t *testing.T, bin string) []attack
 		t.Fatal(err)
 	}
 	proctest.Poll(t, proctest.Wait, "the default agent leading", []*proctest.Proc{a}, func() (bool, string) {
-		_, err := local.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+		_, err := local.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 		return err == nil, fmt.Sprint(err)
 	})
 	// The page at rebind.attacker.example resolves its own name to

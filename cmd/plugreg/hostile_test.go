@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -121,7 +122,7 @@ func TestHostileSuite(t *testing.T) {
 		t.Fatalf("bootstrap: %v", err)
 	}
 	op := as(addrs, boot.SecretID)
-	write := []client.ACLPolicy{{Kind: api.ACLWrite}}
+	write := []api.ACLPolicy{{Kind: api.ACLWrite}}
 	tok1, err1 := op.ACLAgentTokenCreate(ctx, "host-1", "agent host-1", write)
 	tok2, err2 := op.ACLAgentTokenCreate(ctx, "host-2", "agent host-2", write)
 	if errors.Is(err1, api.ErrInvalid) && os.Getenv("PLUGREG_HOSTILE_BIN") != "" {
@@ -140,8 +141,8 @@ func TestHostileSuite(t *testing.T) {
 		"-probe-port", probePort)...)
 	// Each host registers its own plugin through its own agent, with its
 	// agent token: what the agents do for their hosts.
-	plugin := func(node, alloc string) *client.PluginInfo {
-		return &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, NodeID: node, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+	plugin := func(node, alloc string) *api.PluginInfo {
+		return &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, NodeID: node, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
 	}
 	c.Poll(t, "both hosts registering their own plugins", func() (bool, string) {
 		_, e1 := as([]string{h1.HTTP}, tok1.SecretID).Register(ctx, plugin("host-1", "a1"))
@@ -259,7 +260,7 @@ func TestHostileSuite(t *testing.T) {
 			return refusedRPC(agentrpc.DeregisterNode, &agentrpc.DeregisterNodeArgs{NodeID: "host-2", Token: tok1.SecretID}, api.CodePermissionDenied)
 		}},
 		{"host-1's agent token", "create itself an operator token", func() error {
-			_, err := h1API.ACLTokenCreate(ctx, "mine", []client.ACLPolicy{{Kind: api.ACLOperator}})
+			_, err := h1API.ACLTokenCreate(ctx, "mine", []api.ACLPolicy{{Kind: api.ACLOperator}})
 			return isErr(err, api.ErrPermissionDenied)
 		}},
 		{"host-1's agent token", "restore a snapshot", func() error {
@@ -294,7 +295,7 @@ func TestHostileSuite(t *testing.T) {
 	// A gossip member with the key that claims to be a server, at its own
 	// port (a client certificate) and at a real server's address under
 	// another ID (TestGossipMemberCannotTakeAVoterSlot).
-	kr, err := gossip.NewKeyring(key)
+	kr, _, err := gossip.OpenKeyring(filepath.Join(t.TempDir(), gossip.KeyringFileName), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestHostileSuite(t *testing.T) {
 		var none struct{}
 		dec(&none)
 		return api.RaftStats{ID: c.Servers[2].Node}, nil
-	}), hclog.NewNullLogger(), certConf)
+	}, transport.ServeOptions{}), hclog.NewNullLogger(), certConf)
 	if err != nil {
 		t.Fatal(err)
 	}

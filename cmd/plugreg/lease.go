@@ -39,7 +39,7 @@ func runRenew(args []string) error {
 // deregisters the instance, unless it was registered again by someone
 // else since (the deregistration is conditional on the index this holder
 // registered it at). timeout bounds each write, not the hold.
-func holdLease(c *client.Client, info *client.PluginInfo, res client.WriteResult, timeout time.Duration) error {
+func holdLease(c *client.Client, info *api.PluginInfo, res api.WriteResult, timeout time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	what := info.Type + "/" + info.Name + "/" + info.AllocID
@@ -88,7 +88,7 @@ func holdLease(c *client.Client, info *client.PluginInfo, res client.WriteResult
 
 // registeredAt is the ModifyIndex of the registration res made: its own
 // index, or the instance's when it changed nothing.
-func registeredAt(ctx context.Context, c *client.Client, info *client.PluginInfo, res client.WriteResult, timeout time.Duration) (uint64, error) {
+func registeredAt(ctx context.Context, c *client.Client, info *api.PluginInfo, res api.WriteResult, timeout time.Duration) (uint64, error) {
 	if res.Result != api.ResultUnchanged {
 		return res.Index, nil
 	}

@@ -19,8 +19,8 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"agent":      {"run a server node", runAgent},
-	"dev":        {"run a local three-node cluster on 127.0.0.1", runDev},
+	"agent":      {"run an agent: a server, or with -client a host's client agent", runAgent},
+	"dev":        {"run a local cluster on 127.0.0.1: three servers, and -clients N client agents", runDev},
 	"register":   {"register or update a plugin instance", runRegister},
 	"deregister": {"deregister a plugin instance (or -node N: all of a node's)", runDeregister},
 	"renew":      {"renew the lease of a plugin instance registered with a TTL", runRenew},
@@ -29,7 +29,7 @@ var commands = map[string]command{
 	"types":      {"list plugin types", runTypes},
 	"coverage":   {"which live nodes have an instance of a type, and which lack one", runCoverage},
 	"watch":      {"stream registry events", runWatch},
-	"members":    {"list the cluster's servers", runMembers},
+	"members":    {"list the cluster's servers and client agents", runMembers},
 	"peers":      {"list the Raft peers", runPeers},
 	"leader":     {"show the leader's server address", runLeader},
 	"leave":      {"make the node at -addr leave the cluster gracefully", runLeave},
@@ -37,7 +37,7 @@ var commands = map[string]command{
 	"tls":        {"make a dev PKI: tls ca create, tls cert create -server|-client", runTLS},
 	"keygen":     {"print a new gossip encryption key", runKeygen},
 	"keyring":    {"list or rotate every agent's gossip keys: -list, -install, -use, -remove", runKeyring},
-	"version":    {"print the version", runVersion},
+	"version":    {"print this binary's version", runVersion},
 	"operator":   {"operator raft list-peers|remove-peer ID|transfer-leader|inspect -data-dir DIR, operator reap resume", runOperator},
 	"snapshot":   {"back up and restore the registry: snapshot save|restore|inspect FILE", runSnapshot},
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
@@ -34,8 +34,8 @@ func TestMetricsFollowPrometheusConventions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, alloc := range []string{"a1", "a2", "a3"} {
-		if _, err := c.Servers[0].API.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc,
-			ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}); err != nil {
+		if _, err := c.Servers[0].API.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc,
+			ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 )
 
@@ -67,7 +68,7 @@ func runListPeers(args []string) error {
 // leaderClient returns a client of the leader's HTTP address, found in
 // the members ms (as the answering agent lists them): peer removal and
 // leadership transfer are the leader's to do.
-func (cf *clientFlags) leaderClient(ms []client.Member) (*client.Client, string, error) {
+func (cf *clientFlags) leaderClient(ms []api.Member) (*client.Client, string, error) {
 	for _, m := range ms {
 		if m.Leader && m.HTTPAddr != "" {
 			lc, err := cf.clientAt(m.HTTPAddr)

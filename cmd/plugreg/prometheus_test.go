@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
 
@@ -123,8 +123,8 @@ scrape_configs:
 	go func() {
 		var err error
 		for i := 0; wctx.Err() == nil; i++ {
-			_, err = c.Servers[1].API.Register(wctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprint("a", i%5),
-				Version: fmt.Sprint(i), ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}})
+			_, err = c.Servers[1].API.Register(wctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprint("a", i%5),
+				Version: fmt.Sprint(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}})
 			if err != nil && wctx.Err() == nil {
 				break
 			}

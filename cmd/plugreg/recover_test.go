@@ -166,7 +166,7 @@ func TestOutageRecoveryFromLaggingSurvivorLosesLaterWrites(t *testing.T) {
 	c.Poll(t, "list-peers through the last running server", func() (bool, string) {
 		cmd := exec.Command(bin, "operator", "raft", "list-peers", "-json", "-addr", rest[0].HTTP)
 		out, err := cmd.Output()
-		var h client.AutopilotHealth
+		var h api.AutopilotHealth
 		if jerr := json.Unmarshal(out, &h); err == nil || jerr != nil {
 			return false, fmt.Sprintf("exit %v (want 1: unhealthy), %v: %s", err, jerr, out)
 		}
@@ -325,7 +325,7 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 			wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
 			defer wcancel()
 			name := fmt.Sprintf("t%02d", i)
-			if _, err := old.API.Register(wctx, &client.PluginInfo{Type: "tail", Name: name, AllocID: "a", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err == nil {
+			if _, err := old.API.Register(wctx, &api.PluginInfo{Type: "tail", Name: name, AllocID: "a", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err == nil {
 				ackedTail.Add(1)
 			}
 		}()
@@ -431,7 +431,7 @@ func TestOutageRecoveryAllServersDeposedLeaderTail(t *testing.T) {
 	}
 	other.Kill9(t)
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err = now.API.Register(pctx, &client.PluginInfo{Type: "probe", Name: "p", AllocID: "a", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+	_, err = now.API.Register(pctx, &api.PluginInfo{Type: "probe", Name: "p", AllocID: "a", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 	pcancel()
 	if err == nil {
 		t.Fatalf("a write committed with %s down: %s acknowledges entries after all", other.Name, old.Name)
@@ -608,15 +608,15 @@ func dirState(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// writeRecoveryPlugins registers n plugins of type typ through api, one
+// writeRecoveryPlugins registers n plugins of type typ through c, one
 // acknowledged write each, and returns their names and the last index.
-func writeRecoveryPlugins(ctx context.Context, t *testing.T, api *client.Client, typ string, n int) ([]string, uint64) {
+func writeRecoveryPlugins(ctx context.Context, t *testing.T, c *client.Client, typ string, n int) ([]string, uint64) {
 	t.Helper()
 	var names []string
 	var last uint64
 	for i := range n {
 		name := fmt.Sprintf("p%04d", i)
-		w, err := api.Register(ctx, &client.PluginInfo{Type: typ, Name: name, AllocID: "a", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}})
+		w, err := c.Register(ctx, &api.PluginInfo{Type: typ, Name: name, AllocID: "a", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}})
 		if err != nil {
 			t.Fatalf("write %s/%s: %v", typ, name, err)
 		}

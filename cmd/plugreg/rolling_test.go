@@ -44,7 +44,7 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 
 	// A watcher per server (it fails over, as clients do, when its
 	// server restarts, and must resume without a reset).
-	first, err := c.Servers[0].API.Register(ctx, &client.PluginInfo{Type: "roll", Name: "first", AllocID: "0", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/roll.sock"}})
+	first, err := c.Servers[0].API.Register(ctx, &api.PluginInfo{Type: "roll", Name: "first", AllocID: "0", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/roll.sock"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +103,8 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 				default:
 				}
 				wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-				p := &client.PluginInfo{Type: "roll", Name: fmt.Sprintf("w%d", k), AllocID: fmt.Sprintf("a%d", i%20), Version: fmt.Sprint(i),
-					ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/roll.sock"}}
+				p := &api.PluginInfo{Type: "roll", Name: fmt.Sprintf("w%d", k), AllocID: fmt.Sprintf("a%d", i%20), Version: fmt.Sprint(i),
+					ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/roll.sock"}}
 				res, err := cl.Register(wctx, p)
 				wcancel()
 				mu.Lock()
@@ -293,8 +293,8 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a refused write is retried
 		defer cancel()
 		for i := 0; i < 30; i++ {
-			p := &client.PluginInfo{Type: "mixed", Name: fmt.Sprintf("r%d", round), AllocID: fmt.Sprint(i % 5), NodeID: "n1",
-				Options: map[string]string{"i": fmt.Sprint(i)}, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
+			p := &api.PluginInfo{Type: "mixed", Name: fmt.Sprintf("r%d", round), AllocID: fmt.Sprint(i % 5), NodeID: "n1",
+				Options: map[string]string{"i": fmt.Sprint(i)}, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
 			res, err := cl.Register(ctx, p)
 			if err != nil {
 				t.Fatalf("register through %s: %v", s.Name, err)
@@ -317,8 +317,8 @@ func TestMixedVersionsWriteWhatEveryServerApplies(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p := &client.PluginInfo{Type: "mixed", Name: fmt.Sprintf("burst%d", round), AllocID: fmt.Sprint(i), NodeID: "n1",
-					ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
+				p := &api.PluginInfo{Type: "mixed", Name: fmt.Sprintf("burst%d", round), AllocID: fmt.Sprint(i), NodeID: "n1",
+					ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/mixed.sock"}}
 				if _, err := cl.Register(ctx, p); err != nil {
 					errs <- fmt.Errorf("register through %s: %w", s.Name, err)
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/plugreg/plugreg/internal/testing/testbackup"
@@ -33,13 +34,13 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	api := c.Servers[0].API
+	reg := c.Servers[0].API
 	for _, a := range []string{"a1", "a2", "a3"} {
-		if _, err := api.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: a, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}); err != nil {
+		if _, err := reg.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: a, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := api.Register(ctx, &client.PluginInfo{Type: "device", Name: "gpu", AllocID: "g1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/gpu.sock"}}); err != nil {
+	if _, err := reg.Register(ctx, &api.PluginInfo{Type: "device", Name: "gpu", AllocID: "g1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/gpu.sock"}}); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "backup.snap")
@@ -52,10 +53,10 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 
 	// After the save: a deregistration and a new type.
-	if _, err := api.Deregister(ctx, "csi", "ebs", "a2"); err != nil {
+	if _, err := reg.Deregister(ctx, "csi", "ebs", "a2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Register(ctx, &client.PluginInfo{Type: "dra", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/x.sock"}}); err != nil {
+	if _, err := reg.Register(ctx, &api.PluginInfo{Type: "dra", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/x.sock"}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -73,7 +74,7 @@ func TestSnapshotCommands(t *testing.T) {
 			t.Fatalf("restore %s: %v\n%s", f.path, err, out)
 		}
 	}
-	if l, _, err := api.List(ctx, "dra", nil); err != nil || len(l) != 1 {
+	if l, _, err := reg.List(ctx, "dra", nil); err != nil || len(l) != 1 {
 		t.Fatalf("after the refused restores: %v, %v", l, err)
 	}
 
@@ -111,7 +112,7 @@ func TestSnapshotRestoreLeaderKill9(t *testing.T) {
 			c.WaitReady(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			if _, err := c.Servers[0].API.Register(ctx, &client.PluginInfo{Type: "before", Name: "x", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}}); err != nil {
+			if _, err := c.Servers[0].API.Register(ctx, &api.PluginInfo{Type: "before", Name: "x", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}}); err != nil {
 				t.Fatal(err)
 			}
 			leader, follower := leaderAndFollower(t, c)
@@ -127,10 +128,10 @@ func TestSnapshotRestoreLeaderKill9(t *testing.T) {
 			err := restore.Wait()
 			t.Logf("restore with the leader killed -9 after %v: %v %s", delay, err, strings.TrimSpace(out.String()))
 			leader.Start(t)
-			var w client.WriteResult
+			var w api.WriteResult
 			c.Poll(t, "a write after", func() (bool, string) {
 				var err error
-				w, err = follower.API.Register(ctx, &client.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/s"}})
+				w, err = follower.API.Register(ctx, &api.PluginInfo{Type: "after", Name: "y", AllocID: "1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/s"}})
 				return err == nil, fmt.Sprint(err)
 			})
 			counts := map[string]string{}

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/plugreg/plugreg/api"
 
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
@@ -198,7 +199,7 @@ func TestFailedSyncStopsTheServer(t *testing.T) {
 	register := func(alloc string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := c.Register(ctx, &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}})
+		_, err := c.Register(ctx, &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: alloc, ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}})
 		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)

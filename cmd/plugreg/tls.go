@@ -130,9 +130,9 @@ func runTLSCertCreate(args []string) error {
 
 // refuseOverwrite fails if the pair at certPath and keyPath exists, or
 // its key does: a PKI file is never replaced by accident. An empty key
-// with no certificate is what a power cut left of an older release's
-// create (WriteFiles writes neither half now): it holds nothing, and is
-// replaced.
+// with no certificate is what a power cut can leave of an older release's
+// create (WriteFiles writes each half whole or not at all): it holds
+// nothing, and is replaced.
 func refuseOverwrite(certPath, keyPath string) error {
 	if _, err := os.Stat(certPath); err == nil {
 		return fmt.Errorf("%s exists; not overwriting it", certPath)

@@ -46,7 +46,7 @@ func TestAgentsWithMutualTLS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := &client.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &client.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
+	p := &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: "a1", ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/ebs.sock"}}
 	if _, err := host.API.Register(ctx, p); err != nil {
 		t.Fatalf("register through the client agent over TLS: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/internal/testing/proctest"
 )
@@ -48,9 +49,9 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-func plugin(typ, name, alloc, node string) *client.PluginInfo {
-	return &client.PluginInfo{Type: typ, Name: name, AllocID: alloc, NodeID: node, Version: "1.2." + alloc[len(alloc)-1:],
-		ConnectionInfo: &client.ConnectionInfo{SocketPath: fmt.Sprintf("/var/lib/kubelet/plugins/%s/%s.sock", name, alloc)}}
+func plugin(typ, name, alloc, node string) *api.PluginInfo {
+	return &api.PluginInfo{Type: typ, Name: name, AllocID: alloc, NodeID: node, Version: "1.2." + alloc[len(alloc)-1:],
+		ConnectionInfo: &api.ConnectionInfo{SocketPath: fmt.Sprintf("/var/lib/kubelet/plugins/%s/%s.sock", name, alloc)}}
 }
 
 // waitFor polls a JavaScript expression in the page until it is true.
@@ -84,14 +85,14 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 	c := proctest.StartCluster(t, proctest.ClusterConfig{})
 	c.StartClient(t, "host-1", "127.0.0.1", "-plugin-socket", "off")
 	c.WaitReady(t)
-	api := c.Servers[1].API
+	reg := c.Servers[1].API
 	actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, p := range []*client.PluginInfo{
+	for _, p := range []*api.PluginInfo{
 		plugin("csi", "ebs.csi.aws.com", "a1", "host-1"), plugin("csi", "ebs.csi.aws.com", "a2", "host-2"),
 		plugin("csi", "efs.csi.aws.com", "e1", "host-1"), plugin("device", "nvidia.com-gpu", "g1", "host-2"),
 	} {
-		if _, err := api.Register(actx, p); err != nil {
+		if _, err := reg.Register(actx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +131,7 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 
 	// Registered through the API (another server): in the page, and in
 	// the event view, without a reload.
-	if _, err := api.Register(actx, plugin("dra", "gpu.example.com", "d1", "host-1")); err != nil {
+	if _, err := reg.Register(actx, plugin("dra", "gpu.example.com", "d1", "host-1")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the new plugin without a reload",
@@ -146,8 +147,8 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 	// An external checker marks the oldest instance suspect: it says so
 	// in its row, keeps its place, and the change is a health event.
 	sick := plugin("csi", "ebs.csi.aws.com", "a1", "host-1")
-	sick.Health = &client.InstanceHealth{Status: "suspect", Check: "external", Reason: "no answer", LastSeen: time.Now().UTC()}
-	if _, err := api.Register(actx, sick); err != nil {
+	sick.Health = &api.InstanceHealth{Status: "suspect", Check: "external", Reason: "no answer", LastSeen: time.Now().UTC()}
+	if _, err := reg.Register(actx, sick); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "a1 suspect, still last, with a health event",
@@ -177,7 +178,7 @@ func TestUIShowsClusterAndLiveChanges(t *testing.T) {
 	setFilters("", "")
 
 	// Deregistered: gone from the page, its event shown.
-	if _, err := api.Deregister(actx, "device", "nvidia.com-gpu", "g1"); err != nil {
+	if _, err := reg.Deregister(actx, "device", "nvidia.com-gpu", "g1"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the deregistered plugin gone",
@@ -224,7 +225,7 @@ func TestUIWithACLToken(t *testing.T) {
 	if _, err := root.Register(actx, plugin("csi", "secret.csi.example.com", "s1", "host-1")); err != nil {
 		t.Fatal(err)
 	}
-	read, err := root.ACLTokenCreate(actx, "ui", []client.ACLPolicy{{Kind: "read"}})
+	read, err := root.ACLTokenCreate(actx, "ui", []api.ACLPolicy{{Kind: "read"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e.store = localreg.New(1024)
 	t.Cleanup(e.store.Shutdown)
-	cfg := pluginwatcher.DefaultConfig()
+	var cfg pluginwatcher.Config
 	cfg.Dir, cfg.NodeID, cfg.Registrar = e.regDir, nodeID, storeRegistrar{e.store}
 	cfg.Logger = testlog.New(t, t.Name(), hclog.Debug)
 	cfg.GetInfoTimeout = 2 * time.Second

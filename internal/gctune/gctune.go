@@ -21,7 +21,7 @@
 //
 // The price is collector CPU while a large heap takes writes fast: a 1M
 // instance load ran at 1,915 writes/s against 2,445/s with GOGC=100
-// (docs/benchmarks.md, 2026-11-24).
+// (docs/benchmarks.md).
 //
 // An operator's GOMEMLIMIT or GOGC wins: with either set in the
 // environment, Start does nothing.

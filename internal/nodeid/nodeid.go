@@ -23,9 +23,10 @@ func Claim(dir, id string) error {
 		}
 		return nil
 	case err == nil, errors.Is(err, os.ErrNotExist):
-		// An empty file names no node: releases before atomicfile wrote it
-		// with a plain write, which a power cut could leave empty, and the
-		// agent then refused to start. Whole or absent from now on.
+		// An empty file names no node: a plain write, which a power cut
+		// can leave empty, is what an older release made of it. Written
+		// whole or not at all (atomicfile), so an agent is never refused
+		// a start by a file that holds nothing.
 		return atomicfile.WriteFile(path, []byte(id+"\n"), 0o640)
 	default:
 		return fmt.Errorf("read node id: %w", err)

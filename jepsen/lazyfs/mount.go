@@ -282,13 +282,6 @@ func (m *Mount) DisarmSyncs() int {
 	return n
 }
 
-// Cuts is the number of cuts so far.
-func (m *Mount) Cuts() int {
-	m.fs.mu.Lock()
-	defer m.fs.mu.Unlock()
-	return m.fs.cuts
-}
-
 // unsyncedLocked counts what a cut now would discard.
 func (fs *fileSystem) unsyncedLocked() CutStats {
 	var s CutStats

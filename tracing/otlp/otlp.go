@@ -131,5 +131,5 @@ func Setup(cfg Config) (*tracing.Tracer, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRate))),
 	)
-	return tracing.NewOwned(tp, tp.Shutdown), nil
+	return tracing.New(tp, tp.Shutdown), nil
 }

@@ -109,9 +109,6 @@ func (p *Proc) run() *run {
 	return p.cur
 }
 
-// Done is closed when the current run has exited.
-func (p *Proc) Done() <-chan struct{} { return p.run().done }
-
 // Exited reports whether the current run has exited.
 func (p *Proc) Exited() bool { return closed(p.run().done) }
 
@@ -167,7 +164,7 @@ func (p *Proc) Kill9(t testing.TB) time.Time {
 // one thread to take the stop, and it stops the others in turn, so on a
 // busy machine a thread of a "stopped" process can still answer a peer for
 // milliseconds (a follower acknowledged an entry after kill returned:
-// TestOutageRecoveryAllServersDeposedLeaderTail, 2026-11-26).
+// TestOutageRecoveryAllServersDeposedLeaderTail).
 func (p *Proc) Pause(t testing.TB) {
 	t.Helper()
 	pid := p.Pid()

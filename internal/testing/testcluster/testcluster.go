@@ -83,7 +83,11 @@ func (c *Cluster) addServer() *Node {
 	cfg.Logger = c.log.Logger("plugreg", hclog.Warn)
 	cfg.ACLEnabled, cfg.ACLDefaultDeny = c.opts.ACL.Enabled, c.opts.ACL.DefaultDeny
 	if c.opts.GossipKey != "" {
-		kr, err := gossip.NewKeyring(c.opts.GossipKey) // each node its own, as each agent has
+		// Each node its own keyring, in its data dir, as each agent has.
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			c.t.Fatalf("gossip key: %v", err)
+		}
+		kr, _, err := gossip.OpenKeyring(filepath.Join(cfg.DataDir, gossip.KeyringFileName), c.opts.GossipKey)
 		if err != nil {
 			c.t.Fatalf("gossip key: %v", err)
 		}

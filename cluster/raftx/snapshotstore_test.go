@@ -1,4 +1,4 @@
-package cluster
+package raftx
 
 import (
 	"os"
@@ -17,11 +17,10 @@ import (
 // start.
 func TestSnapshotCreateOnAFullDiskLeavesNothing(t *testing.T) {
 	m := lazymount.Sized(t, 1<<20)
-	fss, err := raft.NewFileSnapshotStoreWithLogger(m.Dir, 2, hclog.NewNullLogger())
+	store, err := OpenSnapshotStore(m.Dir, 2, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := syncedSnapshotStore{fss, filepath.Join(m.Dir, "snapshots")}
 	ballast, err := os.Create(filepath.Join(m.Dir, "ballast"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +48,10 @@ func TestSnapshotCreateOnAFullDiskLeavesNothing(t *testing.T) {
 // stop (docs/durability.md), unlike one of the log.
 func TestFailedSnapshotSyncLeavesNoSnapshot(t *testing.T) {
 	m := lazymount.New(t)
-	fss, err := raft.NewFileSnapshotStoreWithLogger(m.Dir, 2, hclog.NewNullLogger())
+	store, err := OpenSnapshotStore(m.Dir, 2, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := syncedSnapshotStore{fss, filepath.Join(m.Dir, "snapshots")}
 	sink, err := store.Create(raft.SnapshotVersionMax, 10, 2, raft.Configuration{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,5 +69,47 @@ func TestFailedSnapshotSyncLeavesNoSnapshot(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(m.Dir, "snapshots", "*")); len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// A snapshot the agent died writing (or a failed install) leaves a .tmp
+// dir that raft never removes; the next start does, and keeps the real
+// snapshots.
+func TestUnfinishedSnapshotsRemovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	logger := hclog.NewNullLogger()
+	store, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	done, err := store.Create(1, 10, 1, raft.Configuration{}, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done.Write([]byte("state"))
+	if err := done.Close(); err != nil {
+		t.Fatal(err)
+	}
+	unfinished, err := store.Create(1, 20, 1, raft.Configuration{}, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished.Write([]byte("half a state"))
+	// The agent dies here: no Close, no Cancel.
+	tmps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*.tmp"))
+	if len(tmps) != 1 {
+		t.Fatalf("want one unfinished snapshot dir, have %v", tmps)
+	}
+
+	if _, err := OpenSnapshotStore(dir, 2, logger); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmps[0]); !os.IsNotExist(err) {
+		t.Fatalf("%s is still there (%v)", tmps[0], err)
+	}
+	metas, err := store.List()
+	if err != nil || len(metas) != 1 || metas[0].Index != 10 {
+		t.Fatalf("snapshots after the cleanup: %v (%v), want the finished one at 10", metas, err)
 	}
 }
