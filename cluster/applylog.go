@@ -30,37 +30,34 @@ type ApplyRecord struct {
 	Error     string      `json:",omitempty"`
 }
 
-// applyLogFSM records every entry the FSM applies to a file, then lets the
-// real FSM answer. It is a test instrument: raft's FSM goroutine is its only
-// writer, and it writes (to the OS, not fsync'ed) before raft hands the
-// response back, so a kill -9 loses nothing that was acknowledged. Each
-// batch is one write: a kill -9 leaves all of it in the file or none,
-// never a torn line that the next process would append to (a bufio.Writer
-// writes out a full buffer in the middle of a record, so a server killed
-// while applying a batch, as the fault suite's deposed-leader family does,
-// would leave an apply log that does not parse).
-type applyLogFSM struct {
-	*fsm.FSM
+// applyLog records every entry the FSM applies to a file (machine calls
+// it after the FSM answered). It is a test instrument: raft's FSM
+// goroutine is its only writer, and it writes (to the OS, not fsync'ed)
+// before raft hands the response back, so a kill -9 loses nothing that was
+// acknowledged. Each batch is one write: a kill -9 leaves all of it in the
+// file or none, never a torn line that the next process would append to (a
+// bufio.Writer wrote out a full buffer in the middle of a record: the
+// fault suite's deposed-leader family killed a server applying a batch,
+// and its apply log no longer parsed). A nil *applyLog records nothing.
+type applyLog struct {
 	mu sync.Mutex     // guards f (Close may race with the FSM goroutine)
 	f  io.WriteCloser // the file; nil once closed
 }
 
-var _ raft.BatchingFSM = (*applyLogFSM)(nil)
-
-func openApplyLogFSM(inner *fsm.FSM, path string) (*applyLogFSM, error) {
+func openApplyLog(path string) (*applyLog, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, datadir.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open apply log: %w", err)
 	}
-	return &applyLogFSM{FSM: inner, f: f}, nil
+	return &applyLog{f: f}, nil
 }
 
-func (j *applyLogFSM) Apply(l *raft.Log) interface{} {
-	return j.ApplyBatch([]*raft.Log{l})[0]
-}
-
-func (j *applyLogFSM) ApplyBatch(logs []*raft.Log) []interface{} {
-	out := j.FSM.ApplyBatch(logs)
+// record writes a batch's records: its entries and what the FSM answered
+// each (out).
+func (j *applyLog) record(logs []*raft.Log, out []interface{}) {
+	if j == nil {
+		return
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for i, l := range logs {
@@ -80,11 +77,19 @@ func (j *applyLogFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		enc.Encode(&rec)
 	}
 	j.write(buf.Bytes())
-	return out
+}
+
+// restored records that a snapshot replaced the state, at index.
+func (j *applyLog) restored(index uint64) {
+	if j == nil {
+		return
+	}
+	b, _ := json.Marshal(&ApplyRecord{Index: index, Kind: "restore"})
+	j.write(append(b, '\n'))
 }
 
 // write appends b to the apply log in one write, unless it is closed.
-func (j *applyLogFSM) write(b []byte) {
+func (j *applyLog) write(b []byte) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f != nil {
@@ -92,16 +97,7 @@ func (j *applyLogFSM) write(b []byte) {
 	}
 }
 
-func (j *applyLogFSM) Restore(rc io.ReadCloser) error {
-	if err := j.FSM.Restore(rc); err != nil {
-		return err
-	}
-	b, _ := json.Marshal(&ApplyRecord{Index: j.FSM.State().Index(), Kind: "restore"})
-	j.write(append(b, '\n'))
-	return nil
-}
-
-func (j *applyLogFSM) Close() error {
+func (j *applyLog) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {

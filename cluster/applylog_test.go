@@ -26,7 +26,7 @@ func (w *writes) Close() error { return nil }
 // the next process would append to.
 func TestApplyLogWritesABatchAtOnce(t *testing.T) {
 	w := &writes{}
-	j := &applyLogFSM{FSM: fsm.New(nil), f: w}
+	j := &machine{fsm: fsm.New(nil), applyLog: &applyLog{f: w}}
 	var logs []*raft.Log
 	for i := 1; i <= 100; i++ { // about 30 KB of records, past any buffer's size
 		cmd, err := fsm.EncodeCommand(&fsm.RegisterRequest{Plugin: &api.PluginInfo{Type: "csi", Name: "ebs", AllocID: fmt.Sprintf("a%d", i),
@@ -53,7 +53,7 @@ func TestApplyLogWritesABatchAtOnce(t *testing.T) {
 			t.Fatalf("line %d: %+v, %v", i+1, rec, err)
 		}
 	}
-	if err := j.Close(); err != nil {
+	if err := j.applyLog.Close(); err != nil {
 		t.Fatal(err)
 	}
 	j.ApplyBatch(logs[:1]) // closed: applied, not written

@@ -127,7 +127,7 @@ func TestRaftStatsCountRefusedRestores(t *testing.T) {
 	if _, err := s.Apply(ctx, registerCmd(t, "b", "1")); err != nil {
 		t.Fatal(err)
 	}
-	machine := watchedFSM{BatchingFSM: s.fsm, s: s}
+	machine := &machine{fsm: s.fsm, onRestore: s.recordRestore}
 	for range 2 {
 		if err := machine.Restore(io.NopCloser(bytes.NewReader(older.Bytes()))); !errors.Is(err, fsm.ErrStaleSnapshot) {
 			t.Fatalf("restore of an older snapshot: %v; want %v", err, fsm.ErrStaleSnapshot)

@@ -24,14 +24,14 @@ func (s *Server) monitorLeadership() {
 			<-done
 			stop, done = nil, nil
 		}
-		s.leaderReady.Store(false)
+		s.lead.ready.Store(false)
 	}
 	defer stopLeader()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case isLeader := <-s.leaderNotify:
+		case isLeader := <-s.lead.notify:
 			if isLeader && stop == nil {
 				stop, done = make(chan struct{}), make(chan struct{})
 				go func(stop, done chan struct{}) {
@@ -62,9 +62,9 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	s.leaderReady.Store(true)
+	s.lead.ready.Store(true)
 	s.logger.Info("leadership established", "applied", s.AppliedIndex())
-	defer s.leaderReady.Store(false)
+	defer s.lead.ready.Store(false)
 	// The leases of this term, each a full TTL from now (leases.go).
 	endLeases := s.startLeases(stop)
 	defer endLeases()
@@ -76,8 +76,8 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	defer func() { <-checksDone }()
 
 	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
-	s.brakes.Store(brakes)
-	defer s.brakes.Store(nil)
+	s.lead.brakes.Store(brakes)
+	defer s.lead.brakes.Store(nil)
 	reaped := make(map[string]bool)
 	marks := nodeMarksOf(s.fsm.State())
 	t := time.NewTicker(s.cfg.ReconcileInterval)

@@ -46,8 +46,8 @@ type LeaseStats struct {
 
 // LeaseStats returns the server's lease figures.
 func (s *Server) LeaseStats() LeaseStats {
-	st := LeaseStats{ExpiryEntries: s.expiryEntries.Load(), Expired: s.expired.Load()}
-	if l := s.lessor.Load(); l != nil {
+	st := LeaseStats{ExpiryEntries: s.lead.expiryEntries.Load(), Expired: s.lead.expired.Load()}
+	if l := s.lead.lessor.Load(); l != nil {
 		st.Leases = l.len()
 	}
 	return st
@@ -68,7 +68,7 @@ func (s *Server) startLeases(stop <-chan struct{}) (end func()) {
 		cancel()
 		return func() {}
 	}
-	s.lessor.Store(l)
+	s.lead.lessor.Store(l)
 	s.logger.Debug("leases taken over", "leases", l.len(), "index", st.Index())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -83,7 +83,7 @@ func (s *Server) startLeases(stop <-chan struct{}) (end func()) {
 		s.expireLoop(ctx, stop, l)
 	}()
 	return func() {
-		s.lessor.CompareAndSwap(l, nil)
+		s.lead.lessor.CompareAndSwap(l, nil)
 		cancel()
 		wg.Wait()
 	}
@@ -118,7 +118,7 @@ func (s *Server) expireLoop(ctx context.Context, stop <-chan struct{}, l *lessor
 		if len(batch) == 0 {
 			continue
 		}
-		if h := s.expireHook.Load(); h != nil {
+		if h := s.lead.expireHook.Load(); h != nil {
 			(*h)(batch)
 		}
 		err := s.proposeExpiry(ctx, batch)
@@ -138,8 +138,8 @@ func (s *Server) proposeExpiry(ctx context.Context, batch []fsm.ExpiredLease) er
 	if err != nil {
 		return fmt.Errorf("expire %d leases: %w", len(batch), err)
 	}
-	s.expiryEntries.Add(1)
-	s.expired.Add(uint64(res.Removed))
+	s.lead.expiryEntries.Add(1)
+	s.lead.expired.Add(uint64(res.Removed))
 	s.logger.Debug("leases expired", "index", res.Index, "expired", res.Removed, "batch", len(batch))
 	return nil
 }
@@ -172,7 +172,7 @@ func (s *Server) renewLocal(req api.RenewRequest) (api.RenewResult, error) {
 	if !s.IsLeader() {
 		return api.RenewResult{}, notApplied(api.CodeNotLeader, raft.ErrNotLeader)
 	}
-	l := s.lessor.Load()
+	l := s.lead.lessor.Load()
 	if l == nil {
 		return api.RenewResult{}, notApplied(api.CodeNotReady, errors.New("the new leader has not taken over the leases yet"))
 	}

@@ -30,7 +30,7 @@ func TestReRegistrationRacingAnExpiryWins(t *testing.T) {
 		default: // later batches pass
 		}
 	}
-	s.expireHook.Store(&hook)
+	s.lead.expireHook.Store(&hook)
 
 	p := leasedPlugin("a1", time.Second)
 	first, err := s.Backend().Register(ctx, p)

@@ -270,7 +270,7 @@ func (s *Server) forward(ctx context.Context, leader string, cmd []byte) (*fsm.A
 	}
 	it := &fwdItem{ctx: ctx, leader: leader, cmd: cmd, done: make(chan fwdResult, 1)}
 	select {
-	case s.fwdQueue <- it:
+	case s.fwd.queue <- it:
 	case <-ctx.Done():
 		return nil, notApplied(api.CodeTimeout, ctx.Err())
 	case <-s.ctx.Done():
@@ -295,7 +295,7 @@ func (s *Server) runForwarder() {
 		held = nil
 		if first == nil {
 			select {
-			case first = <-s.fwdQueue:
+			case first = <-s.fwd.queue:
 			case <-s.ctx.Done():
 				s.failQueued()
 				return
@@ -305,7 +305,7 @@ func (s *Server) runForwarder() {
 	drain:
 		for len(batch) < maxForwardBatch {
 			select {
-			case it := <-s.fwdQueue:
+			case it := <-s.fwd.queue:
 				if it.leader != first.leader {
 					held = it
 					break drain
@@ -323,7 +323,7 @@ func (s *Server) runForwarder() {
 func (s *Server) failQueued() {
 	for {
 		select {
-		case it := <-s.fwdQueue:
+		case it := <-s.fwd.queue:
 			it.done <- fwdResult{err: notApplied(api.CodeShutdown, ErrShutdown)}
 		default:
 			return
@@ -379,8 +379,8 @@ func (s *Server) sendBatch(batch []*fwdItem) {
 			args.Traces[i] = tc
 		}
 	}
-	s.fwdBatches.Add(1)
-	s.fwdBatched.Add(int64(len(live)))
+	s.fwd.batches.Add(1)
+	s.fwd.batched.Add(int64(len(live)))
 	var reply applyBatchReply
 	if err := s.pool.Call(ctx, leader, rpcApplyBatch, args, &reply); err != nil {
 		err = rpcError(err)
@@ -409,7 +409,7 @@ type ForwardStats struct {
 
 // ForwardStats returns the counts since start.
 func (s *Server) ForwardStats() ForwardStats {
-	return ForwardStats{Batches: s.fwdBatches.Load(), BatchedWrites: s.fwdBatched.Load()}
+	return ForwardStats{Batches: s.fwd.batches.Load(), BatchedWrites: s.fwd.batched.Load()}
 }
 
 // batchSupport is what servesBatches last learned of one server.
@@ -423,7 +423,7 @@ type batchSupport struct {
 // its gossip meta that it serves ApplyBatch. The answer is kept for a
 // second: the member list is not read on every write.
 func (s *Server) servesBatches(addr string) bool {
-	if b := s.batchSupport.Load(); b != nil && b.addr == addr && time.Since(b.checked) < time.Second {
+	if b := s.fwd.support.Load(); b != nil && b.addr == addr && time.Since(b.checked) < time.Second {
 		return b.ok
 	}
 	b := &batchSupport{addr: addr, checked: time.Now()}
@@ -436,7 +436,7 @@ func (s *Server) servesBatches(addr string) bool {
 			break
 		}
 	}
-	s.batchSupport.Store(b)
+	s.fwd.support.Store(b)
 	return b.ok
 }
 

@@ -84,7 +84,7 @@ func (s *Server) readIndexLocal(ctx context.Context) (uint64, error) {
 	if !s.IsLeader() {
 		return 0, notApplied(api.CodeNotLeader, raft.ErrNotLeader)
 	}
-	if !s.leaderReady.Load() {
+	if !s.lead.ready.Load() {
 		return 0, notApplied(api.CodeNotReady, errors.New("new leader has not yet committed in its term"))
 	}
 	if err := ctx.Err(); err != nil {

@@ -275,7 +275,7 @@ func (b *reapBrakes) statusLocked() api.ReapStatus {
 // returns the guard's state. Only the leader has a guard: another node
 // refuses (CodeNotLeader).
 func (s *Server) ResumeReaping() (api.ReapStatus, error) {
-	b := s.brakes.Load()
+	b := s.lead.brakes.Load()
 	if b == nil {
 		return api.ReapStatus{}, notApplied(api.CodeNotLeader, errors.New("resume reaping: this server does not lead; ask the leader"))
 	}
@@ -284,7 +284,7 @@ func (s *Server) ResumeReaping() (api.ReapStatus, error) {
 
 // ReapStatus is the leader's guard on reaping; false on another node.
 func (s *Server) ReapStatus() (api.ReapStatus, bool) {
-	b := s.brakes.Load()
+	b := s.lead.brakes.Load()
 	if b == nil {
 		return api.ReapStatus{}, false
 	}

@@ -30,47 +30,77 @@ type Server struct {
 	cfg    *Config
 	logger hclog.Logger
 
+	// The registry: the FSM's state, the events of its applies, and the
+	// subscriptions that read them.
 	fsm     *fsm.FSM
 	journal *registry.Journal
 	traced  *tracedPublish // the FSM's sink while tracing is on; nil when off
 	hub     *registry.Hub
 
-	mux         *transport.Mux
-	pool        *transport.Pool
+	// Raft and its stores in the data dir.
 	raft        *raft.Raft
 	trans       *raft.NetworkTransport
+	raftAddr    string
 	stable      raft.StableStore
-	storeCloser io.Closer     // closes the log and stable stores
-	dirLock     *datadir.Lock // the data dir held while this server may write there
-	checker     *stateChecker // the cross-replica state check (statecheck.go)
-	fatal       chan error    // a failure that stops the server (Fatal)
+	logs        raft.LogStore         // the LogCache in front of the log store
+	storeCloser io.Closer             // closes the log and stable stores
+	dirLock     *datadir.Lock         // the data dir held while this server may write there
+	applyLog    *applyLog             // nil unless Config.ApplyLog
+	commits     *raftx.CommitNotifier // nil with Config.NoCommitNotify
+	raftGone    chan struct{}         // closed once Raft has stopped (or was never started)
+
+	// The server port: the internal RPC it answers and the calls it makes.
+	mux  *transport.Mux
+	pool *transport.Pool
+	// rpcReady is set once s.raft exists; internal RPC is refused before
+	// (the mux accepts connections from the moment the port opens).
+	rpcReady atomic.Bool
+
+	// The write path.
+	fwd forwarding // a follower's writes on their way to the leader (propose.go)
+	// oldest is serverBelow's last answer (write.go).
+	oldest atomic.Pointer[oldestServer]
+
+	// Membership: gossip, and what the leader learned of its members.
+	gossip   *gossip.Pool
+	proofs   proofs          // members' refused claims to be servers (proofs.go)
+	restores restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
+	lead     leaderDuties    // what this server holds and does while it leads
+
+	// Integrity: the checks of a replica against the others and of the
+	// data dir against what the others saw of it.
+	checker *stateChecker // the cross-replica state check (statecheck.go)
 	// acks are the other servers' acknowledged indexes (rollback.go),
 	// set once the stores are open; answered before Raft runs.
 	acks        atomic.Pointer[ackRecords]
-	incarnation string        // the data dir's (rollback.go)
-	logs        raft.LogStore // the LogCache in front of the log store
-	raftAddr    string
+	incarnation string     // the data dir's (rollback.go)
+	fatal       chan error // a failure that stops the server (Fatal)
 
-	applyLog *applyLogFSM          // nil unless Config.ApplyLog
-	commits  *raftx.CommitNotifier // nil with Config.NoCommitNotify
-	restores restoreFailures       // the FSM's failed restores, for autopilot (autopilot.go)
-	proofs   proofs                // members' refused claims to be servers (proofs.go)
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the Server starts
+	shutOnce sync.Once
+	shutErr  error
+}
 
-	gossip *gossip.Pool
+// forwarding is a follower's part in the write path (propose.go): the
+// writes waiting to be forwarded to the leader, and what it knows of the
+// leader's batches.
+type forwarding struct {
+	queue   chan *fwdItem // writes waiting to be forwarded
+	support atomic.Pointer[batchSupport]
+	batches atomic.Int64 // ApplyBatch RPCs sent
+	batched atomic.Int64 // writes in them
+}
 
-	fwdQueue     chan *fwdItem // writes waiting to be forwarded to the leader (propose.go)
-	batchSupport atomic.Pointer[batchSupport]
-	// oldest is serverBelow's last answer (write.go).
-	oldest     atomic.Pointer[oldestServer]
-	fwdBatches atomic.Int64 // ApplyBatch RPCs sent
-	fwdBatched atomic.Int64 // writes in them
-
-	leaderNotify chan bool
-	leaderReady  atomic.Bool // leader, and a barrier of this term has applied
+// leaderDuties are what a server holds and does while it leads (leader.go,
+// reapbrakes.go, leases.go), and what it counts of them.
+type leaderDuties struct {
+	notify chan bool   // raft's leadership changes, for the leader loop
+	ready  atomic.Bool // leader, and a barrier of this term has applied
 	// brakes are the leader's brakes on reaping (reapbrakes.go); nil
-	// while this node does not lead.
+	// while this server does not lead.
 	brakes atomic.Pointer[reapBrakes]
-
 	// lessor holds the leases while this server leads (leases.go); nil
 	// otherwise, and until the term's lessor has taken over.
 	lessor        atomic.Pointer[lessor]
@@ -78,16 +108,6 @@ type Server struct {
 	expired       atomic.Uint64 // instances they removed
 	// expireHook, in tests, sees each expiry batch before it is proposed.
 	expireHook atomic.Pointer[func([]fsm.ExpiredLease)]
-	// rpcReady is set once s.raft exists; internal RPC is refused before
-	// (the mux accepts connections from the moment the port opens).
-	rpcReady atomic.Bool
-
-	raftGone chan struct{}   // closed once Raft has stopped (or was never started)
-	ctx      context.Context // cancelled by Shutdown
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // every goroutine the Server starts
-	shutOnce sync.Once
-	shutErr  error
 }
 
 // New starts a server node: opens its data dir, starts Raft, gossip and
@@ -110,17 +130,17 @@ func New(cfg *Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:          cfg,
-		dirLock:      lock,
-		logger:       cfg.Logger.With("node", cfg.NodeID),
-		journal:      registry.NewJournal(cfg.JournalSize),
-		leaderNotify: make(chan bool, 16),
-		fwdQueue:     make(chan *fwdItem, maxForwardBatch),
-		ctx:          ctx,
-		cancel:       cancel,
-		raftGone:     make(chan struct{}),
-		fatal:        make(chan error, 1),
+		cfg:      cfg,
+		dirLock:  lock,
+		logger:   cfg.Logger.With("node", cfg.NodeID),
+		journal:  registry.NewJournal(cfg.JournalSize),
+		ctx:      ctx,
+		cancel:   cancel,
+		raftGone: make(chan struct{}),
+		fatal:    make(chan error, 1),
 	}
+	s.lead.notify = make(chan bool, 16)
+	s.fwd.queue = make(chan *fwdItem, maxForwardBatch)
 	if err := s.start(); err != nil {
 		s.Shutdown()
 		return nil, err
@@ -188,7 +208,7 @@ func (s *Server) setupRaft() error {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = s.logger.Named("raft")
-	rc.NotifyCh = s.leaderNotify
+	rc.NotifyCh = s.lead.notify
 	rc.BatchApplyCh = true
 	// Zero in our Config means raft's default.
 	override(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
@@ -255,24 +275,21 @@ func (s *Server) setupRaft() error {
 		// The stores opened, so what failed is a read: a damaged value.
 		return &StoreError{Path: storePath(cfg), NodeID: cfg.NodeID, Err: fmt.Errorf("inspect raft state: %w", err)}
 	}
-	var machine raft.BatchingFSM = s.fsm
+	machine := &machine{fsm: s.fsm, traced: s.traced, onRestore: s.recordRestore}
 	if cfg.ApplyLog != "" {
-		if s.applyLog, err = openApplyLogFSM(s.fsm, cfg.ApplyLog); err != nil {
+		if s.applyLog, err = openApplyLog(cfg.ApplyLog); err != nil {
 			return err
 		}
-		machine = s.applyLog
+		machine.applyLog = s.applyLog
 	}
 	var trans raft.Transport = raftx.HeartbeatsInOrder{NetworkTransport: s.trans}
 	if !cfg.NoCommitNotify {
 		s.commits = raftx.NewCommitNotifier(s.ctx, s.trans, raft.RPCHeader{
 			ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: s.trans.EncodePeer(rc.LocalID, s.trans.LocalAddr()),
 		}, s.IsLeader)
-		trans, machine = raftx.Watch(s.commits, s.trans, machine)
+		trans = raftx.Watch(s.commits, s.trans)
+		machine.commits = s.commits
 	}
-	if s.traced != nil {
-		machine = tracedFSM{BatchingFSM: machine, pub: s.traced}
-	}
-	machine = watchedFSM{BatchingFSM: machine, s: s}
 	if err := raftx.CheckSnapshots(cfg.DataDir); err != nil {
 		var refused *raftx.SnapshotError
 		if errors.As(err, &refused) {

@@ -23,39 +23,39 @@ import (
 // "events.deliver" under that for each HTTP event stream that writes the
 // event (httpapi, through Backend.EventTraces).
 
-// tracedFSM starts the apply spans of the traced entries of each batch.
-// It is in front of the FSM only while tracing is on; raft's FSM
-// goroutine is its only caller, and publish (the journal, called back by
-// the FSM within ApplyBatch) reads the batch's spans on that goroutine.
-type tracedFSM struct {
-	raft.BatchingFSM
-	pub *tracedPublish
-}
-
-func (f tracedFSM) Apply(l *raft.Log) interface{} {
-	return f.ApplyBatch([]*raft.Log{l})[0]
-}
-
-func (f tracedFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+// startApply starts the apply spans of the traced entries of a batch, and
+// keeps them for publish (the journal, called back by the FSM within
+// ApplyBatch, on raft's FSM goroutine, the machine's only caller). Nil
+// (tracing off): nothing.
+func (p *tracedPublish) startApply(logs []*raft.Log) []trace.Span {
+	if p == nil {
+		return nil
+	}
 	var spans []trace.Span
 	for _, l := range logs {
 		ctx, ok := tracing.FromLogExtension(context.Background(), l.Extensions)
 		if !ok {
 			continue
 		}
-		ctx, span := f.pub.tracer.Start(ctx, "fsm.apply", trace.SpanKindInternal)
+		ctx, span := p.tracer.Start(ctx, "fsm.apply", trace.SpanKindInternal)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int64("raft.index", int64(l.Index)), attribute.Int("plugreg.batch_size", len(logs)))
 		}
 		spans = append(spans, span)
-		f.pub.batch = append(f.pub.batch, tracedEntry{index: l.Index, ctx: ctx})
+		p.batch = append(p.batch, tracedEntry{index: l.Index, ctx: ctx})
 	}
-	out := f.BatchingFSM.ApplyBatch(logs)
-	f.pub.batch = f.pub.batch[:0]
+	return spans
+}
+
+// endApply ends the spans startApply started, once the batch is applied.
+func (p *tracedPublish) endApply(spans []trace.Span) {
+	if p == nil {
+		return
+	}
+	p.batch = p.batch[:0]
 	for _, span := range spans {
 		span.End()
 	}
-	return out
 }
 
 // tracedPublish is the FSM's sink while tracing is on: the journal, with

@@ -75,8 +75,9 @@ func (n *CommitNotifier) Wait() {
 	n.wg.Wait()
 }
 
-// appliedUpTo records that this node applied up to index (of term).
-func (n *CommitNotifier) appliedUpTo(index, term uint64) {
+// AppliedUpTo records that this node applied up to index (of term): the
+// FSM's wrapper calls it after each batch.
+func (n *CommitNotifier) AppliedUpTo(index, term uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if index <= n.applied {
@@ -181,10 +182,10 @@ func wake(ch chan struct{}) {
 }
 
 // Watch returns trans (without raft's heartbeat fast path: see
-// HeartbeatsInOrder) and fsm, each telling n what it needs: the
-// AppendEntries raft exchanges, and what this node applied.
-func Watch(n *CommitNotifier, trans *raft.NetworkTransport, fsm raft.BatchingFSM) (raft.Transport, raft.BatchingFSM) {
-	return NotifyingTransport{HeartbeatsInOrder: HeartbeatsInOrder{trans}, n: n}, NotifyingFSM{BatchingFSM: fsm, n: n}
+// HeartbeatsInOrder) telling n the AppendEntries raft exchanges; what this
+// node applied, n learns from AppliedUpTo.
+func Watch(n *CommitNotifier, trans *raft.NetworkTransport) raft.Transport {
+	return NotifyingTransport{HeartbeatsInOrder: HeartbeatsInOrder{trans}, n: n}
 }
 
 // NotifyingTransport is raft's transport, watched: every AppendEntries
@@ -202,22 +203,4 @@ func (t NotifyingTransport) AppendEntries(id raft.ServerID, target raft.ServerAd
 		t.n.observe(id, target, req, resp)
 	}
 	return err
-}
-
-// NotifyingFSM tells the commit notifier what this node applied.
-type NotifyingFSM struct {
-	raft.BatchingFSM
-	n *CommitNotifier
-}
-
-func (f NotifyingFSM) Apply(l *raft.Log) interface{} {
-	return f.ApplyBatch([]*raft.Log{l})[0]
-}
-
-func (f NotifyingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
-	out := f.BatchingFSM.ApplyBatch(logs)
-	if k := len(logs); k > 0 {
-		f.n.appliedUpTo(logs[k-1].Index, logs[k-1].Term)
-	}
-	return out
 }

@@ -73,23 +73,23 @@ func TestCommitNoticeRules(t *testing.T) {
 	}
 
 	raftSent(2, 0, 0, 7, 2, 5) // f1 holds 1..7 and was told 5
-	n.appliedUpTo(10, 2)
+	n.AppliedUpTo(10, 2)
 	expect("applied 10, f1 holds 7", 2, 7, 2)
-	n.appliedUpTo(11, 2)
+	n.AppliedUpTo(11, 2)
 	expectNone("f1 was told 7 and holds nothing newer")
 
 	raftSent(2, 7, 2, 11, 2, 11) // raft itself told f1 the commit 11
-	n.appliedUpTo(11, 2)
+	n.AppliedUpTo(11, 2)
 	expectNone("raft told f1 already")
 
 	leading.Store(false)
 	raftSent(2, 11, 2, 12, 2, 11)
-	n.appliedUpTo(12, 2)
+	n.AppliedUpTo(12, 2)
 	expectNone("not leading")
 
 	leading.Store(true)
 	raftSent(3, 0, 0, 0, 0, 0) // a heartbeat of a new term
-	n.appliedUpTo(13, 3)       // f1 acknowledged nothing in term 3 yet
+	n.AppliedUpTo(13, 3)       // f1 acknowledged nothing in term 3 yet
 	expectNone("new term, nothing acknowledged in it")
 	raftSent(3, 12, 2, 13, 3, 12)
 	expect("new term, f1 holds 13", 3, 13, 3)

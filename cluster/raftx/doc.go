@@ -6,9 +6,10 @@
 //   - HeartbeatsInOrder: raft's heartbeat fast path off (hashicorp/raft
 //     issue 695: a deposed leader stamped entries with the new term).
 //     Wired in cluster/server.go (setupRaft).
-//   - CommitNotifier (Watch): followers told the commit index as soon as
-//     the leader applied an entry (hashicorp/raft issues 28 and 282).
-//     Wired in cluster/server.go (setupRaft).
+//   - CommitNotifier (Watch, AppliedUpTo): followers told the commit
+//     index as soon as the leader applied an entry (hashicorp/raft issues
+//     28 and 282). Wired in cluster/server.go (setupRaft) and told what
+//     was applied by cluster/machine.go.
 //   - Await: a wait on a future that gives up once raft has stopped
 //     (hashicorp/raft issue 498: futures never answered at shutdown).
 //     Used by cluster/propose.go (applyOutcome) and cluster/leader.go (the
