@@ -1,4 +1,4 @@
-// Package lazymount mounts a lazyfs (jepsen/lazyfs) for a test: a
+// Package lazymount mounts a lazyfs (internal/testing/lazyfs) for a test: a
 // filesystem that keeps only what was synced across a simulated power
 // cut, so a test can show that a file plugreg wrote survives one.
 package lazymount
@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/plugreg/plugreg/jepsen/lazyfs"
+	"github.com/plugreg/plugreg/internal/testing/lazyfs"
 )
 
 // New mounts a lazyfs with POSIX names (a name is durable once its

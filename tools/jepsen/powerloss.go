@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plugreg/plugreg/jepsen/lazyfs"
+	"github.com/plugreg/plugreg/internal/testing/lazyfs"
 )
 
 // lazyCapacity is each server's lazyfs, as the disk family's tmpfs

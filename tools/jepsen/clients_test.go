@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 func TestCutOffAnswers(t *testing.T) {

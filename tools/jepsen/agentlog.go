@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // logPanic is a panic or a fatal error an agent printed.

@@ -159,7 +159,7 @@ func main() {
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("plugreg-bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg-bench [flags]\n\nRuns plugreg and etcd side by side (3 members each, loopback) and prints one table.\nWith -agents N: client agents at scale, plugreg only.\nRun it from the plugreg module (it builds ./cmd/plugreg) or pass -plugreg-bin.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: plugreg-bench [flags]\n\nRuns plugreg and etcd side by side (3 members each, loopback) and prints one table.\nWith -agents N: client agents at scale, plugreg only.\nRun it from the plugreg repository (it builds ./cmd/plugreg) or pass -plugreg-bin.\n\n")
 		fs.PrintDefaults()
 	}
 	o := &options{}
@@ -517,18 +517,20 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	return nil
 }
 
-// buildPlugreg builds ./cmd/plugreg of the module the bench runs in.
+// buildPlugreg builds ./cmd/plugreg of the plugreg module the bench is
+// run from: the repository root, which tools/bench's go.mod replaces the
+// product's module with, or the root itself.
 func buildPlugreg(ctx context.Context, dir string) (string, error) {
-	modOut, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(modOut))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("run plugreg-bench inside the plugreg module, or pass -plugreg-bin (go env GOMOD: %q, %v)", gomod, err)
+	modOut, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/plugreg/plugreg").Output()
+	root := strings.TrimSpace(string(modOut))
+	if err != nil || root == "" {
+		return "", fmt.Errorf("run plugreg-bench inside the plugreg repository (tools/bench), or pass -plugreg-bin (go list -m github.com/plugreg/plugreg: %q, %v)", root, err)
 	}
 	bin := filepath.Join(dir, "plugreg")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/plugreg")
-	cmd.Dir = filepath.Dir(gomod)
+	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/plugreg: %w\n%s", err, b)
+		return "", fmt.Errorf("go build ./cmd/plugreg (in %s): %w\n%s", root, err, b)
 	}
 	return bin, nil
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // livenessBound is how long, after the final heal, a write through each

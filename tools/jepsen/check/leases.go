@@ -7,7 +7,7 @@ import (
 )
 
 // LeaseType is the type of the lease holders' registrations
-// (jepsen/leases.go): registered with a TTL, renewed, let go, expired.
+// (tools/jepsen/leases.go): registered with a TTL, renewed, let go, expired.
 const LeaseType = "jlease"
 
 // FRenew is a lease renewal. Renewals never reach the log: they are kept

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/jepsen/check"
 	"github.com/plugreg/plugreg/stub"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // stubPlugin is a plugin the harness runs, with package stub, on one

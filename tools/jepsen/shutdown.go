@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // stopped is how one agent took the SIGTERM that ends a run.

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // A stub's reset starts a new session from the highest index the previous

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // recorder keeps the history; every completion is recorded with the

@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // timeline draws latency (log scale, one dot per operation, coloured by

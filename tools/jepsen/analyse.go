@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 type logger struct {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plugreg/plugreg/jepsen/lazyfs"
+	"github.com/plugreg/plugreg/internal/testing/lazyfs"
 )
 
 // node is one plugreg agent on its own loopback address, run as one

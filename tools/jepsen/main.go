@@ -7,7 +7,7 @@
 // non-zero on any violation, or when the run was not valid (no fault took
 // effect, or too little got done before the faults).
 //
-//	go run ./jepsen -time-limit 90s -nemesis all
+//	go -C tools/jepsen run . -time-limit 90s -nemesis all
 package main
 
 import (
@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/internal/otlpsink"
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 type runConfig struct {
@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&r.leaseHolders, "lease-holders", 3, "holders of leased registrations (type jlease): each registers with -lease-ttl, renews every third of it, lets go after 2-12 s and starts again (0: none)")
 	flag.DurationVar(&r.leaseTTL, "lease-ttl", 3*time.Second, "the lease holders' TTL (1s at least)")
 	flag.BoolVar(&r.unsafeRenewals, "unsafe-lease-renewals", false, "record every lease renewal as acknowledged without sending it: the leases expire while renewed on paper, and the checker must catch it")
-	flag.StringVar(&r.out, "out", "jepsen/results", "results directory (a subdirectory per run)")
+	flag.StringVar(&r.out, "out", "results", "results directory (a subdirectory per run)")
 	flag.IntVar(&r.portBase, "port-base", 18500, "HTTP port; server port is one more, gossip two more")
 	flag.DurationVar(&r.checkTimeout, "check-timeout", 5*time.Minute, "porcupine's time limit (running out is a failure)")
 	flag.Float64Var(&r.minThroughput, "min-throughput", 5, "ok operations per second before the first fault below which the run is invalid")
@@ -232,8 +232,16 @@ func plugregBinary(r *runConfig, dir string) (string, error) {
 		}
 		return bin, nil
 	}
+	// The product's module is the repository root (tools/jepsen's go.mod
+	// replaces it with ../..), not the module the suite runs in.
+	modOut, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/plugreg/plugreg").Output()
+	root := strings.TrimSpace(string(modOut))
+	if err != nil || root == "" {
+		return "", fmt.Errorf("find the plugreg module (run inside the repository, or pass -plugreg-bin): %q, %v", root, err)
+	}
 	bin := filepath.Join(dir, "plugreg")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
+	build.Dir = root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("build plugreg: %w", err)

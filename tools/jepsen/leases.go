@@ -13,7 +13,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/jepsen/check"
+	"github.com/plugreg/plugreg/tools/jepsen/check"
 )
 
 // leaseHolders hold leased registrations (type check.LeaseType) through

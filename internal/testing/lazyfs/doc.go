@@ -1,7 +1,8 @@
 // Package lazyfs is a FUSE filesystem, all in memory, that loses what was
-// not fsynced when the power is cut, as Jepsen's LazyFS does: the jepsen
-// suite's powerloss family puts each server's data dir on one and cuts
-// the power under the agent.
+// not fsynced when the power is cut, as Jepsen's LazyFS does: the fault
+// suite's powerloss family (tools/jepsen) puts each server's data dir on
+// one and cuts the power under the agent, and the product's own tests
+// (through internal/testing/lazymount) show what a file write survives.
 //
 // It owns the mount (New mounts it with mount(2) directly, so the caller
 // must be root and /dev/fuse must exist; Unmount always, it is
