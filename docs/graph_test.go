@@ -35,7 +35,7 @@ func graph(t *testing.T) string {
 		t.Fatalf("go list: %v", err)
 	}
 	skip := func(p string) bool {
-		for _, s := range []string{"internal/testing/", "examples/", "docs"} {
+		for _, s := range []string{"tests/framework/", "examples/", "docs"} {
 			if strings.HasPrefix(strings.TrimPrefix(p, module), s) {
 				return true
 			}

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/lazyfs"
+	"github.com/plugreg/plugreg/tests/framework/lazyfs"
 )
 
 // node is one plugreg agent on its own loopback address, run as one

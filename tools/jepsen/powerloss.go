@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/lazyfs"
+	"github.com/plugreg/plugreg/tests/framework/lazyfs"
 )
 
 // lazyCapacity is each server's lazyfs, as the disk family's tmpfs

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // The cluster's last applied entry may change no plugin (here an unchanged

@@ -1,4 +1,4 @@
-// Package lazymount mounts a lazyfs (internal/testing/lazyfs) for a test: a
+// Package lazymount mounts a lazyfs (tests/framework/lazyfs) for a test: a
 // filesystem that keeps only what was synced across a simulated power
 // cut, so a test can show that a file plugreg wrote survives one.
 package lazymount
@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/lazyfs"
+	"github.com/plugreg/plugreg/tests/framework/lazyfs"
 )
 
 // New mounts a lazyfs with POSIX names (a name is durable once its

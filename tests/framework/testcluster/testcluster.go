@@ -22,7 +22,7 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 	"github.com/plugreg/plugreg/ui"
 )
 

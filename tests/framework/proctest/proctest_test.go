@@ -148,7 +148,7 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wd, _ := os.Getwd(); filepath.Join(root, "internal", "testing", "proctest") != wd {
+	if wd, _ := os.Getwd(); filepath.Join(root, "tests", "framework", "proctest") != wd {
 		t.Fatalf("repository root %s for %s", root, wd)
 	}
 	bin := Build(t, "./examples/stub-plugin")

@@ -2,7 +2,7 @@
 // not fsynced when the power is cut, as Jepsen's LazyFS does: the fault
 // suite's powerloss family (tools/jepsen) puts each server's data dir on
 // one and cuts the power under the agent, and the product's own tests
-// (through internal/testing/lazymount) show what a file write survives.
+// (through tests/framework/lazymount) show what a file write survives.
 //
 // It owns the mount (New mounts it with mount(2) directly, so the caller
 // must be root and /dev/fuse must exist; Unmount always, it is
