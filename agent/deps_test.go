@@ -76,7 +76,7 @@ func TestStubImportsOnlyTheProtocol(t *testing.T) {
 	}
 }
 
-// The test harness (internal/testing/...) imports the product to start it;
+// The test harness (tests/framework/...) imports the product to start it;
 // no product package, binary or example may import the harness, so the
 // import graph has no arrow running back up into it.
 func TestProductDoesNotImportTheTestHarness(t *testing.T) {
@@ -93,7 +93,7 @@ func TestProductDoesNotImportTheTestHarness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, list)
 	}
-	harness := "github.com/plugreg/plugreg/internal/testing/"
+	harness := "github.com/plugreg/plugreg/tests/framework/"
 	product := 0
 	for _, pkg := range strings.Fields(string(list)) {
 		if strings.HasPrefix(pkg, harness) {

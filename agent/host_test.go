@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 func hostPlugin(name, alloc string) *api.PluginInfo {

@@ -24,7 +24,7 @@ type membership interface {
 }
 
 // staticServers is a fixed server list in place of gossip, for the fleet
-// simulator (cmd/plugreg-bench -fleet), which runs more agents on one
+// simulator (plugreg-bench -fleet, tools/bench), which runs more agents on one
 // machine than memberlist instances fit: such an agent is not a member of
 // the pool, so the servers never see it (no suspect mark, no reaping), and
 // it never learns that a server died (every listed server counts as alive;

@@ -7,7 +7,7 @@ import (
 
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // A client agent given the servers' addresses (StaticServers) reaches them

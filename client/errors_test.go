@@ -12,7 +12,7 @@ import (
 	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // refusingRegister is a server's backend whose registrations fail with

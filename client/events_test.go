@@ -14,8 +14,8 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // ackedWrite is a write the cluster acknowledged, with what it should have

@@ -12,7 +12,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // hungNode is a TCP listener that accepts connections and never answers:

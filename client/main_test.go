@@ -3,7 +3,7 @@ package client_test
 import (
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 	"go.uber.org/goleak"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 	"github.com/plugreg/plugreg/transport"
 )
 

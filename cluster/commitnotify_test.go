@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 )
 
 // TestFollowersLearnTheCommitAtOnce runs a cluster whose raft would tell

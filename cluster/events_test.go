@@ -7,8 +7,8 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // collect reads events until one at or past index arrives.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // hashicorp/raft issue 697, on both log stores: a deposed leader whose

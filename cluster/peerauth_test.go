@@ -12,8 +12,8 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
 	"github.com/plugreg/plugreg/gossip"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/transport"
 )

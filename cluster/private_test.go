@@ -13,8 +13,8 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/cluster"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 )
 
 // Whoever made the data dir (an operator's mkdir, a chart's hostPath:

@@ -17,10 +17,10 @@ import (
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/fsm"
-	"github.com/plugreg/plugreg/internal/testing/testbackup"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/snapshot"
+	"github.com/plugreg/plugreg/tests/framework/testbackup"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // backupOf is another cluster's registry of n instances and its backup.

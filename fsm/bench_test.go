@@ -388,7 +388,7 @@ func BenchmarkRestore1M(b *testing.B) {
 
 // BenchmarkHeap1M applies 1M registrations of the bench's record (10,000
 // names x 100 allocs over 10 types, one NodeID, one option; see
-// cmd/plugreg-bench) in batches of 64 as raft hands them over, and reports
+// tools/bench) in batches of 64 as raft hands them over, and reports
 // the live heap the state holds per instance. It builds the state once
 // whatever b.N is (the figure is a size, not a rate).
 func BenchmarkHeap1M(b *testing.B) {

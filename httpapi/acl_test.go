@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 func plug(typ, name, alloc string) string {

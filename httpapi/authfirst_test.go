@@ -16,8 +16,8 @@ import (
 
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/netcount"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/netcount"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 	"github.com/plugreg/plugreg/ui"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // What a web page at another origin can make a browser send blind (a

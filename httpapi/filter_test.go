@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // reg registers csi instance name/alloc on node with options.

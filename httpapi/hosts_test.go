@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // DNS rebinding: a web page whose name was rebound to the agent sends its

@@ -17,8 +17,8 @@ import (
 
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 )
 
 // A keep-alive connection that carries no request for IdleTimeout is

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // "." and ".." are refused as names at the edge, with a clear 400, and

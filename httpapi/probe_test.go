@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // The probe port's handler answers health, as the API does, and nothing

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/delivery"
-	"github.com/plugreg/plugreg/internal/testing/localreg"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tests/framework/localreg"
 )
 
 // BenchmarkDeliver1000Subscribers: one write, delivered to 1000

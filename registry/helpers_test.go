@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/localreg"
+	"github.com/plugreg/plugreg/tests/framework/localreg"
 )
 
 func plugin(ptype, name, alloc string) *api.PluginInfo {

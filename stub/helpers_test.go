@@ -15,8 +15,8 @@ import (
 	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
 	"github.com/plugreg/plugreg/stub"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
 // env is a real three-server cluster in-process with a real agent plugin

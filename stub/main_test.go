@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/proctest"
-	"github.com/plugreg/plugreg/internal/testing/testcluster"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
+	"github.com/plugreg/plugreg/tests/framework/testcluster"
 	"go.uber.org/goleak"
 )
 

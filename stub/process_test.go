@@ -19,8 +19,8 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
 	"github.com/plugreg/plugreg/stub"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // The plugin SDK with real processes and sockets: three `plugreg agent`

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/lazymount"
+	"github.com/plugreg/plugreg/tests/framework/lazymount"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 )
 
 // A connection closed before its first byte is a dial its client gave up

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/netcount"
+	"github.com/plugreg/plugreg/tests/framework/netcount"
 	"go.uber.org/goleak"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 	"go.uber.org/goleak"
 )

@@ -13,9 +13,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
-	"github.com/plugreg/plugreg/internal/testing/localreg"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
 	"github.com/plugreg/plugreg/registry"
+	"github.com/plugreg/plugreg/tests/framework/localreg"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 )
 
 // testUpstream is a real registry store's WatchWithHeartbeat shaped as an

@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/delivery"
-	"github.com/plugreg/plugreg/internal/testing/localreg"
+	"github.com/plugreg/plugreg/tests/framework/localreg"
 )
 
 // Many local subscribers with one filter (spelled differently) share one

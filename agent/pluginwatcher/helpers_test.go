@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/localreg"
-	"github.com/plugreg/plugreg/internal/testing/testlog"
+	"github.com/plugreg/plugreg/tests/framework/localreg"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"

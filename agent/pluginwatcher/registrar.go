@@ -10,7 +10,7 @@ import (
 )
 
 // Registrar is where the watcher's registrations go. The agent implements
-// it over the cluster; tests implement it over localreg (internal/testing), a registry of one process.
+// it over the cluster; tests implement it over localreg (tests/framework), a registry of one process.
 //
 // The watcher calls it from one goroutine per plugin name at a time, never
 // twice at once for one (Type, Name), and always with a ctx that ends when

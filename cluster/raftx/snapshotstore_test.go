@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/plugreg/plugreg/internal/testing/lazymount"
+	"github.com/plugreg/plugreg/tests/framework/lazymount"
 )
 
 // A snapshot created on a full disk (a follower sent a snapshot while its

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/plugreg/plugreg/internal/datadir"
-	"github.com/plugreg/plugreg/internal/testing/lazymount"
+	"github.com/plugreg/plugreg/tests/framework/lazymount"
 )
 
 // openWAL opens a WAL in dir (created) for the test, closed at its end.

@@ -13,7 +13,7 @@ import (
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

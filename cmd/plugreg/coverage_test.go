@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // healthOf answers GET /v1/health (with ?live when live) of the agent at

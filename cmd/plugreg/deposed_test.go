@@ -15,7 +15,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // A deposed leader whose uncommitted tail the new leader truncated is

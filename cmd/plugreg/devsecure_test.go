@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/otlptest"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/otlptest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // Three servers with -encrypt: a client agent with another key and one

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // plugreg register -ttl -renew holds a lease in the foreground: the

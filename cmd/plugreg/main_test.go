@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/otlptest"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/otlptest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // The rolling restart of docs/operations.md, under continuous writes from

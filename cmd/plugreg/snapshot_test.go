@@ -13,8 +13,8 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
-	"github.com/plugreg/plugreg/internal/testing/testbackup"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
+	"github.com/plugreg/plugreg/tests/framework/testbackup"
 )
 
 // plugreg snapshot save, inspect and restore against three server

@@ -25,8 +25,8 @@ import (
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/cluster/raftx"
-	"github.com/plugreg/plugreg/internal/testing/lazymount"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/lazymount"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // A server whose data dir holds a store it cannot read exits with status

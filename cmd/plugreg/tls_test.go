@@ -12,8 +12,8 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"github.com/plugreg/plugreg/tlsutil"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/internal/testing/otlptest"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/otlptest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // Real agents with -trace-endpoint send a traced write's spans to an

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/otlptest"
-	"github.com/plugreg/plugreg/internal/testing/proctest"
-	"github.com/plugreg/plugreg/internal/testing/testpki"
+	"github.com/plugreg/plugreg/tests/framework/otlptest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
+	"github.com/plugreg/plugreg/tests/framework/testpki"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"

@@ -5,7 +5,7 @@ package kubelet
 import (
 	"testing"
 
-	"github.com/plugreg/plugreg/internal/testing/proctest"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
 // TestMain removes the binaries proctest built after the tests.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/plugreg/plugreg/internal/atomicfile"
 	"github.com/plugreg/plugreg/internal/datadir"
-	"github.com/plugreg/plugreg/internal/testing/lazymount"
+	"github.com/plugreg/plugreg/tests/framework/lazymount"
 )
 
 // A data dir made at first start, with a file synced in it, is still

@@ -3,7 +3,7 @@
 // that turn tracing on to measure it (plugreg-bench) or to put traced
 // entries in the log under faults (the jepsen harness). A test that
 // reads the spans passes a function that decodes each export
-// (internal/testing/otlptest).
+// (tests/framework/otlptest).
 package otlpsink
 
 import (

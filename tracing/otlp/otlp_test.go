@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/internal/testing/otlptest"
+	"github.com/plugreg/plugreg/tests/framework/otlptest"
 	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/tracing/otlp"
 	"go.opentelemetry.io/otel/trace"
