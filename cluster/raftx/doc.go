@@ -13,7 +13,7 @@
 //   - Await: a wait on a future that gives up once raft has stopped
 //     (hashicorp/raft issue 498: futures never answered at shutdown).
 //     Used by cluster/propose.go (applyOutcome) and cluster/leader.go (the
-//     leader's barrier); internal/testing/testcluster/leak.go allows its
+//     leader's barrier); tests/framework/testcluster/leak.go allows its
 //     goroutine.
 //   - NoPipelining: pipelined replication off (hashicorp/raft issue 612:
 //     a pipeline parked a follower's replication for good). Wired in
