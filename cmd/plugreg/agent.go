@@ -61,7 +61,9 @@ type agentSettings struct {
 	// flags tells which flags were set: a client agent refuses server
 	// flags (clientOnlyFlags) even when they are given their defaults.
 	flags *flag.FlagSet
-	trace otlp.Config // -trace-endpoint, -trace-sample-rate
+	// serverFlags are the server's own flags, which flags also serves.
+	serverFlags *flag.FlagSet
+	trace       otlp.Config // -trace-endpoint, -trace-sample-rate
 
 	configFile                string
 	nodeID, dataDir, bind     string
@@ -72,7 +74,7 @@ type agentSettings struct {
 	retryJoin, client         bool
 	logLevel, pprof, applyLog string
 
-	// Raft's and the registry's, a server's only (serverOnly).
+	// Raft's and the registry's, a server's only (serverFlags).
 	snapshotThreshold, trailingLogs  uint64
 	snapshotInterval                 time.Duration
 	stateCheckInterval               time.Duration
@@ -115,30 +117,35 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	d := cluster.DefaultConfig()
+	// server holds the flags that mean nothing to a client agent, which
+	// refuses them (clientOnlyFlags): Raft's, the registry's and the
+	// leader's. Each is declared here, once, and served by fs.
+	server := flag.NewFlagSet("server", flag.ContinueOnError)
+	s.serverFlags = server
 	fs.StringVar(&s.configFile, "config", "", "JSON config file with the same keys as the flags")
 	fs.StringVar(&s.nodeID, "node", hostname(), "node ID, unique in the cluster, kept in the data dir")
 	fs.StringVar(&s.dataDir, "data-dir", "", "directory of the agent's state: its node ID, gossip keyring and peers, and on a server Raft's log and snapshots (required)")
 	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
 	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
 	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming; bounded by -http-max-conns-per-client per IP address and 10s read and idle timeouts (0: off)")
-	fs.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
+	server.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
 	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")
-	fs.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
+	server.IntVar(&s.expect, "bootstrap-expect", 0, "bootstrap once this many servers are known (1, 3 or 5); 0 joins an existing cluster")
 	fs.BoolVar(&s.retryJoin, "retry-join", false, "keep retrying -join until it succeeds")
-	fs.Uint64Var(&s.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
-	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
-	fs.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
-	fs.DurationVar(&s.stateCheckInterval, "state-check-interval", cluster.DefaultStateCheckInterval, "how often the leader appends a state check, at which every server compares the digest of its registry with the leader's (negative: never)")
-	fs.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
-	fs.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
-	fs.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (0: 1% of the client agents, at least 1, a second's worth at once; negative: no limit)")
-	fs.IntVar(&s.reapBrakes.Burst, "node-reap-burst", d.ReapBrakes.Burst, "dead nodes that may be reaped at once before -node-reap-rate applies")
-	fs.Float64Var(&s.reapBrakes.PauseAbove, "node-reap-pause-above", d.ReapBrakes.PauseAbove, "reap no failed node while more than this fraction of the client agents is failed at once (likelier a partition than deaths), until enough come back or an operator runs plugreg operator reap resume (1: never pause)")
-	fs.IntVar(&s.reapBrakes.PauseMinFailed, "node-reap-pause-min-failed", d.ReapBrakes.PauseMinFailed, "pause reaping only with at least this many client agents failed, so that with few agents one death is still reaped")
-	fs.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
-	fs.IntVar(&s.leaseExpiryRate, "lease-expiry-rate", cluster.DefaultLeaseExpiryRate, "the most leased plugins (registered with a TTL) the leader expires a second, one log entry every 100ms")
-	fs.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
-	fs.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives a 1s heartbeat and election timeout; 5 suits slow or shared machines)")
+	server.Uint64Var(&s.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	server.DurationVar(&s.snapshotInterval, "snapshot-interval", 0, "how often Raft checks the snapshot threshold (0: 2m, raft's default)")
+	server.Uint64Var(&s.trailingLogs, "trailing-logs", 0, "log entries kept after a snapshot, for slow followers (0: 10240)")
+	server.DurationVar(&s.stateCheckInterval, "state-check-interval", cluster.DefaultStateCheckInterval, "how often the leader appends a state check, at which every server compares the digest of its registry with the leader's (negative: never)")
+	server.IntVar(&s.maxAppendEntries, "max-append-entries", 0, "entries per Raft AppendEntries and per FSM batch (0: 64)")
+	server.DurationVar(&s.nodeReapAfter, "node-reap-after", d.NodeReapAfter, "deregister the plugins of a node dead this long (negative: never)")
+	server.Float64Var(&s.reapBrakes.Rate, "node-reap-rate", d.ReapBrakes.Rate, "reap at most this many dead nodes a second, after -node-reap-burst at once, so that even a real mass failure is reaped gradually (0: 1% of the client agents, at least 1, a second's worth at once; negative: no limit)")
+	server.IntVar(&s.reapBrakes.Burst, "node-reap-burst", d.ReapBrakes.Burst, "dead nodes that may be reaped at once before -node-reap-rate applies")
+	server.Float64Var(&s.reapBrakes.PauseAbove, "node-reap-pause-above", d.ReapBrakes.PauseAbove, "reap no failed node while more than this fraction of the client agents is failed at once (likelier a partition than deaths), until enough come back or an operator runs plugreg operator reap resume (1: never pause)")
+	server.IntVar(&s.reapBrakes.PauseMinFailed, "node-reap-pause-min-failed", d.ReapBrakes.PauseMinFailed, "pause reaping only with at least this many client agents failed, so that with few agents one death is still reaped")
+	server.DurationVar(&s.deadServerCleanup, "dead-server-cleanup", 0, "remove a failed server from Raft after this long, never below quorum (0: never)")
+	server.IntVar(&s.leaseExpiryRate, "lease-expiry-rate", cluster.DefaultLeaseExpiryRate, "the most leased plugins (registered with a TTL) the leader expires a second, one log entry every 100ms")
+	server.IntVar(&s.journalSize, "journal-size", 0, "events kept per node for resuming watchers (0: 65536)")
+	server.IntVar(&s.raftMultiplier, "raft-multiplier", 1, "scale Raft's timeouts: N x 500ms heartbeat and election, N x 250ms lease (1 is fastest; 2 gives a 1s heartbeat and election timeout; 5 suits slow or shared machines)")
 	fs.StringVar(&s.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&s.aclToken, "acl-token", "", "without -acl-enabled: require this token (X-Plugreg-Token) for writes and operator calls, others only read (the single shared token; -acl-enabled replaces it with tokens with policies)")
 	fs.BoolVar(&s.aclEnabled, "acl-enabled", false, "check every HTTP request's token against the cluster's ACL tokens (plugreg acl bootstrap makes the first)")
@@ -150,13 +157,13 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.allowedHosts, "http-allowed-hosts", "", "comma-separated DNS names (*.example.com for every name under example.com) a plain-HTTP request may give as its Host, besides IP addresses, localhost and this machine's host name; others are refused 421 host_not_allowed, against DNS rebinding (* allows any; HTTPS requests are not checked)")
 	fs.Var(&s.requiredTypes, "required-plugin-types", "comma-separated (or repeated) plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
 	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
-	fs.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
-	fs.DurationVar(&s.heartbeatTimeout, "heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
-	fs.StringVar(&s.logStore, "log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
-	fs.IntVar(&s.walSegmentSize, "wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
+	server.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
+	server.DurationVar(&s.heartbeatTimeout, "heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
+	server.StringVar(&s.logStore, "log-store", "", "Raft log store of a new data dir: wal or boltdb (empty: wal; a data dir keeps the one it was created with)")
+	server.IntVar(&s.walSegmentSize, "wal-segment-size", 0, "bytes per raft-wal segment file (0: 16 MiB); old entries go a whole segment at a time, so smaller segments compact sooner")
 	fs.StringVar(&s.pprof, "pprof", "", "serve net/http/pprof on this address (host:port); empty: off")
-	fs.DurationVar(&s.commitTimeout, "commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
-	fs.BoolVar(&s.commitNotify, "commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
+	server.DurationVar(&s.commitTimeout, "commit-timeout", 0, "Raft commit timeout: how soon an idle leader tells followers the commit index (0: 5ms)")
+	server.BoolVar(&s.commitNotify, "commit-notify", true, "tell followers the commit index as soon as the leader applied an entry (false: only raft's own AppendEntries do)")
 	fs.StringVar(&s.host.pluginsDir, "plugins-dir", "", "watch this directory for kubelet plugin registration sockets and register what they offer (it must exist)")
 	fs.StringVar(&s.host.pluginsDirMode, "plugins-dir-mode", string(pluginwatcher.ModeAuto), "who answers the plugins of -plugins-dir: shared (kubelet watches it too: plugreg never sends them NotifyRegistrationStatus), owned (they register with plugreg alone: plugreg tells them, never \"not registered\" for a failure of its own), auto (shared for a dir named plugins_registry, kubelet's, else owned)")
 	fs.StringVar(&s.host.pluginSocket, "plugin-socket", "", "unix socket (mode 0660) for plugins using the SDK (package stub); empty: DATA-DIR/plugin.sock; off: none")
@@ -179,6 +186,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.Var(&s.join, "join", "gossip address of a server to join (repeatable)")
 	fs.StringVar(&s.trace.Endpoint, "trace-endpoint", "", "send OpenTelemetry spans over OTLP/HTTP to this collector (base URL, as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to its /v1/traces); empty: the OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT variable if set, else tracing is off")
 	fs.Float64Var(&s.trace.SampleRate, "trace-sample-rate", 0, "with tracing on, the share (0 to 1) of requests without a sampled W3C traceparent that start a trace here; a caller's traceparent decides for its own requests")
+	server.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
 	return fs
 }
 
@@ -282,7 +290,7 @@ func (s *agentSettings) setup() (*agentSetup, error) {
 		return nil, fmt.Errorf("-trace-endpoint, -trace-sample-rate or OTEL_* variables: %w", err)
 	}
 	if s.client {
-		if err := clientOnlyFlags(s.flags); err != nil {
+		if err := s.clientOnlyFlags(); err != nil {
 			return nil, err
 		}
 	}
@@ -428,8 +436,8 @@ func startAgentNode(s *agentSettings, a *agentSetup, enc gossip.Encryption, onLe
 	a.api.tracer = tracer
 	var n *node
 	if s.client {
-		cfg := agent.Config{NodeID: s.nodeID, DataDir: s.dataDir, BindAddr: s.bind, GossipPort: s.gossipPort,
-			Join: s.join, RetryJoin: s.retryJoin, TLS: a.tlsc, ACLToken: s.aclAgentToken, GossipEncryption: enc, Logger: a.logger, Tracer: tracer}
+		cfg := s.clientConfig(a, enc)
+		cfg.Tracer = tracer
 		n, err = startClientNode(cfg, httpAddr, a.api, a.tlsc, onLeave)
 	} else {
 		cfg := s.serverConfig(a, enc)
@@ -450,6 +458,12 @@ func startAgentNode(s *agentSettings, a *agentSetup, enc gossip.Encryption, onLe
 		}
 	}
 	return n, nil
+}
+
+// clientConfig is a client agent's configuration from the settings.
+func (s *agentSettings) clientConfig(a *agentSetup, enc gossip.Encryption) agent.Config {
+	return agent.Config{NodeID: s.nodeID, DataDir: s.dataDir, BindAddr: s.bind, GossipPort: s.gossipPort,
+		Join: s.join, RetryJoin: s.retryJoin, TLS: a.tlsc, ACLToken: s.aclAgentToken, GossipEncryption: enc, Logger: a.logger}
 }
 
 // serverConfig is the server's configuration: cluster's defaults, then
@@ -642,19 +656,13 @@ func reloadTLS(logger hclog.Logger, tlsc *tlsutil.Configurator) {
 	logger.Info("SIGHUP: TLS certificates reloaded")
 }
 
-// serverOnly are the flags that mean nothing to a client agent: setting
-// one with -client is a mistake worth saying.
-var serverOnly = []string{"server-port", "bootstrap-expect", "snapshot-threshold", "snapshot-interval", "trailing-logs", "state-check-interval",
-	"max-append-entries", "node-reap-after", "node-reap-rate", "node-reap-burst", "node-reap-pause-above", "node-reap-pause-min-failed", "dead-server-cleanup", "lease-expiry-rate", "journal-size", "raft-multiplier", "apply-log",
-	"heartbeat-timeout", "log-store", "wal-segment-size", "commit-timeout", "commit-notify"}
-
-func clientOnlyFlags(fs *flag.FlagSet) error {
+// clientOnlyFlags refuses, with -client, a server flag set on the command
+// line or in -config.
+func (s *agentSettings) clientOnlyFlags() error {
 	var bad []string
-	fs.Visit(func(f *flag.Flag) {
-		for _, s := range serverOnly {
-			if f.Name == s {
-				bad = append(bad, "-"+s)
-			}
+	s.flags.Visit(func(f *flag.Flag) {
+		if s.serverFlags.Lookup(f.Name) != nil {
+			bad = append(bad, "-"+f.Name)
 		}
 	})
 	if len(bad) > 0 {

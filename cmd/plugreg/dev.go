@@ -13,13 +13,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/plugreg/plugreg/agent"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/gossip"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/internal/buildinfo"
-	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/tracing"
 	"github.com/plugreg/plugreg/tracing/otlp"
 )
@@ -109,65 +106,68 @@ func runDev(args []string) error {
 				}
 			}
 		}
+		// Each agent as `plugreg agent` runs it from these flags: the
+		// dev cluster is the agent's settings, not a copy of them.
+		id := fmt.Sprintf("dev%d", i+1)
+		if i >= 3 {
+			id = fmt.Sprintf("host%d", i-2)
+		}
+		args := []string{"-node", id, "-data-dir", filepath.Join(dir, id), "-bind", "127.0.0.1",
+			"-gossip-port", strconv.Itoa(*basePort + 10*i + 1), "-join", firstGossip[0]}
 		if i < 3 {
-			cfg := cluster.DefaultConfig()
-			cfg.NodeID = fmt.Sprintf("dev%d", i+1)
-			cfg.DataDir = filepath.Join(dir, cfg.NodeID)
-			cfg.BindAddr = "127.0.0.1"
-			cfg.ServerPort = *basePort + 10*i
-			cfg.GossipPort = *basePort + 10*i + 1
-			cfg.BootstrapExpect = 3
-			if i > 0 {
-				cfg.Join = firstGossip
-			}
-			cfg.GossipFast = true
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
-			cfg.ReconcileInterval = 500 * time.Millisecond
-			cfg.NodeReapAfter = 30 * time.Second
-			cfg.Logger = logger.Named(cfg.NodeID)
-			var tlsc *tlsutil.Configurator
-			if sec != nil {
-				tlsc = sec.server
-				cfg.TLS = tlsc
-				cfg.ACLEnabled, cfg.ACLDefaultDeny = true, true
-			}
-			var nao apiOptions
-			if nao, err = nodeSecurity(sec, cfg.DataDir, ao, &cfg.GossipEncryption); err != nil {
-				stopAll()
-				return err
-			}
-			if nao.tracer, err = devTracer(trace, cfg.NodeID, api.RoleServer); err != nil {
-				stopAll()
-				return err
-			}
-			cfg.Tracer = nao.tracer
-			err = add(cfg.NodeID, func() (*node, error) { return startNode(cfg, httpAddr(i), nao, tlsc, nil) })
+			args = append(args, "-server-port", strconv.Itoa(*basePort+10*i), "-bootstrap-expect", "3",
+				"-node-reap-after", "30s")
 		} else {
-			id := fmt.Sprintf("host%d", i-2)
-			acfg := agent.Config{
-				NodeID: id, DataDir: filepath.Join(dir, id), BindAddr: "127.0.0.1", GossipPort: *basePort + 10*i + 1,
-				Join: firstGossip, RetryJoin: true, GossipFast: true, Logger: logger.Named(id),
+			args = append(args, "-client", "-retry-join")
+		}
+		st, err := devAgentSettings(args)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		a := &agentSetup{logger: logger.Named(id), api: ao}
+		var enc gossip.Encryption // each agent's own keyring, in its data dir
+		if sec != nil {
+			if enc, err = sec.gossipEncryption(st.dataDir); err != nil {
+				stopAll()
+				return err
 			}
-			var tlsc *tlsutil.Configurator
+			a.api.keyring = enc.Keyring
+		}
+		role := api.RoleServer
+		if st.client {
+			role = api.RoleClient
+		}
+		if a.api.tracer, err = devTracer(trace, id, role); err != nil {
+			stopAll()
+			return err
+		}
+		if i < 3 {
 			if sec != nil {
-				tlsc = sec.client
-				if acfg.ACLToken, err = sec.agentToken(nodes[0], id); err != nil {
+				a.tlsc = sec.server
+			}
+			cfg := st.serverConfig(a, enc)
+			cfg.Tracer = a.api.tracer
+			// A dev cluster on one machine: gossip's LAN timings
+			// shortened, and the leader reconciling it twice a second.
+			cfg.GossipFast = true
+			cfg.ReconcileInterval = 500 * time.Millisecond
+			if i == 0 {
+				cfg.Join = nil
+			}
+			err = add(id, func() (*node, error) { return startNode(cfg, httpAddr(i), a.api, a.tlsc, nil) })
+		} else {
+			if sec != nil {
+				a.tlsc = sec.client
+				if st.aclAgentToken, err = sec.agentToken(nodes[0], id); err != nil {
 					stopAll()
 					return err
 				}
-				acfg.TLS = tlsc
 			}
-			var nao apiOptions
-			if nao, err = nodeSecurity(sec, acfg.DataDir, ao, &acfg.GossipEncryption); err != nil {
-				stopAll()
-				return err
-			}
-			if nao.tracer, err = devTracer(trace, id, api.RoleClient); err != nil {
-				stopAll()
-				return err
-			}
-			acfg.Tracer = nao.tracer
-			err = add(id, func() (*node, error) { return startClientNode(acfg, httpAddr(i), nao, tlsc, nil) })
+			cfg := st.clientConfig(a, enc)
+			cfg.Tracer = a.api.tracer
+			cfg.GossipFast = true
+			err = add(id, func() (*node, error) { return startClientNode(cfg, httpAddr(i), a.api, a.tlsc, nil) })
 		}
 		if err != nil {
 			stopAll()
@@ -211,19 +211,16 @@ func runDev(args []string) error {
 	return stopAll()
 }
 
-// nodeSecurity gives a dev agent its own gossip keyring (in dataDir) when
-// sec is set, and the API options that serve it.
-func nodeSecurity(sec *devSecurity, dataDir string, ao apiOptions, enc *gossip.Encryption) (apiOptions, error) {
-	if sec == nil {
-		return ao, nil
+// devAgentSettings are a dev agent's settings, parsed from args as the
+// agent's own flags, with nothing from the environment: the dev cluster
+// runs on its own.
+func devAgentSettings(args []string) (*agentSettings, error) {
+	s := &agentSettings{}
+	s.flags = s.flagSet()
+	if err := s.flags.Parse(args); err != nil {
+		return nil, fmt.Errorf("dev agent flags %v: %w", args, err)
 	}
-	e, err := sec.gossipEncryption(dataDir)
-	if err != nil {
-		return ao, err
-	}
-	*enc = e
-	ao.keyring = e.Keyring
-	return ao, nil
+	return s, nil
 }
 
 // waitLeader waits until the three servers know a leader.

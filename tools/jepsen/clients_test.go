@@ -46,7 +46,7 @@ func TestCutOffAnswers(t *testing.T) {
 	}
 }
 
-// A client agent refuses server flags (cmd/plugreg's serverOnly): its
+// A client agent refuses server flags (cmd/plugreg's serverFlags): its
 // command line must have none, and join every server.
 func TestClientAgentArgs(t *testing.T) {
 	d := newDB(t.TempDir(), "plugreg", &runConfig{portBase: 21500, clientAgents: 2, heartbeatTimeout: 500e6, snapshotThreshold: 100, journalSize: 600})
