@@ -7,8 +7,10 @@
 // expire those that run out: lessor.go, leases.go), write forwarding to
 // the leader, and read-index reads on any node.
 //
-// Writes are built into commands and proposed through Raft in write.go;
-// events reach subscribers through the node's watch hub (package
+// Writes are built into commands in write.go and committed, every one of
+// them, by commit in propose.go (encoded once, proposed on the leader or
+// forwarded, waited for here in read.go's waitApplied); events reach
+// subscribers through the node's watch hub (package
 // registry). Reads go through Server.Read, which applies the requested
 // consistency and then returns this node's state.
 //

@@ -58,7 +58,7 @@ type Server struct {
 
 	// The write path.
 	fwd forwarding // a follower's writes on their way to the leader (propose.go)
-	// oldest is serverBelow's last answer (write.go).
+	// oldest is serverBelow's last answer (versions.go).
 	oldest atomic.Pointer[oldestServer]
 
 	// Membership: gossip, and what the leader learned of its members.
