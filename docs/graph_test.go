@@ -63,23 +63,79 @@ func graph(t *testing.T) string {
 			}
 		}
 	}
+	return mermaid(edges)
+}
+
+// mermaid draws edges readably: each package in the row of its floor (1
+// for a package that imports no other plugreg package, else one above the
+// highest it imports), so every arrow points down the page to a lower
+// floor, and only the imports no other path implies (the transitive
+// reduction): an arrow from a to c is left out when a imports b, which
+// imports c, directly or not. The full list of a package's imports is
+// go list's.
+func mermaid(edges map[string][]string) string {
+	floor := map[string]int{}
+	var floorOf func(n string) int
+	floorOf = func(n string) int {
+		if f, ok := floor[n]; ok {
+			return f
+		}
+		f := 1
+		for _, d := range edges[n] {
+			f = max(f, floorOf(d)+1)
+		}
+		floor[n] = f
+		return f
+	}
+	// reaches reports whether from imports to through at least one other
+	// package.
+	reaches := func(from, to string) bool {
+		seen := map[string]bool{}
+		var walk func(n string, depth int) bool
+		walk = func(n string, depth int) bool {
+			if n == to {
+				return depth > 1
+			}
+			if seen[n] {
+				return false
+			}
+			seen[n] = true
+			for _, d := range edges[n] {
+				if walk(d, depth+1) {
+					return true
+				}
+			}
+			return false
+		}
+		return walk(from, 0)
+	}
 	names := make([]string, 0, len(edges))
+	top := 0
 	for n := range edges {
 		names = append(names, n)
+		top = max(top, floorOf(n))
 	}
 	sort.Strings(names)
 	id := func(n string) string { return strings.NewReplacer("/", "_", "-", "_").Replace(n) }
 	var b strings.Builder
 	fmt.Fprintln(&b, "```mermaid")
-	fmt.Fprintln(&b, "graph LR")
-	for _, n := range names {
-		deps := edges[n]
-		sort.Strings(deps)
-		if len(deps) == 0 {
-			fmt.Fprintf(&b, "  %s[%s]\n", id(n), n)
+	fmt.Fprintln(&b, "graph TD")
+	for f := top; f >= 1; f-- {
+		fmt.Fprintf(&b, "  subgraph floor%d[floor %d]\n", f, f)
+		for _, n := range names {
+			if floor[n] == f {
+				fmt.Fprintf(&b, "    %s[%s]\n", id(n), n)
+			}
 		}
+		fmt.Fprintln(&b, "  end")
+	}
+	for _, n := range names {
+		deps := append([]string(nil), edges[n]...)
+		sort.Strings(deps)
 		for _, d := range deps {
-			fmt.Fprintf(&b, "  %s[%s] --> %s[%s]\n", id(n), n, id(d), d)
+			if !reaches(n, d) {
+				fmt.Fprintf(&b, "  %s --> %s\n", id(n), id(d))
+			}
 		}
 	}
 	fmt.Fprintln(&b, "```")
