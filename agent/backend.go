@@ -10,7 +10,7 @@ import (
 	"github.com/plugreg/plugreg/agent/fanout"
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -125,7 +125,7 @@ func (c *Client) Query(ctx context.Context, q api.Query) (*api.QueryResult, erro
 
 // Subscribe streams events from the agent's fan-out: one upstream stream
 // per filter at a server, shared by every local subscriber (see fanout).
-func (c *Client) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error) {
+func (c *Client) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan backend.Event, uint64, error) {
 	for _, t := range types {
 		if err := api.ValidateIdentifier("type", t); err != nil {
 			return nil, 0, err

@@ -31,9 +31,10 @@ func TestHostSideDoesNotImportTheServer(t *testing.T) {
 	}
 }
 
-// The internal RPC between client agents and servers (agentrpc) and a
-// node's shared event encodings (delivery) are not the public wire
-// vocabulary: the Go client and the SDK do not link them.
+// The internal RPC between client agents and servers (agentrpc) and an
+// agent's backend, with a node's shared event encodings (backend), are
+// not the public wire vocabulary: the Go client and the SDK do not link
+// them.
 func TestClientAndStubDoNotImportTheInternalRPC(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -45,9 +46,10 @@ func TestClientAndStubDoNotImportTheInternalRPC(t *testing.T) {
 			t.Fatalf("go list: %v\n%s", err, out)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			// agentrpc: the internal RPC; delivery: a node's event
-			// encodings shared by its subscribers.
-			if dep == "github.com/plugreg/plugreg/agentrpc" || dep == "github.com/plugreg/plugreg/delivery" {
+			// agentrpc: the internal RPC; backend: what an agent
+			// serves, and a node's event encodings shared by its
+			// subscribers.
+			if dep == "github.com/plugreg/plugreg/agentrpc" || dep == "github.com/plugreg/plugreg/backend" {
 				t.Errorf("%s imports %s", pkg, dep)
 			}
 		}

@@ -22,7 +22,6 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/backend"
-	"github.com/plugreg/plugreg/delivery"
 )
 
 // Identity is a caller as its edge proved it.
@@ -298,16 +297,16 @@ func filterPlugins(a api.Authorizer, in []*api.PluginInfo) []*api.PluginInfo {
 // filterEvent returns ev as a may see it: nothing (false) for a change of
 // a type it may not read, a reset cut to the types it may read (its own,
 // without the shared encodings, which hold them all).
-func filterEvent(a api.Authorizer, ev delivery.Event) (delivery.Event, bool) {
+func filterEvent(a api.Authorizer, ev backend.Event) (backend.Event, bool) {
 	switch {
 	case ev.EventType == api.EventHeartbeat || a.CanReadAll():
 		return ev, true
 	case ev.EventType == api.EventReset:
 		c := *ev.Event
 		c.Plugins = filterPlugins(a, ev.Plugins)
-		return delivery.Of(&c), true
+		return backend.Unshared(&c), true
 	case ev.Info != nil && !a.CanRead(ev.Info.Type):
-		return delivery.Event{}, false
+		return backend.Event{}, false
 	}
 	return ev, true
 }

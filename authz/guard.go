@@ -7,7 +7,6 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/backend"
-	"github.com/plugreg/plugreg/delivery"
 )
 
 // Guard returns b with every call checked against the identity in its
@@ -94,7 +93,7 @@ func (g guard) Query(ctx context.Context, q api.Query) (*api.QueryResult, error)
 // Subscribe refuses a type filter naming a type the caller may not read;
 // without a filter, a caller that may not read every type gets the events
 // of those it may.
-func (g guard) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error) {
+func (g guard) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan backend.Event, uint64, error) {
 	a := From(ctx).Grants
 	for _, t := range types {
 		if err := Read(ctx, t); err != nil {
@@ -110,8 +109,8 @@ func (g guard) Subscribe(ctx context.Context, types []string, from *uint64, hear
 
 // filterStream passes on what a may see of in. Its goroutine ends when in
 // is closed, which the backend does when the subscription's context ends.
-func filterStream(in <-chan delivery.Event, a api.Authorizer) <-chan delivery.Event {
-	out := make(chan delivery.Event, cap(in))
+func filterStream(in <-chan backend.Event, a api.Authorizer) <-chan backend.Event {
+	out := make(chan backend.Event, cap(in))
 	go func() {
 		defer close(out)
 		for ev := range in {

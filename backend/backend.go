@@ -3,6 +3,14 @@
 // client agent through a server (agent.Client). The HTTP API and the
 // agent RPC both call it, behind authz.Guard, so a request means the same
 // thing whichever edge it came in by.
+//
+// It holds too the events a Backend delivers (Event): an event on its way
+// from a node's hub (the registry's journal on a server, the fan-out's
+// feed on a client agent) to the node's own subscribers, with the
+// encodings that every subscriber of the node receiving it shares, so an
+// event sent to a thousand HTTP streams is encoded once per encoding, not
+// a thousand times. None of it crosses a wire: api.Event is the wire
+// type, and holds nothing of a node's.
 package backend
 
 import (
@@ -11,7 +19,6 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
 )
 
 // Backend is what an agent serves, in api's terms. Errors are api
@@ -46,7 +53,7 @@ type Backend interface {
 	// position it starts at; see registry.Hub.WatchWithHeartbeat. The
 	// events (and their records) may be shared with other subscribers:
 	// read them, never modify them.
-	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error)
+	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan Event, uint64, error)
 
 	Leader() string
 	Peers(ctx context.Context) ([]string, error)

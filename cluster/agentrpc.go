@@ -10,7 +10,6 @@ import (
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/authz"
 	"github.com/plugreg/plugreg/backend"
-	"github.com/plugreg/plugreg/delivery"
 	"github.com/plugreg/plugreg/transport"
 )
 
@@ -249,7 +248,7 @@ func (s *Server) upstream(a *agentrpc.SubscribeArgs) transport.Streamer {
 		for ev := range ch {
 			// Encoded once for every client agent's upstream on this
 			// server, not once per agent.
-			b, err := ev.Bytes(delivery.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
+			b, err := ev.Bytes(backend.Upstream, func() ([]byte, error) { return transport.Encode(ev.Event) })
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/agentrpc"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tracing"
 )
@@ -128,7 +128,7 @@ func (b *Backend) block(ctx context.Context, types []string, index uint64, wait 
 // Subscribe streams the events of types (none: all) after *from (nil: from
 // this server's applied index), with a heartbeat every heartbeat (zero:
 // none). It returns the position the stream starts at.
-func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error) {
+func (b *Backend) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan backend.Event, uint64, error) {
 	// A client agent chooses its stream's heartbeat: 1 ns was a busy
 	// loop on the server.
 	if heartbeat != 0 && heartbeat < agentrpc.MinHeartbeat {

@@ -15,7 +15,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/filter"
 	"github.com/plugreg/plugreg/tracing"
 	"go.opentelemetry.io/otel/attribute"
@@ -86,9 +86,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streamSlots.release()
-	enc, contentType := delivery.JSON, "application/x-ndjson"
+	enc, contentType := backend.JSON, "application/x-ndjson"
 	if acceptsProtobuf(r.Header.Values("Accept")) {
-		enc, contentType = delivery.Protobuf, api.EventStreamProtobuf
+		enc, contentType = backend.Protobuf, api.EventStreamProtobuf
 	}
 	rc := http.NewResponseController(w)
 	ctx, cancel := context.WithCancel(r.Context())
@@ -168,10 +168,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // refused, boundToToken; its filter ran over its budget) with err as its
 // last event, an api.EventError in the stream's own encoding: the client
 // reads why, and knows that resuming elsewhere would end the same way.
-func (s *Server) endWithError(w io.Writer, rc *http.ResponseController, enc delivery.Encoding, err error) {
+func (s *Server) endWithError(w io.Writer, rc *http.ResponseController, enc backend.Encoding, err error) {
 	// Its own deadline: the stream's last one was set for an earlier burst.
 	rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
-	if writeEvent(w, delivery.Of(streamError(err)), enc) == nil {
+	if writeEvent(w, backend.Unshared(streamError(err)), enc) == nil {
 		rc.Flush()
 	}
 }
@@ -195,9 +195,9 @@ func acceptsProtobuf(accept []string) bool {
 // goes to every subscriber of this node, so its bytes are encoded once per
 // encoding, by whichever stream gets there first; a stream's own events
 // (its heartbeats, a reset for its filter) are encoded here.
-func writeEvent(w io.Writer, ev delivery.Event, enc delivery.Encoding) error {
+func writeEvent(w io.Writer, ev backend.Event, enc backend.Encoding) error {
 	encode := func() ([]byte, error) { return encodeJSONLine(ev.Event) }
-	if enc == delivery.Protobuf {
+	if enc == backend.Protobuf {
 		encode = func() ([]byte, error) { return encodeProtobuf(ev.Event) }
 	}
 	b, err := ev.Bytes(enc, encode)
@@ -253,11 +253,11 @@ func newStreamFilter(f *filter.Filter, every time.Duration, now time.Time) *stre
 // has been through the filter. An error is the filter's budget spent:
 // the stream must end (endWithError), as delivering what the filter could
 // not evaluate, or skipping it, would both mislead the client.
-func (sf *streamFilter) pass(ev delivery.Event, now time.Time) ([]delivery.Event, error) {
-	var out []delivery.Event
+func (sf *streamFilter) pass(ev backend.Event, now time.Time) ([]backend.Event, error) {
+	var out []backend.Event
 	change := ev.EventType != api.EventHeartbeat && ev.EventType != api.EventReset
 	if change && sf.every > 0 && now.Sub(sf.lastWrite) >= sf.every && ev.Index-1 > sf.pos {
-		out = append(out, delivery.Of(&api.Event{Index: ev.Index - 1, EventType: api.EventHeartbeat}))
+		out = append(out, backend.Unshared(&api.Event{Index: ev.Index - 1, EventType: api.EventHeartbeat}))
 		sf.pos = ev.Index - 1
 	}
 	e, ok, err := sf.f.Event(ev.Event, now)
@@ -268,7 +268,7 @@ func (sf *streamFilter) pass(ev delivery.Event, now time.Time) ([]delivery.Event
 		if e == ev.Event {
 			out = append(out, ev) // as every other subscriber gets it: encoded once
 		} else {
-			out = append(out, delivery.Of(e)) // this stream's own reset
+			out = append(out, backend.Unshared(e)) // this stream's own reset
 		}
 		sf.pos = max(sf.pos, ev.Index)
 	}
@@ -309,7 +309,7 @@ func (s *Server) deliveryTracer(r *http.Request) *deliveryTracer {
 	return &deliveryTracer{tracer: s.cfg.Tracer, published: et.EventTraces(), path: r.URL.RequestURI()}
 }
 
-func (d *deliveryTracer) delivered(ev delivery.Event) {
+func (d *deliveryTracer) delivered(ev backend.Event) {
 	if d == nil || ev.Index == d.last || ev.EventType == api.EventHeartbeat || ev.EventType == api.EventReset {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/filter"
 )
 
@@ -20,8 +20,8 @@ func TestFilteredStreamHeartbeatsThroughDroppedChanges(t *testing.T) {
 	}
 	t0 := time.Unix(1000, 0)
 	sf := newStreamFilter(f, time.Second, t0)
-	change := func(i uint64, name string) delivery.Event {
-		return delivery.Event{Event: &api.Event{Index: i, EventType: api.EventRegistered, Info: &api.PluginInfo{Name: name}}, Shared: &delivery.Encodings{}}
+	change := func(i uint64, name string) backend.Event {
+		return backend.Event{Event: &api.Event{Index: i, EventType: api.EventRegistered, Info: &api.PluginInfo{Name: name}}, Shared: &backend.Encodings{}}
 	}
 	var got []string
 	for i := uint64(1); i <= 30; i++ {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tests/framework/localreg"
 )
@@ -92,7 +92,7 @@ func benchDelivery(b *testing.B, watchers int, allMatch bool) {
 	// receiver sends its time.
 	var remaining atomic.Int64
 	last := make(chan time.Time, 1)
-	consume := func(ch <-chan delivery.Event) {
+	consume := func(ch <-chan backend.Event) {
 		for range ch {
 			if remaining.Add(-1) == 0 {
 				last <- time.Now()

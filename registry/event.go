@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -45,10 +45,10 @@ func (f Filter) key() string {
 // sharedEvent is the delivery of e that every subscriber of a delivery
 // stream receives: the journal's records (immutable, like the state's)
 // and one set of encodings.
-func sharedEvent(e *fsm.Event) *delivery.Event {
-	return &delivery.Event{
+func sharedEvent(e *fsm.Event) *backend.Event {
+	return &backend.Event{
 		Event:  &api.Event{Index: e.Index, EventType: api.EventType(e.EventType), Info: e.Info, Current: e.Current},
-		Shared: &delivery.Encodings{},
+		Shared: &backend.Encodings{},
 	}
 }
 
@@ -86,14 +86,14 @@ func resetOf(s *fsm.State, f Filter, keep func(*api.PluginInfo) *api.PluginInfo)
 // first to ask.
 type sharedReset struct {
 	once sync.Once
-	ev   delivery.Event
+	ev   backend.Event
 }
 
 // deliveredReset is the reset of s for f (whose key is key) for a delivery
 // stream: shared with every other such stream resetting to the journal's
 // current state with the same filter. It is built outside the journal's
 // lock (a large state takes a while to walk; Apply must not wait).
-func (j *Journal) deliveredReset(s *fsm.State, f Filter, key string) delivery.Event {
+func (j *Journal) deliveredReset(s *fsm.State, f Filter, key string) backend.Event {
 	j.mu.Lock()
 	r := j.sharedResets[key]
 	if s != j.state {
@@ -107,7 +107,7 @@ func (j *Journal) deliveredReset(s *fsm.State, f Filter, key string) delivery.Ev
 	}
 	j.mu.Unlock()
 	r.once.Do(func() {
-		r.ev = delivery.Event{Event: resetOf(s, f, func(p *api.PluginInfo) *api.PluginInfo { return p }), Shared: &delivery.Encodings{}}
+		r.ev = backend.Event{Event: resetOf(s, f, func(p *api.PluginInfo) *api.PluginInfo { return p }), Shared: &backend.Encodings{}}
 	})
 	return r.ev
 }

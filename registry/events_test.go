@@ -12,7 +12,7 @@ import (
 	"github.com/plugreg/plugreg/registry"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -307,21 +307,21 @@ func TestSubscribersShareOneEncoding(t *testing.T) {
 	}
 	line := 0
 	enc := func() ([]byte, error) { line++; return []byte(fmt.Sprint(line)), nil }
-	first, _ := ea.Bytes(delivery.JSON, enc)
-	again, _ := eb.Bytes(delivery.JSON, enc)
+	first, _ := ea.Bytes(backend.JSON, enc)
+	again, _ := eb.Bytes(backend.JSON, enc)
 	if string(first) != "1" || string(again) != "1" || line != 1 {
 		t.Fatalf("encoded %d times (%q, %q), want once", line, first, again)
 	}
 	// Each encoding has its own slot: the other one is made once too.
-	other, _ := eb.Bytes(delivery.Protobuf, enc)
-	otherAgain, _ := ea.Bytes(delivery.Protobuf, enc)
+	other, _ := eb.Bytes(backend.Protobuf, enc)
+	otherAgain, _ := ea.Bytes(backend.Protobuf, enc)
 	if string(other) != "2" || string(otherAgain) != "2" || line != 2 {
 		t.Fatalf("second encoding: got %q, %q after %d encodings, want 2, 2 after 2", other, otherAgain, line)
 	}
 	// A subscriber's own event (a heartbeat, a reset) shares nothing.
-	own := delivery.Of(&api.Event{EventType: api.EventHeartbeat})
-	x, _ := own.Bytes(delivery.JSON, enc)
-	y, _ := own.Bytes(delivery.JSON, enc)
+	own := backend.Unshared(&api.Event{EventType: api.EventHeartbeat})
+	x, _ := own.Bytes(backend.JSON, enc)
+	y, _ := own.Bytes(backend.JSON, enc)
 	if string(x) == string(y) {
 		t.Fatalf("an unshared event's encodings were memoized: %q, %q", x, y)
 	}

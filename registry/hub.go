@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // DefaultSubscriptionBuffer is each subscription channel's capacity.
@@ -98,10 +98,10 @@ func (h *Hub) WatchFromState(ctx context.Context, filter Filter, every time.Dura
 // Deliver is WatchWithHeartbeat for a node's front ends (the HTTP stream,
 // the plugin socket, client agents' upstreams), which only encode what
 // they get: every such subscriber of one event receives the same one, the
-// journal's records with its shared encodings (delivery.Event), not a
+// journal's records with its shared encodings (backend.Event), not a
 // copy of its own. Read them, never modify them.
-func (h *Hub) Deliver(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan delivery.Event, error) {
-	sub := &subscription{filter: filter, cursor: fromIndex, heartbeat: every, deliver: make(chan delivery.Event, h.buffer)}
+func (h *Hub) Deliver(ctx context.Context, filter Filter, fromIndex uint64, every time.Duration) (<-chan backend.Event, error) {
+	sub := &subscription{filter: filter, cursor: fromIndex, heartbeat: every, deliver: make(chan backend.Event, h.buffer)}
 	if err := h.start(ctx, sub); err != nil {
 		return nil, err
 	}
@@ -110,8 +110,8 @@ func (h *Hub) Deliver(ctx context.Context, filter Filter, fromIndex uint64, ever
 
 // DeliverFromState is Deliver beginning with a reset of the state as it
 // is now (see WatchFromState).
-func (h *Hub) DeliverFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan delivery.Event, error) {
-	sub := &subscription{filter: filter, heartbeat: every, fromState: true, deliver: make(chan delivery.Event, h.buffer)}
+func (h *Hub) DeliverFromState(ctx context.Context, filter Filter, every time.Duration) (<-chan backend.Event, error) {
+	sub := &subscription{filter: filter, heartbeat: every, fromState: true, deliver: make(chan backend.Event, h.buffer)}
 	if err := h.start(ctx, sub); err != nil {
 		return nil, err
 	}

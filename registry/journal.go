@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -292,7 +292,7 @@ func (j *Journal) forget(ch chan struct{}) {
 // them.
 type slot struct {
 	ev     fsm.Event
-	shared *delivery.Event
+	shared *backend.Event
 }
 
 // batch is what one read hands a subscription.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -29,7 +29,7 @@ type subscription struct {
 	// deliver (a node's front ends: the shared events) is set. A send on
 	// the other, nil, never proceeds, so one select serves both.
 	out       chan *api.Event
-	deliver   chan delivery.Event
+	deliver   chan backend.Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
 	// beat is the heartbeat timer, one for the subscription's life and
@@ -67,11 +67,11 @@ func (s *subscription) run(ctx context.Context) {
 			// A delivery stream gets the slot's shared event; a plain
 			// watch its own copy, even when a delivery stream has read
 			// the slot first.
-			var ev delivery.Event
+			var ev backend.Event
 			if s.deliver != nil {
 				ev = *b.events[i].shared
 			} else {
-				ev = delivery.Of(copiedEvent(&b.events[i].ev))
+				ev = backend.Unshared(copiedEvent(&b.events[i].ev))
 			}
 			if !s.send(ctx, ev) {
 				s.j.delivered.Add(uint64(i))
@@ -84,7 +84,7 @@ func (s *subscription) run(ctx context.Context) {
 		// below it is already in the channel, so a heartbeat never runs
 		// ahead of an event the consumer has yet to see.
 		if s.heartbeat > 0 && time.Since(s.lastSent) >= s.heartbeat {
-			if !s.send(ctx, delivery.Of(&api.Event{Index: s.cursor, EventType: api.EventHeartbeat})) {
+			if !s.send(ctx, backend.Unshared(&api.Event{Index: s.cursor, EventType: api.EventHeartbeat})) {
 				return
 			}
 		}
@@ -98,11 +98,11 @@ func (s *subscription) run(ctx context.Context) {
 
 // reset is the reset of st for this subscription: a delivery stream's
 // shared with the others', a plain watch's its own copy.
-func (s *subscription) reset(st *fsm.State) delivery.Event {
+func (s *subscription) reset(st *fsm.State) backend.Event {
 	if s.deliver != nil {
 		return s.j.deliveredReset(st, s.filter, s.filterKey)
 	}
-	return delivery.Of(resetEvent(st, s.filter))
+	return backend.Unshared(resetEvent(st, s.filter))
 }
 
 func (s *subscription) close() {
@@ -117,7 +117,7 @@ func (s *subscription) close() {
 	}
 }
 
-func (s *subscription) send(ctx context.Context, ev delivery.Event) bool {
+func (s *subscription) send(ctx context.Context, ev backend.Event) bool {
 	select {
 	case s.out <- ev.Event:
 		s.lastSent = time.Now()

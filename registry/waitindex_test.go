@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/fsm"
 )
 
@@ -291,7 +291,7 @@ func TestDeliveryStreamsShareAReset(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resetOf := func(flt Filter) delivery.Event {
+	resetOf := func(flt Filter) backend.Event {
 		ch, err := hub.Deliver(ctx, flt, 1, 0) // below the ring: a reset
 		if err != nil {
 			t.Fatal(err)

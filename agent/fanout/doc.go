@@ -47,7 +47,7 @@
 //  2. Call Close once done: it closes every subscriber's channel and every
 //     upstream, and waits for every goroutine. Idempotent.
 //  3. Only read delivered events: every subscriber of a feed gets the
-//     same event and records (and its shared encodings, delivery.Event, so the HTTP stream encodes
+//     same event and records (and its shared encodings, backend.Event, so the HTTP stream encodes
 //     each event once), as a server's Subscribe does.
 //
 // Limits: the ring is in memory (Buffer events per filter). A feed is

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // feed is one filter's shared upstream and its ring of the last events,
@@ -28,7 +28,7 @@ type feed struct {
 	// ring holds the last events (changes and resets, no heartbeats);
 	// the event with sequence number s is at ring[s%len(ring)], for
 	// first <= s < first+n.
-	ring  []delivery.Event
+	ring  []backend.Event
 	first uint64
 	n     int
 	// floor: a reader at index c >= floor finds every event after c in
@@ -51,7 +51,7 @@ func newFeed(h *Hub, key string, types []string) *feed {
 	return &feed{
 		h: h, key: key, types: types, linger: t,
 		ready:  make(chan struct{}),
-		ring:   make([]delivery.Event, h.cfg.Buffer),
+		ring:   make([]backend.Event, h.cfg.Buffer),
 		notify: make(chan struct{}),
 	}
 }
@@ -107,7 +107,7 @@ func (f *feed) appendLocked(ev *api.Event) {
 	if f.n == len(f.ring) {
 		old := f.ring[f.first%uint64(len(f.ring))]
 		f.floor = max(f.floor, old.Index)
-		f.ring[f.first%uint64(len(f.ring))] = delivery.Event{}
+		f.ring[f.first%uint64(len(f.ring))] = backend.Event{}
 		if f.hasReset && f.lastReset == f.first {
 			f.hasReset = false
 		}
@@ -115,14 +115,14 @@ func (f *feed) appendLocked(ev *api.Event) {
 		f.n--
 	}
 	s := f.first + uint64(f.n)
-	f.ring[s%uint64(len(f.ring))] = delivery.Event{Event: ev, Shared: &delivery.Encodings{}}
+	f.ring[s%uint64(len(f.ring))] = backend.Event{Event: ev, Shared: &backend.Encodings{}}
 	f.n++
 	if ev.EventType == api.EventReset {
 		f.lastReset, f.hasReset = s, true
 	}
 }
 
-func (f *feed) atLocked(s uint64) delivery.Event { return f.ring[s%uint64(len(f.ring))] }
+func (f *feed) atLocked(s uint64) backend.Event { return f.ring[s%uint64(len(f.ring))] }
 
 // seekLocked returns the sequence number from which a reader that has
 // every event up to index c reads the rest: the first event after c when
@@ -144,7 +144,7 @@ func (f *feed) seekLocked(c uint64, allowReset bool) (uint64, bool) {
 
 // readResult is what one read hands a ring subscriber.
 type readResult struct {
-	events []delivery.Event
+	events []backend.Event
 	next   uint64 // the reader's next sequence number
 	fell   bool   // the reader's next event left the ring
 	// mark: every event at or below it is among the events read so far
@@ -161,7 +161,7 @@ func (f *feed) read(s uint64, limit int) readResult {
 		return readResult{fell: true}
 	}
 	end := f.first + uint64(f.n)
-	var out []delivery.Event
+	var out []backend.Event
 	for ; s < end && len(out) < limit; s++ {
 		out = append(out, f.atLocked(s))
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/registry"
 	"github.com/plugreg/plugreg/tests/framework/localreg"
 	"github.com/plugreg/plugreg/tests/framework/testlog"
@@ -195,7 +195,7 @@ func describe(ev *api.Event) string {
 // heartbeat at >= upTo, or 200ms of silence), checking the stream's
 // promises on the way: indexes never decrease, and a heartbeat never runs
 // ahead of an undelivered event.
-func collect(t *testing.T, ch <-chan delivery.Event, upTo uint64) []string {
+func collect(t *testing.T, ch <-chan backend.Event, upTo uint64) []string {
 	t.Helper()
 	var out []string
 	var lastEv, lastHB uint64

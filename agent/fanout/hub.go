@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // Hub fans one upstream per filter out to any number of local
@@ -78,7 +78,7 @@ func canonical(types []string) ([]string, string) {
 //
 // Subscribe waits for the filter's upstream to open; an error wrapping
 // ErrUpstream means it could not (the hub keeps trying: retry).
-func (h *Hub) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error) {
+func (h *Hub) Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan backend.Event, uint64, error) {
 	types, key := canonical(types)
 	h.mu.Lock()
 	if h.closed {
@@ -109,7 +109,7 @@ func (h *Hub) Subscribe(ctx context.Context, types []string, from *uint64, heart
 		h.leave(f)
 		return nil, 0, ErrClosed
 	}
-	s := &subscriber{h: h, f: f, out: make(chan delivery.Event, h.cfg.SubscriberBuffer), heartbeat: heartbeat, lastSent: time.Now()}
+	s := &subscriber{h: h, f: f, out: make(chan backend.Event, h.cfg.SubscriberBuffer), heartbeat: heartbeat, lastSent: time.Now()}
 	f.mu.Lock()
 	if !f.started {
 		err := f.startErr

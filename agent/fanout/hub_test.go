@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 	"github.com/plugreg/plugreg/tests/framework/localreg"
 )
 
@@ -23,7 +23,7 @@ func TestSubscribersShareOneUpstream(t *testing.T) {
 	write(t, u.s, 5, "csi", "device")
 
 	const n = 50
-	chans := make([]<-chan delivery.Event, n)
+	chans := make([]<-chan backend.Event, n)
 	var start uint64
 	for i := range chans {
 		types := []string{"csi", "device"}
@@ -224,7 +224,7 @@ func TestSlowSubscriber(t *testing.T) {
 	want := direct(t, u.s, types, start, last)
 	same(t, "fast subscriber", fastEvents, want)
 
-	var got []delivery.Event
+	var got []backend.Event
 	for ev := range slow { // drains what it holds, then sees the close
 		got = append(got, ev)
 	}
@@ -323,7 +323,7 @@ func TestCloseWithActiveSubscribers(t *testing.T) {
 	h.Close()
 	h.Close()
 	<-done
-	for _, ch := range []<-chan delivery.Event{stuck, pass} {
+	for _, ch := range []<-chan backend.Event{stuck, pass} {
 		for range ch {
 		}
 	}
@@ -402,7 +402,7 @@ func TestRewoundUpstream(t *testing.T) {
 }
 
 // Two local subscribers of one feed receive each change as one event with
-// one set of encodings (delivery.Event.Shared), so the HTTP stream encodes
+// one set of encodings (backend.Event.Shared), so the HTTP stream encodes
 // it once for both; heartbeats are each subscriber's own.
 func TestSubscribersShareEncodings(t *testing.T) {
 	u := newTestUpstream(t, 0)
@@ -418,7 +418,7 @@ func TestSubscribersShareEncodings(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, u.s, 1, "csi")
-	change := func(ch <-chan delivery.Event) delivery.Event {
+	change := func(ch <-chan backend.Event) backend.Event {
 		t.Helper()
 		for {
 			select {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/plugreg/plugreg/api"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // readBatch bounds the events a subscriber copies out of the ring per read.
@@ -16,7 +16,7 @@ const readBatch = 256
 type subscriber struct {
 	h     *Hub
 	f     *feed
-	out   chan delivery.Event
+	out   chan backend.Event
 	start uint64 // the position the stream started at
 	seq   uint64 // next ring sequence number (ring mode)
 	// lastEv is the index of the last change or reset delivered, lastHB
@@ -98,14 +98,14 @@ func (s *subscriber) maybeHeartbeat(ctx context.Context, mark uint64) bool {
 		return true
 	}
 	at := max(mark, s.start, s.lastHB)
-	if !s.send(ctx, delivery.Of(&api.Event{Index: at, EventType: api.EventHeartbeat})) {
+	if !s.send(ctx, backend.Unshared(&api.Event{Index: at, EventType: api.EventHeartbeat})) {
 		return false
 	}
 	s.lastHB = at
 	return true
 }
 
-func (s *subscriber) send(ctx context.Context, ev delivery.Event) bool {
+func (s *subscriber) send(ctx context.Context, ev backend.Event) bool {
 	select {
 	case s.out <- ev:
 		s.lastSent = time.Now()
@@ -159,7 +159,7 @@ func (s *subscriber) passthrough(ctx context.Context) bool {
 				return false // ev is read again from the ring
 			}
 		}
-		if !s.send(ctx, delivery.Of(ev)) { // this subscriber's own upstream: nothing shared
+		if !s.send(ctx, backend.Unshared(ev)) { // this subscriber's own upstream: nothing shared
 			return false
 		}
 		s.lastEv = ev.Index

@@ -27,7 +27,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // recorder is a Registrar that records the writes it is asked for.
@@ -54,8 +54,8 @@ func (r *recorder) written() []*api.PluginInfo {
 // quietEvents is a node whose event stream has nothing to say.
 type quietEvents struct{}
 
-func (quietEvents) Subscribe(context.Context, []string, *uint64, time.Duration) (<-chan delivery.Event, uint64, error) {
-	return make(chan delivery.Event), 7, nil
+func (quietEvents) Subscribe(context.Context, []string, *uint64, time.Duration) (<-chan backend.Event, uint64, error) {
+	return make(chan backend.Event), 7, nil
 }
 
 // logBuffer collects a logger's output for the test to read.

@@ -23,7 +23,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
-	"github.com/plugreg/plugreg/delivery"
+	"github.com/plugreg/plugreg/backend"
 )
 
 // Registrar keeps the host's registrations (agent.Host).
@@ -36,7 +36,7 @@ type Registrar interface {
 // Backend): events of types (none: all) after *from (nil: from now), with
 // heartbeats; it returns the position the stream starts after.
 type Subscriber interface {
-	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan delivery.Event, uint64, error)
+	Subscribe(ctx context.Context, types []string, from *uint64, heartbeat time.Duration) (<-chan backend.Event, uint64, error)
 }
 
 // Option keys the agent sets on a plugin's registration.

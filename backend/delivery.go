@@ -1,13 +1,4 @@
-// Package delivery is an event on its way from a node's hub (the
-// registry's journal on a server, the fan-out's feed on a client agent) to
-// the node's own subscribers: the wire event, api.Event, and the
-// encodings that every subscriber of the node receiving it shares, so an
-// event sent to a thousand HTTP streams is encoded once per encoding, not
-// a thousand times.
-//
-// None of it crosses a wire: api.Event is the wire type, and holds
-// nothing of a node's.
-package delivery
+package backend
 
 import (
 	"sync"
@@ -24,8 +15,8 @@ type Event struct {
 	Shared *Encodings
 }
 
-// Of is ev delivered to one subscriber alone: nothing shared.
-func Of(ev *api.Event) Event { return Event{Event: ev} }
+// Unshared is ev delivered to one subscriber alone: nothing shared.
+func Unshared(ev *api.Event) Event { return Event{Event: ev} }
 
 // Encoding names one wire encoding of events; Encodings holds one of each.
 type Encoding uint8
