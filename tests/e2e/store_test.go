@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -28,6 +28,11 @@ import (
 	"github.com/plugreg/plugreg/tests/framework/lazymount"
 	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
+
+// exitDataErr is the agent's exit status when its data dir holds a store
+// it cannot read (sysexits.h EX_DATAERR). A literal, not cmd/plugreg's
+// constant: operators and dist/plugreg.service rely on the number itself.
+const exitDataErr = 65
 
 // A server whose data dir holds a store it cannot read exits with status
 // 65 (the systemd unit does not restart it) at once with one line that names the file, what is wrong and what to do:
