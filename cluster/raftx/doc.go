@@ -54,10 +54,10 @@
 // against its snapshot (third_party/raft/PATCHES.md).
 //
 // Each one's own tests are here; its whole-cluster tests stay in package
-// cluster (and cmd/plugreg), where it is wired:
+// cluster (and tests/e2e, on processes), where it is wired:
 // TestShutdownRightAfterElection (498),
 // TestReplicationIsNotPipelined (612), commitnotify_test.go (28/282); the
-// raft patch's are in installsnapshot_test.go and cmd/plugreg's
-// deposed_test.go; CheckLog's in cmd/plugreg's store_test.go
+// raft patch's are in installsnapshot_test.go and tests/e2e's
+// deposed_test.go; CheckLog's in tests/e2e's store_test.go
 // (TestDamagedStoreExitsWithOneLine).
 package raftx

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +26,13 @@ import (
 	"github.com/plugreg/plugreg/cluster/raftx"
 	"github.com/plugreg/plugreg/tests/framework/lazymount"
 	"github.com/plugreg/plugreg/tests/framework/proctest"
+	"github.com/plugreg/plugreg/tests/framework/testlog"
 )
+
+// exitDataErr is the agent's exit status when its data dir holds a store
+// it cannot read (sysexits.h EX_DATAERR). A literal, not cmd/plugreg's
+// constant: operators and dist/plugreg.service rely on the number itself.
+const exitDataErr = 65
 
 // A server whose data dir holds a store it cannot read exits with status
 // 65 (the systemd unit does not restart it) at once with one line that names the file, what is wrong and what to do:
@@ -229,24 +234,6 @@ func TestFailedSyncStopsTheServer(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // serverArgs are the arguments of a one-server cluster's agent on free
 // ports of 127.0.0.1.
 func serverArgs(t *testing.T, node, dataDir string) []string {
@@ -272,9 +259,9 @@ func refusedInOneLine(t *testing.T, cmd *exec.Cmd, code int, wants ...string) {
 
 // startCaptured starts cmd with its output captured; done receives its
 // exit once.
-func startCaptured(t *testing.T, cmd *exec.Cmd) (*syncBuffer, <-chan error) {
+func startCaptured(t *testing.T, cmd *exec.Cmd) (*testlog.Buffer, <-chan error) {
 	t.Helper()
-	out := new(syncBuffer)
+	out := new(testlog.Buffer)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
