@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -133,6 +134,14 @@ func smallTmpfs(t *testing.T, size int) string {
 // before the failure. On lazyfs, whose FailSync drops the dirty pages as
 // Linux does after a failed writeback.
 func TestWALFailedSyncIsFatal(t *testing.T) {
+	// No GC while this process serves the mount the WAL is on: raft-wal's
+	// meta store (bbolt) maps wal-meta.db into memory, and a page fault on
+	// it waits for this process's own FUSE server. A stop-the-world then
+	// waits for the faulting thread, which waits for the server's
+	// goroutines, which the stop-the-world has stopped: the test hung
+	// that way under load (go-fuse's README warns against mapping files
+	// a process serves itself).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	m := lazymount.New(t)
 	dir := filepath.Join(m.Dir, "wal")
 	if err := datadir.MkdirAll(dir, datadir.DirMode); err != nil { // as the server makes it
