@@ -48,6 +48,9 @@ func TestRegisterReceiveStop(t *testing.T) {
 	if got := s.RequestTimeout(); got != 10*time.Second {
 		t.Errorf("RequestTimeout %v, want the agent's 10s", got)
 	}
+	if got := s.RegistrationTimeout(); got != 5*time.Second {
+		t.Errorf("RegistrationTimeout %v, want the agent's 5s", got)
+	}
 
 	var want []uint64
 	for i := range 3 {
