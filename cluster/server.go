@@ -34,7 +34,7 @@ type Server struct {
 	// subscriptions that read them.
 	fsm     *fsm.FSM
 	journal *registry.Journal
-	traced  *tracedPublish // the FSM's sink while tracing is on; nil when off
+	traced  *tracedPublish // a traced write's apply and publish spans; nil with tracing off
 	hub     *registry.Hub
 
 	// Raft and its stores in the data dir.
@@ -152,12 +152,11 @@ func New(cfg *Config) (*Server, error) {
 // was started.
 func (s *Server) start() (err error) {
 	cfg := s.cfg
-	var sink fsm.Sink = s.journal
 	if cfg.Tracer != nil {
-		s.traced = &tracedPublish{Journal: s.journal, tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }, published: tracing.NewPublished()}
-		sink = s.traced
+		s.traced = &tracedPublish{tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }, published: tracing.NewPublished()}
+		s.journal.OnApplied(s.traced.publishing)
 	}
-	s.fsm = fsm.New(sink)
+	s.fsm = fsm.New(s.journal)
 	s.checker = newStateChecker(cfg.NodeID, s.logger.Named("state-check"))
 	s.fsm.OnStateCheck(s.checker.applied)
 	s.goFunc(func() { s.checker.run(s.ctx.Done()) })

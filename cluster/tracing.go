@@ -58,11 +58,11 @@ func (p *tracedPublish) endApply(spans []trace.Span) {
 	}
 }
 
-// tracedPublish is the FSM's sink while tracing is on: the journal, with
-// a "registry.publish" span under each traced entry of the batch being
-// applied.
+// tracedPublish starts a traced write's spans on this server while
+// tracing is on: "fsm.apply" (the machine's startApply) and, under it,
+// "registry.publish" around the journal's publish of the batch
+// (publishing, the journal's OnApplied).
 type tracedPublish struct {
-	*registry.Journal
 	tracer *tracing.Tracer
 	hub    func() *registry.Hub
 	batch  []tracedEntry // the batch's traced entries
@@ -78,10 +78,11 @@ type tracedEntry struct {
 	ctx   context.Context
 }
 
-func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
+// publishing starts the publish spans of the batch's traced entries and
+// returns what ends them once the journal has published it.
+func (p *tracedPublish) publishing(_ *fsm.State, events []fsm.Event) func() {
 	if len(p.batch) == 0 {
-		p.Journal.Applied(s, events)
-		return
+		return nil
 	}
 	spans := make([]trace.Span, len(p.batch))
 	now := time.Now()
@@ -91,15 +92,16 @@ func (p *tracedPublish) Applied(s *fsm.State, events []fsm.Event) {
 		// Before the journal has them: a stream may write them at once.
 		p.published.Record(ctx, e.index, now)
 	}
-	p.Journal.Applied(s, events)
-	var watchers int64
-	if h := p.hub(); h != nil {
-		watchers = h.Watchers()
-	}
-	for _, span := range spans {
-		if span.IsRecording() {
-			span.SetAttributes(attribute.Int("plugreg.events", len(events)), attribute.Int64("plugreg.watchers", watchers))
+	return func() {
+		var watchers int64
+		if h := p.hub(); h != nil {
+			watchers = h.Watchers()
 		}
-		span.End()
+		for _, span := range spans {
+			if span.IsRecording() {
+				span.SetAttributes(attribute.Int("plugreg.events", len(events)), attribute.Int64("plugreg.watchers", watchers))
+			}
+			span.End()
+		}
 	}
 }

@@ -35,6 +35,10 @@ const sharedWindow = 8192
 // journal's floor, the events after it are gone and the reader gets the
 // current state instead: see read.
 type Journal struct {
+	// observe, set before the first apply (OnApplied), sees each applied
+	// batch before it is published and once it is.
+	observe func(s *fsm.State, events []fsm.Event) (published func())
+
 	mu    sync.Mutex // guards every field below; never held while sending
 	ring  []slot
 	start int // position of the oldest event in ring
@@ -115,10 +119,23 @@ func NewJournal(size int) *Journal {
 	}
 }
 
+// OnApplied makes observe see each batch Applied publishes: called before
+// the batch is published, and the func it returns once it is (tracing's
+// publish spans: package cluster). Set it before the first apply; it runs
+// on the FSM's goroutine.
+func (j *Journal) OnApplied(observe func(s *fsm.State, events []fsm.Event) (published func())) {
+	j.observe = observe
+}
+
 // Applied appends a batch's events and wakes the subscriptions they can
 // match. It never blocks on a reader: readers hold mu only to copy events
 // out.
 func (j *Journal) Applied(s *fsm.State, events []fsm.Event) {
+	if j.observe != nil {
+		if published := j.observe(s, events); published != nil {
+			defer published()
+		}
+	}
 	j.mu.Lock()
 	j.waiting.wakeFor(events, j.state.Index())
 	for _, e := range events {
