@@ -16,7 +16,7 @@ type machine struct {
 	fsm *fsm.FSM
 	// traced starts the apply spans of each batch's traced entries
 	// (Config.Tracer).
-	traced *tracedPublish
+	traced *applyTracer
 	// applyLog records every entry applied (Config.ApplyLog, a test
 	// instrument).
 	applyLog *applyLog

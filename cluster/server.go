@@ -34,7 +34,7 @@ type Server struct {
 	// subscriptions that read them.
 	fsm     *fsm.FSM
 	journal *registry.Journal
-	traced  *tracedPublish // a traced write's apply and publish spans; nil with tracing off
+	traced  *applyTracer // a traced write's apply and publish spans; nil with tracing off
 	hub     *registry.Hub
 
 	// Raft and its stores in the data dir.
@@ -153,7 +153,7 @@ func New(cfg *Config) (*Server, error) {
 func (s *Server) start() (err error) {
 	cfg := s.cfg
 	if cfg.Tracer != nil {
-		s.traced = &tracedPublish{tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }, published: tracing.NewPublished()}
+		s.traced = &applyTracer{tracer: cfg.Tracer, hub: func() *registry.Hub { return s.hub }, published: tracing.NewPublished()}
 		s.journal.OnApplied(s.traced.publishing)
 	}
 	s.fsm = fsm.New(s.journal)

@@ -27,7 +27,7 @@ import (
 // keeps them for publish (the journal, called back by the FSM within
 // ApplyBatch, on raft's FSM goroutine, the machine's only caller). Nil
 // (tracing off): nothing.
-func (p *tracedPublish) startApply(logs []*raft.Log) []trace.Span {
+func (p *applyTracer) startApply(logs []*raft.Log) []trace.Span {
 	if p == nil {
 		return nil
 	}
@@ -48,7 +48,7 @@ func (p *tracedPublish) startApply(logs []*raft.Log) []trace.Span {
 }
 
 // endApply ends the spans startApply started, once the batch is applied.
-func (p *tracedPublish) endApply(spans []trace.Span) {
+func (p *applyTracer) endApply(spans []trace.Span) {
 	if p == nil {
 		return
 	}
@@ -58,11 +58,11 @@ func (p *tracedPublish) endApply(spans []trace.Span) {
 	}
 }
 
-// tracedPublish starts a traced write's spans on this server while
+// applyTracer starts a traced write's spans on this server while
 // tracing is on: "fsm.apply" (the machine's startApply) and, under it,
 // "registry.publish" around the journal's publish of the batch
 // (publishing, the journal's OnApplied).
-type tracedPublish struct {
+type applyTracer struct {
 	tracer *tracing.Tracer
 	hub    func() *registry.Hub
 	batch  []tracedEntry // the batch's traced entries
@@ -80,7 +80,7 @@ type tracedEntry struct {
 
 // publishing starts the publish spans of the batch's traced entries and
 // returns what ends them once the journal has published it.
-func (p *tracedPublish) publishing(_ *fsm.State, events []fsm.Event) func() {
+func (p *applyTracer) publishing(_ *fsm.State, events []fsm.Event) func() {
 	if len(p.batch) == 0 {
 		return nil
 	}
