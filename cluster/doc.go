@@ -9,7 +9,7 @@
 //
 // Writes are built into commands in write.go and committed, every one of
 // them, by commit in propose.go (encoded once, proposed on the leader or
-// forwarded, waited for here in read.go's waitApplied); events reach
+// forwarded, waited for here in read.go's waitFSMEntry); events reach
 // subscribers through the node's watch hub (package
 // registry). Reads go through Server.Read, which applies the requested
 // consistency and then returns this node's state.

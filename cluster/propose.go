@@ -68,7 +68,7 @@ func (s *Server) commit(ctx context.Context, req fsm.Request, r route) (*fsm.App
 		return res, res.Err
 	}
 	wctx, span := s.cfg.Tracer.StartChild(ctx, "plugreg.wait_applied", trace.SpanKindInternal)
-	err = s.waitApplied(wctx, res.Index)
+	err = s.waitFSMEntry(wctx, res.Index)
 	tracing.End(span, err)
 	if err != nil {
 		return res, err

@@ -169,6 +169,21 @@ func (s *Server) waitJournal(ctx context.Context, index uint64) error {
 	return nil // the backstop
 }
 
+// waitFSMEntry returns once this server's FSM has applied index, an
+// entry the FSM sees (a write's own): woken by that apply, with none of
+// waitApplied's backstop, which only an index of raft's own entries needs.
+// A write waits here on every call: no timer or context of its own.
+func (s *Server) waitFSMEntry(ctx context.Context, index uint64) error {
+	_, err := s.journal.WaitForIndex(ctx, index)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, registry.ErrShutdown):
+		return unknown(api.CodeShutdown, ErrShutdown)
+	}
+	return unknown(api.CodeTimeout, fmt.Errorf("waiting to apply index %d: %w", index, err))
+}
+
 // lastFSMEntry returns the highest index in (from, to] whose entry the FSM
 // is handed (commands and configuration), or from when there is none.
 func (s *Server) lastFSMEntry(from, to uint64) uint64 {
