@@ -39,6 +39,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 	"io"
 	"net/http"
 	"os"
@@ -521,10 +522,9 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 // run from: the repository root, which tools/bench's go.mod replaces the
 // product's module with, or the root itself.
 func buildPlugreg(ctx context.Context, dir string) (string, error) {
-	modOut, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/plugreg/plugreg").Output()
-	root := strings.TrimSpace(string(modOut))
-	if err != nil || root == "" {
-		return "", fmt.Errorf("run plugreg-bench inside the plugreg repository (tools/bench), or pass -plugreg-bin (go list -m github.com/plugreg/plugreg: %q, %v)", root, err)
+	root, err := proctest.RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("run plugreg-bench inside the plugreg repository, or pass -plugreg-bin: %w", err)
 	}
 	bin := filepath.Join(dir, "plugreg")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/plugreg")

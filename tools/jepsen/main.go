@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/plugreg/plugreg/tests/framework/proctest"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -232,12 +233,11 @@ func plugregBinary(r *runConfig, dir string) (string, error) {
 		}
 		return bin, nil
 	}
-	// The product's module is the repository root (tools/jepsen's go.mod
-	// replaces it with ../..), not the module the suite runs in.
-	modOut, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/plugreg/plugreg").Output()
-	root := strings.TrimSpace(string(modOut))
-	if err != nil || root == "" {
-		return "", fmt.Errorf("find the plugreg module (run inside the repository, or pass -plugreg-bin): %q, %v", root, err)
+	// The product's module is the repository root, not the module the
+	// suite runs in.
+	root, err := proctest.RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("run inside the repository, or pass -plugreg-bin: %w", err)
 	}
 	bin := filepath.Join(dir, "plugreg")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/plugreg")
