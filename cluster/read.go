@@ -119,14 +119,16 @@ func (s *Server) fsmIndexAtOrBelow(idx uint64) uint64 {
 }
 
 // waitApplied returns once this server's FSM reflects every entry up to
-// index: the one wait of writes (for their own entry) and reads (for the
-// read index), on the journal's waiters, woken by the apply that reaches
-// index. Raft never hands its no-op and barrier entries to the FSM, whose
+// index (a read's read index), on the journal's waiters, woken by the
+// apply that reaches index, as a write's wait for its own entry is
+// (waitFSMEntry). Raft never hands its no-op and barrier entries to the FSM, whose
 // index then stops short of one of them: once raft has applied index, the
 // wait is for the last entry at or below it that the FSM does see. A
-// read index never names such an entry (readIndexLocal), so a wait that
-// has to find out (an index from a leader of an older release) looks
-// again every waitBackstop.
+// read index of this release never names such an entry (readIndexLocal):
+// only while a server of an older release may lead does a wait look again
+// every waitBackstop (a timer and a re-registration per read and
+// backstop, which thousands of reads waiting on a lagging follower would
+// make quadratic in the journal's waiter list).
 func (s *Server) waitApplied(ctx context.Context, index uint64) error {
 	target := index
 	for {
@@ -138,6 +140,10 @@ func (s *Server) waitApplied(ctx context.Context, index uint64) error {
 			if target = s.lastFSMEntry(applied, index); target <= applied {
 				return nil
 			}
+		}
+		if s.serverBelow(rpcVersionFSMReadIndex) == "" {
+			// A leader of this release: index is an entry the FSM sees.
+			return s.waitFSMEntry(ctx, target)
 		}
 		if err := s.waitJournal(ctx, target); err != nil {
 			return fmt.Errorf("waiting to apply index %d (at %d): %w", index, applied, err)

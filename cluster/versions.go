@@ -31,8 +31,14 @@ const rpcVersionConditionalRegister = 5
 // write per instance, and per node, before).
 const rpcVersionHostSync = agentrpc.HostSyncRPCVersion
 
+// rpcVersionFSMReadIndex is the RPCVersion (gossip.Meta) of servers whose
+// read index names an entry the FSM sees (readIndexLocal): while every
+// server of the configuration says so, a read waits for it on the
+// journal alone, without waitApplied's backstop.
+const rpcVersionFSMReadIndex = rpcVersionHostSync + 1
+
 // rpcVersion is what this release's servers say they speak.
-const rpcVersion = rpcVersionHostSync
+const rpcVersion = rpcVersionFSMReadIndex
 
 // serverBelow names a server of the Raft configuration whose gossip does
 // not say it speaks RPCVersion version (or that gossip does not know), ""
