@@ -14,6 +14,6 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/plugreg /usr/local/bin/plugreg
 USER 65532:65532
 VOLUME ["/data"]
-EXPOSE 8500 8300 8301 8301/udp
+EXPOSE 7700 7300 7301 7301/udp
 ENTRYPOINT ["/usr/local/bin/plugreg"]
 CMD ["agent", "-data-dir", "/data"]

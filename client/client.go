@@ -25,7 +25,7 @@ import (
 
 // Config of a Client.
 type Config struct {
-	// Addrs are node HTTP addresses ("127.0.0.1:8500" or a URL).
+	// Addrs are node HTTP addresses ("127.0.0.1:7700" or a URL).
 	Addrs []string
 	// Token is sent as X-Plugreg-Token when set.
 	Token string

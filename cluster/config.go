@@ -153,8 +153,8 @@ type Config struct {
 func DefaultConfig() *Config {
 	return &Config{
 		BindAddr:           "127.0.0.1",
-		ServerPort:         8300,
-		GossipPort:         8301,
+		ServerPort:         7300,
+		GossipPort:         7301,
 		RetryInterval:      time.Second,
 		CommitTimeout:      5 * time.Millisecond,
 		ApplyTimeout:       5 * time.Second,

@@ -27,9 +27,9 @@ func newTestPool(self string) *Pool {
 
 // addMember reports name as memberlist would, with status st since since.
 func addMember(p *Pool, name, role string, st Status, since time.Time) {
-	meta := Meta{ID: name, Role: role, HTTPAddr: name + ":8500"}
+	meta := Meta{ID: name, Role: role, HTTPAddr: name + ":7700"}
 	if role == api.RoleServer {
-		meta.RaftAddr = name + ":8300"
+		meta.RaftAddr = name + ":7300"
 	}
 	b, _ := json.Marshal(meta)
 	p.set(&memberlist.Node{Name: name, Addr: net.IPv4(10, 0, 0, 1), Port: 7946, Meta: b}, st)

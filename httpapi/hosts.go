@@ -14,7 +14,7 @@ import (
 // allowedHosts are the names a plain-HTTP request may give as its Host,
 // besides IP literals, which are always allowed.
 //
-// DNS rebinding: a web page at http://rebind.attacker.example:8500 has
+// DNS rebinding: a web page at http://rebind.attacker.example:7700 has
 // its name's DNS record turned to the agent's address after it loaded;
 // the browser then sends the page's requests to the agent, as same-origin
 // requests it lets the page read, with Host and Origin both naming the

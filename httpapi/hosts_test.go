@@ -89,9 +89,9 @@ func TestProbeChecksHost(t *testing.T) {
 		host string
 		want int
 	}{
-		{"10.0.0.7:8509", http.StatusOK},
-		{"localhost:8509", http.StatusOK},
-		{"rebind.attacker.example:8509", http.StatusMisdirectedRequest},
+		{"10.0.0.7:7709", http.StatusOK},
+		{"localhost:7709", http.StatusOK},
+		{"rebind.attacker.example:7709", http.StatusMisdirectedRequest},
 	} {
 		req := httptest.NewRequest("GET", "/v1/health", nil)
 		req.Host = tc.host

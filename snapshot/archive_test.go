@@ -39,7 +39,7 @@ func archive(t testing.TB, st *fsm.State) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	meta := snapshot.Meta{Term: 3, NodeID: "n1", Created: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC),
-		Servers: []snapshot.Server{{ID: "n1", Address: "127.0.0.1:8300", Voter: true}}}
+		Servers: []snapshot.Server{{ID: "n1", Address: "127.0.0.1:7300", Voter: true}}}
 	if err := snapshot.Encode(&buf, meta, st); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestRoundTrip(t *testing.T) {
 	// the same archive.
 	var written bytes.Buffer
 	m := snapshot.Meta{Term: 3, NodeID: "n1", Created: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC),
-		Servers: []snapshot.Server{{ID: "n1", Address: "127.0.0.1:8300", Voter: true}}, Index: st.Index()}
+		Servers: []snapshot.Server{{ID: "n1", Address: "127.0.0.1:7300", Voter: true}}, Index: st.Index()}
 	if err := snapshot.Write(&written, m, a.Bytes()); err != nil || !bytes.Equal(written.Bytes(), b) {
 		t.Fatalf("Write and Encode differ (%v)", err)
 	}

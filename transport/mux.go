@@ -51,7 +51,7 @@ type Mux struct {
 	wg     sync.WaitGroup // accept loop and per-connection goroutines
 }
 
-// Listen opens the server port on addr ("127.0.0.2:8300") and serves it.
+// Listen opens the server port on addr ("127.0.0.2:7300") and serves it.
 // With tlsc (nil: plaintext), the port accepts TLS connections, refuses
 // plaintext ones when tlsc requires TLS (VerifyIncoming), and Raft
 // connections it dials use TLS when tlsc says outgoing connections do.

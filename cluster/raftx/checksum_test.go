@@ -109,13 +109,13 @@ func TestChecksumStableStore(t *testing.T) {
 			if err := s.SetUint64([]byte("CurrentTerm"), 1<<40+3); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Set([]byte("LastVoteCand"), []byte("127.0.0.1:8300")); err != nil {
+			if err := s.Set([]byte("LastVoteCand"), []byte("127.0.0.1:7300")); err != nil {
 				t.Fatal(err)
 			}
 			if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1<<40+3 {
 				t.Fatalf("term: %d, %v", v, err)
 			}
-			if v, err := s.Get([]byte("LastVoteCand")); err != nil || string(v) != "127.0.0.1:8300" {
+			if v, err := s.Get([]byte("LastVoteCand")); err != nil || string(v) != "127.0.0.1:7300" {
 				t.Fatalf("vote: %q, %v", v, err)
 			}
 			if v, err := StableUint64(s, []byte("never set")); err != nil || v != 0 {

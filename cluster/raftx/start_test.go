@@ -27,7 +27,7 @@ func (s unreadableAt) GetLog(i uint64, l *raft.Log) error {
 // snapshot), and otherwise returns the newest configuration and the log's
 // end.
 func TestCheckLog(t *testing.T) {
-	conf := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "10.0.0.1:8300"}}}
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "10.0.0.1:7300"}}}
 	entries := func(from, to uint64) []*raft.Log {
 		var l []*raft.Log
 		for i := from; i <= to; i++ {

@@ -126,7 +126,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.StringVar(&s.nodeID, "node", hostname(), "node ID, unique in the cluster, kept in the data dir")
 	fs.StringVar(&s.dataDir, "data-dir", "", "directory of the agent's state: its node ID, gossip keyring and peers, and on a server Raft's log and snapshots (required)")
 	fs.StringVar(&s.bind, "bind", "127.0.0.1", "IP address for every listener and for outgoing connections")
-	fs.IntVar(&s.httpPort, "http-port", 8500, "HTTP API port")
+	fs.IntVar(&s.httpPort, "http-port", 7700, "HTTP API port")
 	fs.IntVar(&s.probePort, "probe-port", 0, "also serve GET /v1/health alone on this port, in plain HTTP without tokens: for kubelet's probes, which present no client certificate to an API with -verify-incoming; bounded by -http-max-conns-per-client per IP address and 10s read and idle timeouts (0: off)")
 	server.IntVar(&s.serverPort, "server-port", d.ServerPort, "Raft and internal RPC port")
 	fs.IntVar(&s.gossipPort, "gossip-port", d.GossipPort, "memberlist port (TCP and UDP)")

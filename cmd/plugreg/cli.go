@@ -36,7 +36,7 @@ func newClientFlags(name, argsUsage, help string) *clientFlags {
 	cf := &clientFlags{fs: fs}
 	def := os.Getenv("PLUGREG_ADDR")
 	if def == "" {
-		def = "127.0.0.1:8500"
+		def = "127.0.0.1:7700"
 	}
 	cf.addr = fs.String("addr", def, "node HTTP addresses, comma-separated (env PLUGREG_ADDR)")
 	cf.token = fs.String("token", os.Getenv("PLUGREG_TOKEN"), "ACL token (env PLUGREG_TOKEN)")

@@ -52,7 +52,7 @@ func TestConfigFile(t *testing.T) {
 	newFS := func() (*flag.FlagSet, *string, *int, *listFlag) {
 		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		node := fs.String("node", "", "")
-		port := fs.Int("http-port", 8500, "")
+		port := fs.Int("http-port", 7700, "")
 		var join listFlag
 		fs.Var(&join, "join", "")
 		return fs, node, port, &join
@@ -158,7 +158,7 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"unknown log store", []string{"-log-store", "rocks"}, `log store "rocks": use "boltdb" or "wal"`},
 		{"shared token with ACLs", []string{"-acl-token", "s", "-acl-enabled"}, "-acl-token and -acl-enabled: choose one"},
 		{"no body read time", []string{"-http-body-read-timeout", "0s"}, "-http-body-read-timeout 0s: want a positive duration"},
-		{"allowed host with a port", []string{"-http-allowed-hosts", "reg.example.com,reg.example:8500"}, `-http-allowed-hosts: "reg.example:8500": want a DNS name without port or scheme`},
+		{"allowed host with a port", []string{"-http-allowed-hosts", "reg.example.com,reg.example:7700"}, `-http-allowed-hosts: "reg.example:7700": want a DNS name without port or scheme`},
 		{"reap rate not a number", []string{"-node-reap-rate", "NaN"}, "node reap rate NaN"},
 		{"negative reap burst", []string{"-node-reap-burst", "-1"}, "node reap burst -1"},
 		{"reap pause above 1", []string{"-node-reap-pause-above", "1.5"}, "node reap pause above 1.5: want a fraction from 0 to 1"},

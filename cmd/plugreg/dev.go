@@ -28,8 +28,8 @@ func runDev(args []string) error {
 		fs.PrintDefaults()
 	}
 	d := &devCluster{}
-	fs.IntVar(&d.httpPort, "http-port", 8500, "HTTP port of the first node")
-	fs.IntVar(&d.basePort, "server-port", 8300, "server port of the first node; its gossip port is one more")
+	fs.IntVar(&d.httpPort, "http-port", 7700, "HTTP port of the first node")
+	fs.IntVar(&d.basePort, "server-port", 7300, "server port of the first node; its gossip port is one more")
 	logLevel := fs.String("log-level", "error", "trace, debug, info, warn or error")
 	clients := fs.Int("clients", 0, "client agents to run beside the three servers (0 to 20)")
 	fs.DurationVar(&d.grace, "plugin-grace", 10*time.Second, "how long a plugin stays registered after its session ended without Stop")

@@ -53,7 +53,7 @@ func usage() {
 		fmt.Fprintf(os.Stderr, "  %-11s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintf(os.Stderr, "\nRun 'plugreg <command> -h' for a command's flags.\n"+
-		"Client commands reach the nodes in $PLUGREG_ADDR (comma-separated; default 127.0.0.1:8500).\n")
+		"Client commands reach the nodes in $PLUGREG_ADDR (comma-separated; default 127.0.0.1:7700).\n")
 }
 
 // exitDataErr is the agent's exit status when its data dir holds a store

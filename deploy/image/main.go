@@ -34,7 +34,7 @@ var Config = v1.Config{
 	Volumes:    map[string]struct{}{"/data": {}},
 	WorkingDir: "/",
 	ExposedPorts: map[string]struct{}{
-		"8500/tcp": {}, "8300/tcp": {}, "8301/tcp": {}, "8301/udp": {},
+		"7700/tcp": {}, "7300/tcp": {}, "7301/tcp": {}, "7301/udp": {},
 	},
 }
 

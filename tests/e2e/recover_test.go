@@ -498,12 +498,12 @@ func TestPeersJSONRefused(t *testing.T) {
 	cases := []struct{ name, json, want string }{
 		{"malformed", `[` + entry(s.Name, self), "not a JSON list"},
 		{"empty", `[]`, "the list is empty"},
-		{"duplicate id", `[` + entry(s.Name, self) + `,` + entry(s.Name, "127.0.0.2:8300") + `]`, "listed twice"},
+		{"duplicate id", `[` + entry(s.Name, self) + `,` + entry(s.Name, "127.0.0.2:7300") + `]`, "listed twice"},
 		{"duplicate address", `[` + entry(s.Name, self) + `,` + entry("other", self) + `]`, "listed twice"},
 		{"missing id", `[{"address": "` + self + `"}]`, `has no "id"`},
 		{"missing address", `[{"id": "` + s.Name + `"}]`, `has no "address"`},
 		{"address does not parse", `[` + entry(s.Name, "127.0.0.1") + `]`, "want IP:PORT"},
-		{"host name", `[` + entry(s.Name, "localhost:8300") + `]`, "is not an IP address"},
+		{"host name", `[` + entry(s.Name, "localhost:7300") + `]`, "is not an IP address"},
 		{"own node ID missing", `[` + entry("other", self) + `]`, "does not name this server's node ID"},
 		{"own address wrong", `[` + entry(s.Name, "127.0.0.1:1") + `]`, "but this server listens on " + self},
 	}

@@ -51,7 +51,7 @@ func Archive(t testing.TB, st *fsm.State) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	meta := snapshot.Meta{NodeID: "elsewhere", Term: 9, Created: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC),
-		Servers: []snapshot.Server{{ID: "elsewhere", Address: "10.0.0.1:8300", Voter: true}}}
+		Servers: []snapshot.Server{{ID: "elsewhere", Address: "10.0.0.1:7300", Voter: true}}}
 	if err := snapshot.Encode(&buf, meta, st); err != nil {
 		t.Fatal(err)
 	}
