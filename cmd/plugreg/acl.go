@@ -4,35 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/client"
 )
-
-// runACL is `plugreg acl bootstrap | token create | token list | token
-// self | token delete`.
-func runACL(args []string) error {
-	const use = "usage: plugreg acl bootstrap | acl token create -policy P [-policy P ...] [-description D] [-node NODE] | acl token list | acl token self | acl token delete ACCESSOR"
-	switch {
-	case len(args) >= 1 && args[0] == "bootstrap":
-		return runACLBootstrap(args[1:])
-	case len(args) >= 2 && args[0] == "token":
-		switch args[1] {
-		case "create":
-			return runACLTokenCreate(args[2:])
-		case "list":
-			return runACLTokenList(args[2:])
-		case "self":
-			return runACLTokenSelf(args[2:])
-		case "delete":
-			return runACLTokenDelete(args[2:])
-		}
-	}
-	return errors.New(use)
-}
 
 func runACLBootstrap(args []string) error {
 	cf := newClientFlags("acl bootstrap", "", "Creates the cluster's first ACL token, an operator token, and prints its secret.\nIt works once per cluster; keep the secret (PLUGREG_TOKEN) safe.")
@@ -98,19 +75,13 @@ func runACLTokenList(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(ts)
-		}
-		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ACCESSOR\tPOLICIES\tNODE\tDESCRIPTION\tCREATED")
-		for _, t := range ts {
-			node := t.Node
-			if node == "" {
-				node = "-"
+		return cf.out.print(ts, func() table {
+			tb := table{header: "ACCESSOR\tPOLICIES\tNODE\tDESCRIPTION\tCREATED"}
+			for _, t := range ts {
+				tb.rows = append(tb.rows, []string{t.AccessorID, policiesString(t.Policies), orDash(t.Node), t.Description, strconv.FormatUint(t.CreateIndex, 10)})
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", t.AccessorID, policiesString(t.Policies), node, t.Description, t.CreateIndex)
-		}
-		return w.Flush()
+			return tb
+		})
 	})
 }
 
@@ -132,8 +103,7 @@ func runACLTokenDelete(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %s at index %d\n", cf.args[0], res.Result, res.Index)
-		return nil
+		return cf.out.print(res, writeLine(res, "token "+cf.args[0]))
 	})
 }
 
@@ -150,8 +120,8 @@ func policiesString(ps []api.ACLPolicy) string {
 }
 
 func printToken(cf *clientFlags, t api.ACLTokenSecret) error {
-	if *cf.json {
-		return printJSON(t)
+	if cf.out.structured() {
+		return cf.out.print(t, nil)
 	}
 	fmt.Printf("AccessorID:  %s\n", t.AccessorID)
 	if t.SecretID != "" {

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,8 +35,6 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 	"github.com/plugreg/plugreg/tracing/otlp"
 )
-
-var errUsage = errors.New("usage")
 
 // listFlag is a repeatable string flag.
 type listFlag []string
@@ -196,12 +198,11 @@ func parseAgentFlags(args []string) (*agentSettings, error) {
 	s := &agentSettings{}
 	fs := s.flagSet()
 	s.flags = fs
-	if err := fs.Parse(args); err != nil {
-		return nil, errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, fmt.Errorf("unexpected arguments %v", fs.Args())
+		return nil, usageErrorf(fs, "unexpected arguments %v (flags start with -)", fs.Args())
 	}
 	if s.configFile != "" {
 		if err := applyConfigFile(fs, s.configFile); err != nil {
@@ -409,7 +410,7 @@ func startAndRunAgent(s *agentSettings, a *agentSetup) error {
 	leaveCh := make(chan struct{})
 	n, err := startAgentNode(s, a, enc, func() { close(leaveCh) })
 	if err != nil {
-		return err
+		return namePortInUse(err, s.bind, []portFlag{{"-http-port", s.httpPort}, {"-server-port", s.serverPort}, {"-gossip-port", s.gossipPort}, {"-probe-port", s.probePort}})
 	}
 	if err := n.startServices(a.host, logger); err != nil {
 		n.stop(false)
@@ -680,13 +681,19 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	}
 	var kv map[string]interface{}
 	if err := json.Unmarshal(b, &kv); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s:%s %w", path, jsonErrorPosition(b, err), err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for k, v := range kv {
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
+		v := kv[k]
+		at := keyPosition(b, k)
 		if fs.Lookup(k) == nil || k == "config" {
-			return fmt.Errorf("config %s: unknown key %q", path, k)
+			msg := fmt.Sprintf("config %s:%s unknown key %q", path, at, k)
+			if s := suggest(k, flagNames(fs)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return errors.New(msg)
 		}
 		if set[k] {
 			continue
@@ -701,7 +708,7 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 				s = strconv.FormatFloat(f, 'f', -1, 64)
 			}
 			if err := fs.Set(k, s); err != nil {
-				return fmt.Errorf("config %s: %s: %w", path, k, err)
+				return fmt.Errorf("config %s:%s %s %q: %s", path, at, k, s, valueHint(fs.Lookup(k), err.Error()))
 			}
 		}
 	}
@@ -738,4 +745,63 @@ func hostname() string {
 		return ""
 	}
 	return h
+}
+
+// portFlag is a port the agent listens on and the flag that sets it.
+type portFlag struct {
+	flag string
+	port int
+}
+
+// namePortInUse rewrites a failure to listen on a port another process
+// holds as one line naming the port's flag: the listener says only
+// "address already in use", and the user's next question is which flag
+// moves it (a Consul agent on the same host, a second plugreg).
+func namePortInUse(err error, bind string, ports []portFlag) error {
+	if !strings.Contains(err.Error(), "address already in use") {
+		return err
+	}
+	for _, p := range ports {
+		if p.port != 0 && regexp.MustCompile(`\b`+strconv.Itoa(p.port)+`\b`).MatchString(err.Error()) {
+			return fmt.Errorf("port %d on %s is in use by another process: choose another with %s", p.port, bind, p.flag)
+		}
+	}
+	return err
+}
+
+// jsonErrorPosition is where in b a JSON decoding error is, as
+// "LINE:COLUMN:" for an editor to jump to (empty when the error has no
+// offset).
+func jsonErrorPosition(b []byte, err error) string {
+	var (
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+		off    int64
+	)
+	switch {
+	case errors.As(err, &syntax):
+		off = syntax.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	default:
+		return ""
+	}
+	return lineColumn(b, int(min(off, int64(len(b)))))
+}
+
+// keyPosition is where key first appears as a JSON string in b, as
+// jsonErrorPosition says it.
+func keyPosition(b []byte, key string) string {
+	q, _ := json.Marshal(key)
+	i := bytes.Index(b, q)
+	if i < 0 {
+		return ""
+	}
+	return lineColumn(b, i+1)
+}
+
+func lineColumn(b []byte, off int) string {
+	line := 1 + bytes.Count(b[:off], []byte("\n"))
+	col := off - bytes.LastIndexByte(b[:off], '\n')
+	return fmt.Sprintf("%d:%d:", line, col)
 }

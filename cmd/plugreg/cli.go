@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
@@ -20,71 +22,85 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
+// defaultAddr is the HTTP address client commands reach without -addr or
+// PLUGREG_ADDR: the local agent.
+const defaultAddr = "127.0.0.1:7700"
+
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
-	fs      *flag.FlagSet
-	args    []string // positional arguments, wherever they stood
-	addr    *string
-	token   *string
-	json    *bool
-	timeout *time.Duration
-	tls     tlsutil.ClientOptions
+	fs        *flag.FlagSet
+	argsUsage string   // the positional arguments, as the usage line names them
+	args      []string // positional arguments, wherever they stood
+	dashArgs  []string // the arguments after "--" (watch's handler)
+	addr      *string
+	token     *string
+	tokenFile *string
+	timeout   *time.Duration
+	tls       tlsutil.ClientOptions
+	out       output
 }
 
 func newClientFlags(name, argsUsage, help string) *clientFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	cf := &clientFlags{fs: fs}
+	cf := &clientFlags{fs: fs, argsUsage: argsUsage}
 	def := os.Getenv("PLUGREG_ADDR")
 	if def == "" {
-		def = "127.0.0.1:7700"
+		def = defaultAddr
 	}
 	cf.addr = fs.String("addr", def, "node HTTP addresses, comma-separated (env PLUGREG_ADDR)")
 	cf.token = fs.String("token", os.Getenv("PLUGREG_TOKEN"), "ACL token (env PLUGREG_TOKEN)")
+	cf.tokenFile = fs.String("token-file", os.Getenv("PLUGREG_TOKEN_FILE"), "read the ACL token from this file, as mounted from a Kubernetes Secret (env PLUGREG_TOKEN_FILE; -token wins)")
 	fs.StringVar(&cf.tls.CAFile, "ca-file", os.Getenv("PLUGREG_CACERT"), "PEM CA that verifies the servers' HTTPS certificates; with it, addresses without a scheme are https (env PLUGREG_CACERT)")
 	fs.StringVar(&cf.tls.CertFile, "client-cert", os.Getenv("PLUGREG_CLIENT_CERT"), "PEM client certificate, for agents that -verify-incoming (env PLUGREG_CLIENT_CERT)")
 	fs.StringVar(&cf.tls.KeyFile, "client-key", os.Getenv("PLUGREG_CLIENT_KEY"), "PEM key of -client-cert (env PLUGREG_CLIENT_KEY)")
 	fs.StringVar(&cf.tls.ServerName, "tls-server-name", os.Getenv("PLUGREG_TLS_SERVER_NAME"), "name the agent's certificate must carry (empty: the address's host) (env PLUGREG_TLS_SERVER_NAME)")
-	cf.json = fs.Bool("json", false, "print JSON")
+	cf.out.define(fs)
 	cf.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg %s [flags] %s\n\n%s\n\n", name, argsUsage, help)
+		fmt.Fprintf(fs.Output(), "Usage: plugreg %s [flags] %s\n\n%s\n\nFlags:\n", name, argsUsage, help)
 		fs.PrintDefaults()
 	}
 	return cf
 }
 
 // parseArgs parses flags wherever they stand among the positional
-// arguments ("get csi ebs -json" as well as "get -json csi ebs").
+// arguments ("get csi ebs -json" as well as "get -json csi ebs"); what
+// follows "--" is kept apart in dashArgs.
 func (cf *clientFlags) parseArgs(args []string) error {
-	cf.args = nil
+	cf.args, cf.dashArgs = nil, nil
 	for {
-		if err := cf.fs.Parse(args); err != nil {
-			return errUsage
+		if err := parseFlags(cf.fs, args); err != nil {
+			return err
 		}
 		rest := cf.fs.Args()
 		if len(rest) == 0 {
-			return nil
+			return cf.out.check(cf.fs)
 		}
 		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			cf.args = append(cf.args, rest...)
-			return nil
+			cf.dashArgs = rest
+			return cf.out.check(cf.fs)
 		}
 		cf.args = append(cf.args, rest[0])
 		args = rest[1:]
 	}
 }
 
+// parse is parseArgs for commands that take one of nargs positional
+// arguments (none given: any number), with or after "--".
 func (cf *clientFlags) parse(args []string, nargs ...int) error {
 	if err := cf.parseArgs(args); err != nil {
 		return err
 	}
+	cf.args, cf.dashArgs = append(cf.args, cf.dashArgs...), nil
 	ok := len(nargs) == 0
 	for _, n := range nargs {
 		ok = ok || len(cf.args) == n
 	}
 	if !ok {
-		cf.fs.Usage()
-		return errUsage
+		if cf.argsUsage == "" {
+			return usageErrorf(cf.fs, "takes no arguments, got %q", strings.Join(cf.args, " "))
+		}
+		return usageErrorf(cf.fs, "want %s, got %d argument(s)", cf.argsUsage, len(cf.args))
 	}
 	return nil
 }
@@ -112,6 +128,13 @@ func (cf *clientFlags) client() (*client.Client, error) { return cf.clientAt(*cf
 // (each member in turn, the leader).
 func (cf *clientFlags) clientAt(addrs string) (*client.Client, error) {
 	cfg := client.Config{Addrs: strings.Split(addrs, ","), Token: *cf.token}
+	if cfg.Token == "" && *cf.tokenFile != "" {
+		b, err := os.ReadFile(*cf.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("-token-file: %w", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+	}
 	if cf.tls != (tlsutil.ClientOptions{}) || strings.Contains(addrs, "https://") {
 		tc, err := tlsutil.ClientConfig(cf.tls)
 		if err != nil {
@@ -126,21 +149,6 @@ func (cf *clientFlags) ctx() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	return ctx, func() { stop(); cancel() }
-}
-
-func printJSON(v interface{}) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func table(header string, rows [][]string) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	tw.Flush()
 }
 
 type kvFlag map[string]string
@@ -202,9 +210,15 @@ func runRegister(args []string) error {
 	if *ttl != 0 {
 		info.TTL = api.Duration(*ttl)
 	}
+	if *file == "" {
+		// Checked here too, to name the flags, not the fields the API's
+		// error names (-file's JSON uses the fields' names).
+		if err := api.ValidateNewPlugin(&info); err != nil {
+			return &usageError{cmd: cf.fs.Name(), msg: registerFlagNames.Replace(err.Error())}
+		}
+	}
 	if *renew && info.TTL == 0 {
-		fmt.Fprintln(cf.fs.Output(), "plugreg register: -renew keeps a lease: give it a -ttl")
-		return errUsage
+		return usageErrorf(cf.fs, "-renew keeps a lease: give it a -ttl")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -216,12 +230,8 @@ func runRegister(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *cf.json {
-		if err := printJSON(res); err != nil {
-			return err
-		}
-	} else {
-		fmt.Printf("%s %s/%s/%s at index %d\n", res.Result, info.Type, info.Name, info.AllocID, res.Index)
+	if err := cf.out.print(res, writeLine(res, info.Type+"/"+info.Name+"/"+info.AllocID)); err != nil {
+		return err
 	}
 	if !*renew {
 		return nil
@@ -230,6 +240,14 @@ func runRegister(args []string) error {
 	return holdLease(c, &info, res, *cf.timeout)
 }
 
+// registerFlagNames rewrites a registration's validation error in the
+// register command's terms: the flag for each field.
+var registerFlagNames = strings.NewReplacer(
+	"ConnectionInfo needs a SocketPath or an Address", "give -socket or -address",
+	"ConnectionInfo.SocketPath", "-socket", "ConnectionInfo.Address", "-address",
+	"AllocID", "-alloc", "NodeID", "-node", "Type", "-type", "Name", "-name", "Version", "-version", "TTL", "-ttl",
+	"plugreg: invalid request: ", "")
+
 func runDeregister(args []string) error {
 	cf := newClientFlags("deregister", "TYPE NAME ALLOC | -node NODE", "Deregisters one plugin instance, or with -node every instance of a node.")
 	nodeID := cf.fs.String("node", "", "deregister every plugin of this node")
@@ -237,8 +255,7 @@ func runDeregister(args []string) error {
 		return err
 	}
 	if (*nodeID == "") == (len(cf.args) != 3) || (*nodeID != "" && len(cf.args) != 0) {
-		cf.fs.Usage()
-		return errUsage
+		return usageErrorf(cf.fs, "want TYPE NAME ALLOC, or -node NODE alone; got %d argument(s)", len(cf.args))
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -261,15 +278,23 @@ func runDeregister(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *cf.json {
-		return printJSON(res)
+	return cf.out.print(res, writeLine(res, what))
+}
+
+// writeLine is a write's table view: what it did, to what, at which index.
+func writeLine(res api.WriteResult, what string) func() table {
+	return func() table {
+		return table{rows: [][]string{{fmt.Sprintf("%s %s at index %d", res.Result, what, res.Index)}}}
 	}
-	fmt.Printf("%s %s at index %d\n", res.Result, what, res.Index)
-	return nil
 }
 
 func queryFlags(cf *clientFlags) *bool {
 	return cf.fs.Bool("stale", false, "read this node's state without asking the leader (may be behind)")
+}
+
+// pluginTable is the table view of plugin instances.
+func pluginTable(list []*api.PluginInfo) func() table {
+	return func() table { return table{header: pluginHeader, rows: pluginRows(list)} }
 }
 
 func pluginRows(list []*api.PluginInfo) [][]string {
@@ -308,15 +333,14 @@ func runList(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(list)
+		if err := cf.out.print(list, pluginTable(list)); err != nil {
+			return err
 		}
-		table(pluginHeader, pluginRows(list))
 		noun := "plugins"
 		if len(list) == 1 {
 			noun = "plugin"
 		}
-		fmt.Printf("(%d %s at index %d)\n", len(list), noun, meta.Index)
+		cf.out.summary("(%d %s at index %d)", len(list), noun, meta.Index)
 		return nil
 	})
 }
@@ -333,20 +357,22 @@ func runCoverage(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(cov)
-		}
-		var rows [][]string
-		for _, l := range []struct {
-			state string
-			nodes []string
-		}{{"covered", cov.Covered}, {"missing", cov.Missing}, {"suspect", cov.Suspect}, {"orphaned", cov.Orphaned}} {
-			for _, n := range l.nodes {
-				rows = append(rows, []string{n, l.state})
+		err = cf.out.print(cov, func() table {
+			t := table{header: "NODE\tSTATE"}
+			for _, l := range []struct {
+				state string
+				nodes []string
+			}{{"covered", cov.Covered}, {"missing", cov.Missing}, {"suspect", cov.Suspect}, {"orphaned", cov.Orphaned}} {
+				for _, n := range l.nodes {
+					t.rows = append(t.rows, []string{n, l.state})
+				}
 			}
+			return t
+		})
+		if err != nil {
+			return err
 		}
-		table("NODE\tSTATE", rows)
-		fmt.Printf("(%s: %d live nodes, %d covered, %d missing, %d suspect, %d orphaned instances, at index %d)\n",
+		cf.out.summary("(%s: %d live nodes, %d covered, %d missing, %d suspect, %d orphaned instances, at index %d)\n",
 			cov.Type, cov.Nodes, len(cov.Covered), len(cov.Missing), len(cov.Suspect), cov.OrphanedInstances, meta.Index)
 		return nil
 	})
@@ -363,21 +389,13 @@ func runGet(args []string) error {
 			if err != nil {
 				return err
 			}
-			if *cf.json {
-				return printJSON(p)
-			}
-			table(pluginHeader, pluginRows([]*api.PluginInfo{p}))
-			return nil
+			return cf.out.print(p, pluginTable([]*api.PluginInfo{p}))
 		}
 		list, _, err := c.Instances(ctx, a[0], a[1], q)
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(list)
-		}
-		table(pluginHeader, pluginRows(list))
-		return nil
+		return cf.out.print(list, pluginTable(list))
 	})
 }
 
@@ -389,25 +407,22 @@ func runTypes(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(types)
-		}
-		for _, t := range types {
-			fmt.Println(t)
-		}
-		return nil
+		return cf.out.print(types, lines(types))
 	})
 }
 
 func runWatch(args []string) error {
-	cf := newClientFlags("watch", "[TYPE ...]", "Streams registry events of the given types (all when none), following\nnode failures without a gap. Runs until Ctrl-C (or -timeout, if set).")
+	cf := newClientFlags("watch", "[TYPE ...] [-- CMD [ARG ...]]", "Streams registry events of the given types (all when none), following node\nfailures without a gap. Runs until Ctrl-C (or -timeout, if set).\n\nWith -- CMD, runs CMD once per event instead of printing it (as consul watch's\nhandler and etcdctl watch -- CMD), in order, each run after the last one ended:\nthe event as JSON on its stdin, and in its environment PLUGREG_WATCH_INDEX,\nPLUGREG_WATCH_EVENT (registered, updated, deregistered, expired, reset),\nPLUGREG_WATCH_TYPE, PLUGREG_WATCH_NAME and PLUGREG_WATCH_ALLOC. A handler that\nfails is reported on stderr and the watch goes on.")
 	index := cf.fs.Uint64("index", 0, "start after this index (0: from now)")
-	from0 := cf.fs.Bool("all", false, "start from the beginning: a reset with the full state, then changes")
+	from0 := cf.fs.Bool("all", false, "start from index 0: every event the cluster's journal still holds, or, when it no longer reaches back that far, one reset with the full state; then the changes")
 	flt := cf.fs.String("filter", "", "only the changes whose instance matches this expression (docs/api.md, Filters)")
 	cf.fs.Lookup("timeout").DefValue = "0 (none)"
 	*cf.timeout = 0
 	if err := cf.parseArgs(args); err != nil {
 		return err
+	}
+	if len(args) > 0 && args[len(args)-1] == "--" {
+		return usageErrorf(cf.fs, "-- needs a command to run per event")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -440,19 +455,17 @@ func runWatch(args []string) error {
 			return err
 		}
 	}
-	enc := json.NewEncoder(os.Stdout)
-	if !*cf.json {
+	handle := cf.printEvent
+	if len(cf.dashArgs) > 0 {
+		handle = eventHandler(ctx, cf.dashArgs)
+	} else if cf.out.format == "table" && cf.out.tmpl == nil && !cf.out.noHeaders {
 		fmt.Printf("%-8s %-13s %-12s %-16s %-10s %s\n", "INDEX", "EVENT", "TYPE", "NAME", "ALLOC", "NEWEST")
 	}
 	stream := c.Stream(ctx, from, client.WatchOptions{Types: cf.args, Filter: *flt})
 	for ev := range stream.Events() {
-		if *cf.json {
-			if err := enc.Encode(ev); err != nil {
-				return err
-			}
-			continue
+		if err := handle(ev); err != nil {
+			return err
 		}
-		printEvent(ev)
 	}
 	if err := stream.Err(); err != nil {
 		// The token was deleted, or no longer reads these types.
@@ -464,7 +477,53 @@ func runWatch(args []string) error {
 	return ctx.Err()
 }
 
-func printEvent(ev *api.Event) {
+// printEvent prints one event in the chosen format: JSON and YAML one
+// document per event (JSON lines, YAML with "---"), a template once per
+// event.
+func (cf *clientFlags) printEvent(ev *api.Event) error {
+	switch {
+	case cf.out.format == "json":
+		return json.NewEncoder(os.Stdout).Encode(ev)
+	case cf.out.format == "yaml":
+		fmt.Println("---")
+	case cf.out.format == "table" && cf.out.tmpl == nil:
+		printEventRow(ev)
+		return nil
+	}
+	return cf.out.print(ev, nil)
+}
+
+// eventHandler runs argv once per event, as watch -- CMD does.
+func eventHandler(ctx context.Context, argv []string) func(*api.Event) error {
+	return func(ev *api.Event) error {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Stdin = bytes.NewReader(append(body, '\n'))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(),
+			"PLUGREG_WATCH_INDEX="+strconv.FormatUint(ev.Index, 10),
+			"PLUGREG_WATCH_EVENT="+string(ev.EventType))
+		if ev.Info != nil {
+			cmd.Env = append(cmd.Env, "PLUGREG_WATCH_TYPE="+ev.Info.Type, "PLUGREG_WATCH_NAME="+ev.Info.Name, "PLUGREG_WATCH_ALLOC="+ev.Info.AllocID)
+		}
+		if err := cmd.Run(); err != nil {
+			if ctx.Err() != nil {
+				return nil // Ctrl-C reached the handler too
+			}
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				return fmt.Errorf("handler %s: %w", argv[0], err) // it cannot run at all
+			}
+			fmt.Fprintf(os.Stderr, "plugreg watch: handler %s for the event at index %d: %v\n", argv[0], ev.Index, err)
+		}
+		return nil
+	}
+}
+
+func printEventRow(ev *api.Event) {
 	if ev.EventType == api.EventReset {
 		fmt.Printf("%-8d %-13s (%d instances follow)\n", ev.Index, ev.EventType, len(ev.Plugins))
 		for _, p := range ev.Plugins {
@@ -486,9 +545,6 @@ func runMembers(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(ms)
-		}
 		// Servers first, then client agents, each by name.
 		sort.Slice(ms, func(i, j int) bool {
 			if ms[i].Role != ms[j].Role {
@@ -496,23 +552,24 @@ func runMembers(args []string) error {
 			}
 			return ms[i].Name < ms[j].Name
 		})
-		var rows [][]string
-		for _, m := range ms {
-			raft := "follower"
-			if m.Leader {
-				raft = "leader"
+		return cf.out.print(ms, func() table {
+			t := table{header: "NODE\tROLE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP"}
+			for _, m := range ms {
+				raft := "follower"
+				if m.Leader {
+					raft = "leader"
+				}
+				if !m.Voter {
+					raft = "-"
+				}
+				server := m.RaftAddr
+				if server == "" {
+					server = "-"
+				}
+				t.rows = append(t.rows, []string{m.Name, m.Role, m.Status, raft, m.HTTPAddr, server, m.GossipAddr})
 			}
-			if !m.Voter {
-				raft = "-"
-			}
-			server := m.RaftAddr
-			if server == "" {
-				server = "-"
-			}
-			rows = append(rows, []string{m.Name, m.Role, m.Status, raft, m.HTTPAddr, server, m.GossipAddr})
-		}
-		table("NODE\tROLE\tSTATUS\tRAFT\tHTTP\tSERVER\tGOSSIP", rows)
-		return nil
+			return t
+		})
 	})
 }
 
@@ -523,13 +580,7 @@ func runPeers(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(peers)
-		}
-		for _, p := range peers {
-			fmt.Println(p)
-		}
-		return nil
+		return cf.out.print(peers, lines(peers))
 	})
 }
 
@@ -540,11 +591,7 @@ func runLeader(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(l)
-		}
-		fmt.Println(l)
-		return nil
+		return cf.out.print(l, lines([]string{l}))
 	})
 }
 

@@ -19,24 +19,26 @@ import (
 
 func TestParseArgsIntersperses(t *testing.T) {
 	cases := []struct {
-		args []string
-		pos  string
-		json bool
+		args   []string
+		pos    string
+		format string
 	}{
-		{[]string{"csi", "ebs"}, "csi ebs", false},
-		{[]string{"-json", "csi", "ebs"}, "csi ebs", true},
-		{[]string{"csi", "-json", "ebs"}, "csi ebs", true},
-		{[]string{"csi", "ebs", "-json"}, "csi ebs", true},
-		{[]string{"--", "-odd-name"}, "-odd-name", false},
+		{[]string{"csi", "ebs"}, "csi ebs", "table"},
+		{[]string{"-json", "csi", "ebs"}, "csi ebs", "json"},
+		{[]string{"csi", "-json", "ebs"}, "csi ebs", "json"},
+		{[]string{"csi", "ebs", "-json"}, "csi ebs", "json"},
+		{[]string{"csi", "-o", "yaml", "ebs"}, "csi ebs", "yaml"},
+		{[]string{"--format=yaml", "csi", "ebs"}, "csi ebs", "yaml"},
+		{[]string{"--", "-odd-name"}, "-odd-name", "table"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cf := newClientFlags("get", "", "")
-			if err := cf.parseArgs(tc.args); err != nil {
+			if err := cf.parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			if got := strings.Join(cf.args, " "); got != tc.pos || *cf.json != tc.json {
-				t.Fatalf("positional %q json %v; want %q %v", got, *cf.json, tc.pos, tc.json)
+			if got := strings.Join(cf.args, " "); got != tc.pos || cf.out.format != tc.format {
+				t.Fatalf("positional %q format %v; want %q %v", got, cf.out.format, tc.pos, tc.format)
 			}
 		})
 	}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,8 +38,11 @@ func runDev(args []string) error {
 	fs.StringVar(&d.trace.Endpoint, "trace-endpoint", "", "send every agent's OpenTelemetry spans to this OTLP/HTTP collector (as the agent's -trace-endpoint)")
 	fs.Float64Var(&d.trace.SampleRate, "trace-sample-rate", 1, "with -trace-endpoint, the share of requests without a caller's sampled traceparent that are traced (dev traces everything by default)")
 	secure := fs.Bool("secure", false, "run with mutual TLS everywhere (a fresh CA in the data dir), ACLs on with default deny (bootstrapped; the operator token is printed) and gossip encryption")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf(fs, "unexpected arguments %v (flags start with -)", fs.Args())
 	}
 	if *clients < 0 || *clients > 20 {
 		return fmt.Errorf("-clients %d: want 0 to 20", *clients)
@@ -70,15 +75,16 @@ func runDev(args []string) error {
 		}
 		fmt.Printf("  %-6s %-6s http=%s  %s  gossip=%s\n         plugins-dir=%s\n         plugin-socket=%s\n", n.nodeID(), n.be.Role(), d.addrs[i], server, n.gossipAddr(), d.pluginDirs[i], n.pluginSocket())
 	}
+	self := selfCommand()
 	if d.sec != nil {
 		fmt.Printf("\nSecure: mutual TLS on every port, gossip encrypted (keyring in each data dir), ACLs on (default deny). In another terminal:\n\n"+
 			"  export PLUGREG_ADDR=https://%s,https://%s,https://%s\n  export PLUGREG_CACERT=%s\n"+
 			"  export PLUGREG_CLIENT_CERT=%s\n  export PLUGREG_CLIENT_KEY=%s\n  export PLUGREG_TOKEN=%s   # the operator token\n"+
-			"  plugreg members\n  plugreg acl token create -policy write:csi-* -description csi-driver\n  plugreg keyring -list\n",
-			d.addrs[0], d.addrs[1], d.addrs[2], d.sec.caFile, d.sec.cliCert, d.sec.cliKey, d.sec.operatorToken)
+			"  %[8]s members\n  %[8]s acl token create -policy 'write:csi-*' -description csi-driver\n  %[8]s keyring -list\n",
+			d.addrs[0], d.addrs[1], d.addrs[2], d.sec.caFile, d.sec.cliCert, d.sec.cliKey, d.sec.operatorToken, self)
 		fmt.Printf("\nCtrl-C stops the cluster and removes its data.\n")
 	} else {
-		fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  plugreg members\n  plugreg operator raft list-peers\n\nThe web UI: http://%s/ui/\n\nA plugin built on the SDK (package stub) registers through a node's socket:\n\n  PLUGREG_PLUGIN_SOCKET=%s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", d.addrs[0], d.addrs[1], d.addrs[2], d.addrs[0], d.nodes[0].pluginSocket())
+		fmt.Printf("\nTry, in another terminal:\n\n  export PLUGREG_ADDR=%s,%s,%s\n  %[6]s members\n  %[6]s operator raft list-peers\n\nThe web UI: http://%[4]s/ui/\n\nA plugin built on the SDK (package stub) registers through a node's socket (from the repository's root):\n\n  PLUGREG_PLUGIN_SOCKET=%[5]s go run ./examples/stub-plugin -type demo\n\nCtrl-C stops the cluster and removes its data.\n", d.addrs[0], d.addrs[1], d.addrs[2], d.addrs[0], d.nodes[0].pluginSocket(), self)
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -86,7 +92,36 @@ func runDev(args []string) error {
 	defer signal.Stop(sig)
 	<-sig
 	fmt.Println("\nstopping the dev cluster")
+	// Every server loses its peers at once: their complaints about it
+	// (closed connections, failed heartbeats) are the stop itself, not
+	// news. An error of the stop is still returned and printed.
+	d.logger.SetLevel(hclog.Off)
 	return d.stop()
+}
+
+// selfCommand is how the user runs this binary, for the commands dev
+// suggests to work as printed: "plugreg" when it is the one on the PATH,
+// "go run ./cmd/plugreg" under go run (the binary is in go's temporary
+// build dir), else the path it was started by ("./plugreg").
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "plugreg"
+	}
+	if onPath, err := exec.LookPath("plugreg"); err == nil {
+		if a, err1 := os.Stat(onPath); err1 == nil {
+			if b, err2 := os.Stat(exe); err2 == nil && os.SameFile(a, b) {
+				return "plugreg"
+			}
+		}
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/plugreg"
+	}
+	if strings.ContainsRune(os.Args[0], filepath.Separator) {
+		return os.Args[0]
+	}
+	return exe
 }
 
 // devCluster is what dev runs: its agents, in the order they started.
@@ -113,7 +148,7 @@ func (d *devCluster) start(n int) error {
 			}
 		}
 		if err := d.startAgent(i); err != nil {
-			return err
+			return namePortInUse(err, "127.0.0.1", []portFlag{{"-http-port", d.httpPort + 10*i}, {"-server-port", d.basePort + 10*i}, {"-server-port", d.basePort + 10*i + 1}})
 		}
 	}
 	return d.ready()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -15,7 +14,8 @@ import (
 func runRaftInspect(args []string) error {
 	fs := flag.NewFlagSet("operator raft inspect", flag.ContinueOnError)
 	dir := fs.String("data-dir", "", "the data dir of a stopped server (required)")
-	asJSON := fs.Bool("json", false, "print JSON")
+	var out output
+	out.define(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: plugreg operator raft inspect -data-dir DIR\n\n"+
 			"Reads a stopped server's data dir (no agent needed, none may hold it) and prints its\n"+
@@ -24,19 +24,21 @@ func runRaftInspect(args []string) error {
 			"LAST TERM, then the highest LAST INDEX (docs/operations.md, Outage recovery).\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := out.check(fs); err != nil {
+		return err
 	}
 	if *dir == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("want -data-dir DIR and no arguments")
+		return usageErrorf(fs, "want -data-dir DIR and no arguments")
 	}
 	st, err := cluster.InspectDataDir(*dir)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(st)
+	if out.structured() {
+		return out.print(st, nil)
 	}
 	fmt.Printf("Data dir:        %s\n", st.DataDir)
 	fmt.Printf("Node ID:         %s\n", orDash(st.NodeID))
@@ -58,12 +60,13 @@ func runRaftInspect(args []string) error {
 		fmt.Printf("peers.json:      present: the next start recovers with it\n")
 	}
 	fmt.Printf("\nRaft configuration (index %d, from the %s):\n", st.ConfigurationIndex, orDash(st.ConfigurationFrom))
-	var rows [][]string
-	for _, s := range st.Configuration {
-		rows = append(rows, []string{string(s.ID), string(s.Address), strconv.FormatBool(s.Suffrage == raft.Voter)})
-	}
-	table("NODE\tADDRESS\tVOTER", rows)
-	return nil
+	return out.print(st, func() table {
+		t := table{header: "NODE\tADDRESS\tVOTER"}
+		for _, s := range st.Configuration {
+			t.rows = append(t.rows, []string{string(s.ID), string(s.Address), strconv.FormatBool(s.Suffrage == raft.Voter)})
+		}
+		return t
+	})
 }
 
 func orDash(s string) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"sort"
@@ -14,9 +15,15 @@ import (
 )
 
 func runKeygen(args []string) error {
-	if len(args) > 0 {
-		fmt.Println("Usage: plugreg keygen\n\nPrints a new gossip encryption key (32 random bytes, base64) for -encrypt and plugreg keyring.")
-		return errUsage
+	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: plugreg keygen\n\nPrints a new gossip encryption key (32 random bytes, base64) for -encrypt and plugreg keyring.")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf(fs, "takes no arguments")
 	}
 	k, err := gossip.GenerateKey()
 	if err != nil {
@@ -52,8 +59,7 @@ func runKeyring(args []string) error {
 			n++
 		}
 		if n != 1 {
-			cf.fs.Usage()
-			return errUsage
+			return usageErrorf(cf.fs, "want exactly one of -list, -install, -use, -remove")
 		}
 		if op != "list" {
 			if _, err := gossip.ParseKey(key); err != nil {
@@ -66,13 +72,9 @@ func runKeyring(args []string) error {
 		}
 		statuses, err := keyringList(ctx, agents)
 		if op == "list" {
-			if *cf.json {
-				if perr := printJSON(statuses); perr != nil {
-					return perr
-				}
-				return err
+			if perr := cf.out.print(statuses, keyringTable(statuses, len(agents))); perr != nil {
+				return perr
 			}
-			printKeyring(statuses, len(agents))
 			return err
 		}
 		if err != nil {
@@ -181,7 +183,11 @@ func checkKeyringStep(op, key string, statuses []api.KeyringStatus) error {
 	return nil
 }
 
-func printKeyring(statuses []api.KeyringStatus, agents int) {
+func keyringTable(statuses []api.KeyringStatus, agents int) func() table {
+	return func() table { return keyringRows(statuses, agents) }
+}
+
+func keyringRows(statuses []api.KeyringStatus, agents int) table {
 	held := map[string]int{}
 	primary := map[string]int{}
 	var keys []string
@@ -194,9 +200,9 @@ func printKeyring(statuses []api.KeyringStatus, agents int) {
 		}
 		primary[st.PrimaryKey]++
 	}
-	var rows [][]string
+	t := table{header: "KEY\tINSTALLED\tPRIMARY ON"}
 	for _, k := range keys {
-		rows = append(rows, []string{k, strconv.Itoa(held[k]) + "/" + strconv.Itoa(agents), strconv.Itoa(primary[k])})
+		t.rows = append(t.rows, []string{k, strconv.Itoa(held[k]) + "/" + strconv.Itoa(agents), strconv.Itoa(primary[k])})
 	}
-	table("KEY\tINSTALLED\tPRIMARY ON", rows)
+	return t
 }

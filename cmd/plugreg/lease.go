@@ -24,11 +24,7 @@ func runRenew(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(res)
-		}
-		fmt.Printf("renewed %s: its lease runs %s from now\n", strings.Join(a, "/"), res.TTL)
-		return nil
+		return cf.out.print(res, lines([]string{fmt.Sprintf("renewed %s: its lease runs %s from now", strings.Join(a, "/"), res.TTL)}))
 	})
 }
 

@@ -10,26 +10,6 @@ import (
 	"github.com/plugreg/plugreg/client"
 )
 
-func runOperator(args []string) error {
-	const use = "usage: plugreg operator raft list-peers | operator raft remove-peer ID | operator raft transfer-leader | operator raft inspect -data-dir DIR | operator reap resume"
-	if len(args) >= 2 && args[0] == "reap" && args[1] == "resume" {
-		return runReapResume(args[2:])
-	}
-	if len(args) >= 2 && args[0] == "raft" {
-		switch args[1] {
-		case "list-peers":
-			return runListPeers(args[2:])
-		case "remove-peer":
-			return runRemovePeer(args[2:])
-		case "transfer-leader":
-			return runTransferLeader(args[2:])
-		case "inspect":
-			return runRaftInspect(args[2:])
-		}
-	}
-	return errors.New(use)
-}
-
 func runListPeers(args []string) error {
 	cf := newClientFlags("operator raft list-peers", "", "Lists the servers of the Raft configuration with their health, as autopilot judges it:\nin gossip, heard from the leader within the heartbeat timeout, in its term, at most\n250 entries behind its log, and able to take the leader's log (its state not ahead of\nit, the leader's snapshots not refused); REASON says why not. Exits 1 when a server is\nunhealthy.")
 	return cf.withClient(args, []int{0}, func(ctx context.Context, c *client.Client) error {
@@ -37,12 +17,8 @@ func runListPeers(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			if err := printJSON(h); err != nil {
-				return err
-			}
-		} else {
-			var rows [][]string
+		err = cf.out.print(h, func() table {
+			t := table{header: "NODE\tADDRESS\tSTATE\tVOTER\tHEALTHY\tGOSSIP\tLAST CONTACT\tLAST INDEX\tLAG\tREASON"}
 			for _, s := range h.Servers {
 				state := "follower"
 				if s.Leader {
@@ -52,12 +28,15 @@ func runListPeers(args []string) error {
 				if lc == "" {
 					lc = "-"
 				}
-				rows = append(rows, []string{s.ID, s.Address, state, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Healthy), s.SerfStatus, lc,
+				t.rows = append(t.rows, []string{s.ID, s.Address, state, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Healthy), s.SerfStatus, lc,
 					strconv.FormatUint(s.LastIndex, 10), strconv.FormatUint(s.IndexLag, 10), s.Reason})
 			}
-			table("NODE\tADDRESS\tSTATE\tVOTER\tHEALTHY\tGOSSIP\tLAST CONTACT\tLAST INDEX\tLAG\tREASON", rows)
-			fmt.Printf("\nhealthy: %v, failure tolerance: %d\n", h.Healthy, h.FailureTolerance)
+			return t
+		})
+		if err != nil {
+			return err
 		}
+		cf.out.summary("healthy: %v, failure tolerance: %d", h.Healthy, h.FailureTolerance)
 		if !h.Healthy {
 			return errors.New("a server is unhealthy")
 		}
@@ -139,8 +118,8 @@ func runReapResume(args []string) error {
 		if err != nil {
 			return err
 		}
-		if *cf.json {
-			return printJSON(st)
+		if cf.out.structured() {
+			return cf.out.print(st, nil)
 		}
 		counts := fmt.Sprintf("%d of %d client agents failed; the guard holds above %g, with at least %d failed", st.FailedClients, st.Clients, st.PauseAbove, st.PauseMinFailed)
 		if !st.Resumed {

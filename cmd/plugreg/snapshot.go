@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -14,21 +13,6 @@ import (
 	"github.com/plugreg/plugreg/internal/atomicfile"
 	"github.com/plugreg/plugreg/snapshot"
 )
-
-func runSnapshot(args []string) error {
-	const use = "usage: plugreg snapshot save FILE | snapshot restore FILE | snapshot inspect FILE"
-	if len(args) >= 1 {
-		switch args[0] {
-		case "save":
-			return runSnapshotSave(args[1:])
-		case "restore":
-			return runSnapshotRestore(args[1:])
-		case "inspect":
-			return runSnapshotInspect(args[1:])
-		}
-	}
-	return errors.New(use)
-}
 
 func runSnapshotSave(args []string) error {
 	cf := newClientFlags("snapshot save", "FILE", "Saves a point-in-time backup of the registry to FILE (a gzipped tar: meta.json,\nstate.bin, SHA256SUMS). Taken after a linearizable read barrier unless -stale.\nNeeds an operator token when ACLs are on; the file holds ACL token hashes: keep it 0600.")
@@ -91,30 +75,31 @@ func runSnapshotInspect(args []string) error {
 		return fmt.Errorf("%s: %w", cf.args[0], err)
 	}
 	sum := snapshot.Summarize(meta, state)
-	if *cf.json {
-		return printJSON(struct {
+	if cf.out.structured() {
+		return cf.out.print(struct {
 			snapshot.Summary
 			FileSize int
-		}{sum, len(b)})
+		}{sum, len(b)}, nil)
 	}
 	fmt.Printf("Index:       %d\nTerm:        %d\nTaken by:    %s at %s\nFormat:      %s v%d\n", meta.Index, meta.Term, meta.NodeID, meta.Created.Format(time.RFC3339), meta.Format, meta.Version)
 	fmt.Printf("File size:   %d bytes\nState size:  %d bytes\nSHA-256:     %s (state.bin; checked)\n", len(b), meta.StateSize, meta.StateSHA256)
 	fmt.Printf("Instances:   %d\nACL tokens:  %d\n\n", sum.Instances, sum.ACLTokens)
-	var srv [][]string
+	servers := table{header: "SERVER\tADDRESS\tVOTER"}
 	for _, s := range meta.Servers {
-		srv = append(srv, []string{s.ID, s.Address, strconv.FormatBool(s.Voter)})
+		servers.rows = append(servers.rows, []string{s.ID, s.Address, strconv.FormatBool(s.Voter)})
 	}
-	table("SERVER\tADDRESS\tVOTER", srv)
+	if err := cf.out.print(nil, func() table { return servers }); err != nil {
+		return err
+	}
 	fmt.Println()
 	types := make([]string, 0, len(sum.Types))
 	for t := range sum.Types {
 		types = append(types, t)
 	}
 	sort.Strings(types)
-	var rows [][]string
+	counts := table{header: "TYPE\tNAMES\tINSTANCES"}
 	for _, t := range types {
-		rows = append(rows, []string{t, strconv.Itoa(sum.Types[t].Names), strconv.Itoa(sum.Types[t].Instances)})
+		counts.rows = append(counts.rows, []string{t, strconv.Itoa(sum.Types[t].Names), strconv.Itoa(sum.Types[t].Instances)})
 	}
-	table("TYPE\tNAMES\tINSTANCES", rows)
-	return nil
+	return cf.out.print(nil, func() table { return counts })
 }

@@ -12,20 +12,6 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
-// runTLS is `plugreg tls ca create` and `plugreg tls cert create`: a dev
-// PKI made with the standard library (no openssl needed), with Consul's
-// file names (plugreg-agent-ca.pem, global-server-plugreg-0.pem, ...).
-func runTLS(args []string) error {
-	const use = "usage: plugreg tls ca create [flags] | plugreg tls cert create -server|-client [flags]"
-	if len(args) < 2 || args[1] != "create" || (args[0] != "ca" && args[0] != "cert") {
-		return errors.New(use)
-	}
-	if args[0] == "ca" {
-		return runTLSCACreate(args[2:])
-	}
-	return runTLSCertCreate(args[2:])
-}
-
 const (
 	caCertName = "plugreg-agent-ca.pem"
 	caKeyName  = "plugreg-agent-ca-key.pem"
@@ -36,8 +22,8 @@ func runTLSCACreate(args []string) error {
 	dir := fs.String("dir", ".", "directory to write "+caCertName+" and "+caKeyName+" to")
 	days := fs.Int("days", 1825, "days the CA is valid")
 	name := fs.String("common-name", "", "the CA's common name (empty: plugreg CA <random>)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *days < 1 {
 		return fmt.Errorf("-days %d: want at least 1", *days)
@@ -69,8 +55,8 @@ func runTLSCertCreate(args []string) error {
 	var dnsNames, ips listFlag
 	fs.Var(&dnsNames, "additional-dnsname", "another DNS name for the certificate (repeatable)")
 	fs.Var(&ips, "additional-ipaddress", "another IP address for the certificate (repeatable; 127.0.0.1 and ::1 are always in)")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *server == *clientCert {
 		return errors.New("say -server or -client")

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/plugreg/plugreg/internal/buildinfo"
 )
 
@@ -12,9 +10,5 @@ func runVersion(args []string) error {
 		return err
 	}
 	b := buildinfo.Read()
-	if *cf.json {
-		return printJSON(b)
-	}
-	fmt.Println(b)
-	return nil
+	return cf.out.print(b, lines([]string{b.String()}))
 }
