@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
+
+	"github.com/plugreg/plugreg/api"
+	"sigs.k8s.io/yaml"
 )
 
 func TestSuggest(t *testing.T) {
@@ -42,5 +46,22 @@ func TestHoistGlobalFlags(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(g, tc.globals) || !reflect.DeepEqual(r, tc.rest) {
 			t.Errorf("hoist %q = %q %q %v, want %q %q", tc.args, g, r, err, tc.globals, tc.rest)
 		}
+	}
+}
+
+// YAML output keeps strings YAML would read as something else (a plugin
+// named "null", an alloc "~", a version "1.10", a node "true"): quoted,
+// so that they read back as the same strings.
+func TestYAMLKeepsStrings(t *testing.T) {
+	in := []*api.PluginInfo{{Type: "csi", Name: "null", AllocID: "~", Version: "1.10", NodeID: "true",
+		ConnectionInfo: &api.ConnectionInfo{Address: "no"}}}
+	o := output{format: "yaml"}
+	var b bytes.Buffer
+	if err := o.write(&b, in, nil); err != nil {
+		t.Fatal(err)
+	}
+	var out []*api.PluginInfo
+	if err := yaml.UnmarshalStrict(b.Bytes(), &out); err != nil || !reflect.DeepEqual(in, out) {
+		t.Fatalf("%v: wrote\n%s\nread back %+v", err, b.String(), out[0])
 	}
 }
