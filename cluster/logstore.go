@@ -20,7 +20,7 @@ const (
 	// batch of entries with one append and one fsync instead of a bbolt
 	// transaction (copy-on-write B+tree pages, a freelist, two fsyncs),
 	// which is where the write path's profile spent its disk time with
-	// boltdb (docs/benchmarks.md: 1.2-1.6x the write throughput, same run).
+	// boltdb (docs/results/2026-11-23-bench.md: 1.2-1.6x the write throughput, same run).
 	LogStoreWAL = "wal"
 )
 
