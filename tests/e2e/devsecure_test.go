@@ -40,6 +40,7 @@ func TestDevSecure(t *testing.T) {
 		}
 		return env["PLUGREG_TOKEN"] != "", "not printed yet"
 	})
+	runSuggested(t, p, "In another terminal:", "Ctrl-C stops")
 	cli := func(token string, args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		for k, v := range env {
@@ -111,5 +112,50 @@ func TestDevSecure(t *testing.T) {
 	plain, _ := client.New(client.Config{Addrs: []string{strings.TrimPrefix(addrs[0], "https://")}, Token: env["PLUGREG_TOKEN"]})
 	if _, _, err := plain.List(ctx, "csi-node", nil); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("plaintext: %v, want a refusal", err)
+	}
+}
+
+// runSuggested runs, as a shell would, the indented lines dev printed
+// between the lines containing from and to: its exports and the commands
+// it suggests, spelled as printed. Each must succeed.
+func runSuggested(t *testing.T, p *proctest.Proc, from, to string) {
+	t.Helper()
+	var script []string
+	proctest.Poll(t, proctest.Wait, "dev's suggestions printed", []*proctest.Proc{p}, func() (bool, string) {
+		log := p.Log()
+		i, j := strings.Index(log, from), strings.Index(log, to)
+		if i < 0 || j < i {
+			return false, "not printed yet"
+		}
+		script = []string{"set -e"}
+		for _, l := range strings.Split(log[i:j], "\n") {
+			if strings.HasPrefix(l, "  ") {
+				script = append(script, strings.TrimSpace(l))
+			}
+		}
+		return true, ""
+	})
+	if len(script) < 3 {
+		t.Fatalf("no commands suggested in:\n%s", p.Log())
+	}
+	var out []byte
+	proctest.Poll(t, proctest.Wait, "dev's suggested commands, as printed", []*proctest.Proc{p}, func() (bool, string) {
+		var err error
+		out, err = exec.Command("sh", "-c", strings.Join(script, "\n")).CombinedOutput()
+		return err == nil, fmt.Sprintf("%v\n%s\n%s", err, strings.Join(script, "\n"), out)
+	})
+}
+
+// The commands plain dev suggests run as printed: the binary as the user
+// started it (here by its path), not a "plugreg" that may not be on the
+// PATH.
+func TestDevSuggestionsWorkAsPrinted(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	// Fixed ports, as TestDevSecure's, apart from them.
+	p := proctest.Start(t, "dev", bin, filepath.Join(t.TempDir(), "dev.log"), "dev", "-http-port", "28700", "-server-port", "28800")
+	defer p.Stop(t)
+	runSuggested(t, p, "Try, in another terminal:", "The web UI")
+	if !strings.Contains(p.Log(), "  "+bin+" members") {
+		t.Fatalf("dev suggests its commands by another name than the binary's path %s:\n%s", bin, p.Log())
 	}
 }
