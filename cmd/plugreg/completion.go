@@ -94,7 +94,8 @@ function __plugreg_words
 	end
 end
 function __plugreg_after
-	test (string join ' ' (__plugreg_words)) = "$argv"
+	set -l typed (string join ' ' (__plugreg_words))
+	test "$typed" = "$argv"
 end
 function __plugreg_flags
 	set -l words (__plugreg_words)

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os/exec"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/plugreg/plugreg/api"
@@ -63,5 +66,52 @@ func TestYAMLKeepsStrings(t *testing.T) {
 	var out []*api.PluginInfo
 	if err := yaml.UnmarshalStrict(b.Bytes(), &out); err != nil || !reflect.DeepEqual(in, out) {
 		t.Fatalf("%v: wrote\n%s\nread back %+v", err, b.String(), out[0])
+	}
+}
+
+// The bash script completes the tree's words (plugreg acl to<TAB>:
+// token) and asks the binary for a command's flags; zsh runs the same
+// script, and fish's script names every inner node of the tree.
+func TestCompletionScripts(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	cases := []struct {
+		words []string // COMP_WORDS, the last one being completed
+		want  string
+	}{
+		{[]string{"plugreg", "li"}, "list"},
+		{[]string{"plugreg", "acl", "to"}, "token"},
+		{[]string{"plugreg", "operator", "raft", "remove"}, "remove-peer"},
+		{[]string{"plugreg", "completion", "fi"}, "fish"},
+	}
+	for _, tc := range cases {
+		script := bashScript() + fmt.Sprintf("\nCOMP_WORDS=(%s); COMP_CWORD=%d; _plugreg; echo \"${COMPREPLY[*]}\"\n",
+			strings.Join(tc.words, " "), len(tc.words)-1)
+		out, err := exec.Command(bash, "-c", script).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("%q: %q %v, want %q", tc.words, out, err, tc.want)
+		}
+	}
+	if fishBin, err := exec.LookPath("fish"); err == nil {
+		// The binary answers -h for the flags: this test's own binary
+		// cannot, so only the words are checked here.
+		for _, tc := range cases {
+			script := fishScript() + fmt.Sprintf("\ncomplete -C%q\n", strings.Join(tc.words, " "))
+			out, err := exec.Command(fishBin, "--no-config", "-c", script).CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != tc.want {
+				t.Errorf("fish %q: %q %v, want %q", tc.words, out, err, tc.want)
+			}
+		}
+	}
+	fish := fishScript()
+	for path := range subcommands() {
+		if !strings.Contains(fish, fmt.Sprintf("'__plugreg_after %s'", path)) {
+			t.Errorf("fish: no completion after %q", path)
+		}
+	}
+	if !strings.Contains(zshScript(), bashScript()) {
+		t.Error("zsh does not run the bash script")
 	}
 }
