@@ -31,6 +31,17 @@ var (
 	ErrDataDirInUse = errors.New("cluster: data dir in use by a running agent; stop it first")
 )
 
+// notFoundError refuses a call that names something that does not exist:
+// its message alone, worded as Consul words the same refusal (what
+// operators and their scripts look for), and api.ErrNotFound for
+// errors.Is and the error table (HTTP 404 not_found).
+type notFoundError struct{ msg string }
+
+func notFound(msg string) error { return &notFoundError{msg: msg} }
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return api.ErrNotFound }
+
 // rejectionCode names the sentinel of an FSM refusal for the wire ("" when
 // it has none).
 func rejectionCode(err error) string { return api.RefusalCode(err) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -530,7 +531,26 @@ func (s *Server) TransferLeadership() error {
 }
 
 // RemovePeer removes a server from the Raft configuration (leader only).
+// An id the leader's configuration does not hold is refused (api.ErrNotFound,
+// in Consul's words) before anything is proposed: raft would append a
+// configuration entry that removes nothing and answer success, which
+// hides a mistyped id from the operator. The check and the removal are
+// not atomic: a server another call removes in between is gone either
+// way, and this call then appends raft's entry that removes nobody and
+// succeeds, as every removal of an absent id did before the check.
 func (s *Server) RemovePeer(id string) error {
+	// Only the leader's configuration is the one a removal changes (a
+	// follower's may lag it); a follower's RemoveServer fails with
+	// raft.ErrNotLeader, as before.
+	if s.IsLeader() {
+		f := s.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return fmt.Errorf("remove peer %s: %w", id, err)
+		}
+		if !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool { return srv.ID == raft.ServerID(id) }) {
+			return notFound(fmt.Sprintf("id %q was not found in the Raft configuration", id))
+		}
+	}
 	if err := s.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
 		return fmt.Errorf("remove peer %s: %w", id, err)
 	}

@@ -119,11 +119,54 @@ func (s *Server) aclTokenSet(ctx context.Context, t fsm.ACLToken) (api.WriteResu
 }
 
 func (s *Server) aclTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
-	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: scopedRequestID(ctx, "acl-token-delete")})
+	requestID := scopedRequestID(ctx, "acl-token-delete")
+	if err := s.checkTokenToDelete(ctx, accessorID, requestID); err != nil {
+		return api.WriteResult{}, err
+	}
+	res, err := s.write(ctx, &fsm.ACLTokenDeleteRequest{AccessorID: accessorID, RequestID: requestID})
 	if err != nil {
 		return res, fmt.Errorf("acl token delete %s: %w", accessorID, err)
 	}
 	return res, nil
+}
+
+// checkTokenToDelete refuses the deletion of a token the cluster does not
+// hold (api.ErrNotFound, in the words Consul refuses an accessor ID it
+// cannot find with) before anything is proposed: an operator who mistypes
+// an accessor learns it, where the entry would answer "absent". A retry
+// of a deletion that applied (its request ID recorded) goes on to the
+// write, which answers the first attempt's result. The FSM itself is
+// unchanged (an absent token's deletion still applies as "absent"), so
+// every release replays the log alike: a token another call deletes
+// between this check and the entry is answered "absent", as before.
+func (s *Server) checkTokenToDelete(ctx context.Context, accessorID, requestID string) error {
+	if err := api.ValidateIdentifier("AccessorID", accessorID); err != nil {
+		return err
+	}
+	held := func(st *fsm.State) bool {
+		if _, ok := st.ACLToken(accessorID); ok {
+			return true
+		}
+		if requestID == "" {
+			return false
+		}
+		_, retry := st.Request(requestID)
+		return retry
+	}
+	if held(s.fsm.State()) {
+		return nil
+	}
+	// This replica may not have applied the token's creation yet: only a
+	// state that holds every write committed before the call may say the
+	// token does not exist.
+	st, _, err := s.Read(ctx, api.Linearizable)
+	if err != nil {
+		return fmt.Errorf("acl token delete %s: %w", accessorID, err)
+	}
+	if !held(st) {
+		return notFound(fmt.Sprintf("Cannot find token %q", accessorID))
+	}
+	return nil
 }
 
 // scopedRequestID is the request ID a write of kind by ctx's caller is

@@ -147,6 +147,15 @@ func (s *State) ACLTokenBySecretHash(h string) (*ACLToken, bool) {
 	return t, ok
 }
 
+// ACLToken returns the token with AccessorID accessor.
+func (s *State) ACLToken(accessor string) (*ACLToken, bool) {
+	if s.acl == nil {
+		return nil, false
+	}
+	t, ok := s.acl.tokens[accessor]
+	return t, ok
+}
+
 // ACLTokens returns every token, by AccessorID.
 func (s *State) ACLTokens() []*ACLToken {
 	if s.acl == nil {

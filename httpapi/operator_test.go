@@ -1,13 +1,17 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/httpapi"
 	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
@@ -177,5 +181,82 @@ func TestReapResume(t *testing.T) {
 	})
 	if last.status != 501 || !strings.Contains(last.body, `"unsupported"`) {
 		t.Fatalf("a client agent: %d %s", last.status, last.body)
+	}
+}
+
+// refusal is an error answer as the HTTP API sends it and as the Go client
+// returns it.
+type refusal struct {
+	status int
+	body   httpapi.ErrorBody
+	err    error // the Go client's
+}
+
+// checkNotFound fails t unless r is a 404 not_found, not applied, with
+// message want, and the Go client's error matches api.ErrNotFound and
+// carries the same status, code and message.
+func checkNotFound(t *testing.T, what string, r refusal, want string) {
+	t.Helper()
+	if r.status != http.StatusNotFound || r.body.Code != api.CodeNotFound || r.body.Outcome != string(api.NotApplied) || r.body.Error != want {
+		t.Fatalf("%s over HTTP: %d %+v, want 404 not_found, not_applied, %q", what, r.status, r.body, want)
+	}
+	var ae *client.APIError
+	if !errors.Is(r.err, api.ErrNotFound) || !errors.As(r.err, &ae) || ae.StatusCode != http.StatusNotFound || ae.Code != api.CodeNotFound || ae.Message != want {
+		t.Fatalf("%s through the Go client: %v, want api.ErrNotFound with %q", what, r.err, want)
+	}
+}
+
+// callRefusal sends method url with the token (if any) and decodes the
+// error body.
+func callRefusal(t *testing.T, method, url, token string) (int, httpapi.ErrorBody) {
+	t.Helper()
+	var hdr []string
+	if token != "" {
+		hdr = []string{"X-Plugreg-Token", token}
+	}
+	r := call(t, method, url, "", hdr...)
+	var body httpapi.ErrorBody
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
+		t.Fatalf("%s %s: %d %s: %v", method, url, r.status, r.body, err)
+	}
+	return r.status, body
+}
+
+// Removing a server the leader's Raft configuration does not hold is
+// refused in Consul's words, 404 not_found, before anything is proposed:
+// the leader's log does not grow (raft would append a configuration entry
+// that removes nobody, and answer success).
+func TestRemovePeerRefusesAnUnknownID(t *testing.T) {
+	// No state checks: nothing but the calls below may append to the log.
+	c := testcluster.New(t, 3, testcluster.Options{Modify: func(_ int, cfg *cluster.Config) { cfg.StateCheckInterval = -1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const want = `id "nosuch" was not found in the Raft configuration`
+	var (
+		leader        *testcluster.Node
+		before, after string
+		r             refusal
+	)
+	// Leadership may move on a busy machine: a follower answers
+	// remove_failed (not the leader); ask the leader of the moment.
+	c.Eventually(30*time.Second, "the leader to answer", func() bool {
+		leader = c.Leader()
+		before = leader.Stats()["last_log_index"]
+		r.status, r.body = callRefusal(t, "DELETE", leader.HTTPURL+"/v1/operator/peers/nosuch", "")
+		cl, err := client.New(client.Config{Addrs: []string{leader.HTTPURL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.err = cl.RemovePeer(ctx, "nosuch")
+		after = leader.Stats()["last_log_index"]
+		var ae *client.APIError
+		return r.body.Code != "remove_failed" && (!errors.As(r.err, &ae) || ae.Code != "remove_failed")
+	})
+	checkNotFound(t, "DELETE /v1/operator/peers/nosuch", r, want)
+	if after != before {
+		t.Fatalf("the leader's last log index moved from %s to %s: the removal reached the log", before, after)
+	}
+	if servers, err := leader.RaftConfiguration(); err != nil || len(servers) != 3 {
+		t.Fatalf("configuration after the refusal: %v %v", servers, err)
 	}
 }

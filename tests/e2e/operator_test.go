@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -11,12 +12,16 @@ import (
 
 // plugreg operator raft list-peers, transfer-leader and remove-peer, and
 // operator reap resume, against three server processes: reap resume says
-// nothing was paused; leadership moves; a server killed -9
-// shows unhealthy (and list-peers exits 1); removed, it is gone from the
-// configuration and the rest is healthy with no failure tolerance.
+// nothing was paused; remove-peer and acl token delete of what does not
+// exist exit 1 with the server's one-line refusal; leadership moves; a
+// server killed -9 shows unhealthy (and list-peers exits 1); removed, it
+// is gone from the configuration and the rest is healthy with no failure
+// tolerance.
 func TestOperatorRaftCommands(t *testing.T) {
 	bin := proctest.Build(t, "./cmd/plugreg")
-	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: bin})
+	// ACLs on (default allow: the commands need no token) for acl token
+	// delete.
+	c := proctest.StartCluster(t, proctest.ClusterConfig{Bin: bin, ServerArgs: []string{"-acl-enabled"}})
 	c.WaitReady(t)
 	cli := func(addr string, args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
@@ -37,6 +42,22 @@ func TestOperatorRaftCommands(t *testing.T) {
 	// nothing.
 	if out, err := cli(c.Servers[0].HTTP, "operator", "reap", "resume"); err != nil || !strings.Contains(out, "reaping was not paused on server-") {
 		t.Fatalf("reap resume: %v\n%s", err, out)
+	}
+
+	// What does not exist is refused by the server: exit 1, its message
+	// on one line, nothing removed.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"operator", "raft", "remove-peer", "nosuch"}, `plugreg operator: id "nosuch" was not found in the Raft configuration (404 not_found)` + "\n"},
+		{[]string{"acl", "token", "delete", "nosuch"}, `plugreg acl: Cannot find token "nosuch" (404 not_found)` + "\n"},
+	} {
+		out, err := cli(c.Servers[0].HTTP, tc.args...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || out != tc.want {
+			t.Fatalf("plugreg %s: %v\n%s\nwant exit status 1 and %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
 	}
 
 	out, err := cli(c.Servers[1].HTTP, "operator", "raft", "transfer-leader")
