@@ -50,8 +50,8 @@ func TestOperatorRaftCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"operator", "raft", "remove-peer", "nosuch"}, `plugreg operator: id "nosuch" was not found in the Raft configuration (404 not_found)` + "\n"},
-		{[]string{"acl", "token", "delete", "nosuch"}, `plugreg acl: Cannot find token "nosuch" (404 not_found)` + "\n"},
+		{[]string{"operator", "raft", "remove-peer", "nosuch"}, `plugreg operator raft remove-peer: id "nosuch" was not found in the Raft configuration (404 not_found)` + "\n"},
+		{[]string{"acl", "token", "delete", "nosuch"}, `plugreg acl token delete: Cannot find token "nosuch" (404 not_found)` + "\n"},
 	} {
 		out, err := cli(c.Servers[0].HTTP, tc.args...)
 		var exit *exec.ExitError
