@@ -56,10 +56,7 @@ func newClientFlags(name, argsUsage, help string) *clientFlags {
 	fs.StringVar(&cf.tls.ServerName, "tls-server-name", os.Getenv("PLUGREG_TLS_SERVER_NAME"), "name the agent's certificate must carry (empty: the address's host) (env PLUGREG_TLS_SERVER_NAME)")
 	cf.out.define(fs)
 	cf.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plugreg %s [flags] %s\n\n%s\n\nFlags:\n", name, argsUsage, help)
-		fs.PrintDefaults()
-	}
+	fs.Usage = usageOf(fs, argsUsage, help)
 	return cf
 }
 

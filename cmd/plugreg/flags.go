@@ -40,6 +40,14 @@ func (e *usageError) print(w io.Writer) {
 	fmt.Fprintf(w, "Run '%s -h' for usage.\n", cmd)
 }
 
+// usageOf is a flag set's usage in the form every command prints it.
+func usageOf(fs *flag.FlagSet, argsUsage, help string) func() {
+	return func() {
+		fmt.Fprintf(fs.Output(), "%s\n\n%s\n\nFlags:\n", strings.TrimSpace("Usage: plugreg "+fs.Name()+" [flags] "+argsUsage), help)
+		fs.PrintDefaults()
+	}
+}
+
 // errHelp is -h, -help or help: the usage was printed on stdout, as the
 // user asked, and the command exits 0.
 var errHelp = flag.ErrHelp

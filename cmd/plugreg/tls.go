@@ -19,6 +19,7 @@ const (
 
 func runTLSCACreate(args []string) error {
 	fs := flag.NewFlagSet("tls ca create", flag.ContinueOnError)
+	fs.Usage = usageOf(fs, "", "Creates a CA certificate and key for the cluster's certificates (a dev PKI, with\nConsul's file names). Refuses to overwrite files that are there.")
 	dir := fs.String("dir", ".", "directory to write "+caCertName+" and "+caKeyName+" to")
 	days := fs.Int("days", 1825, "days the CA is valid")
 	name := fs.String("common-name", "", "the CA's common name (empty: plugreg CA <random>)")
@@ -45,6 +46,7 @@ func runTLSCACreate(args []string) error {
 
 func runTLSCertCreate(args []string) error {
 	fs := flag.NewFlagSet("tls cert create", flag.ContinueOnError)
+	fs.Usage = usageOf(fs, "", "Creates a server (-server) or client (-client) certificate and key signed by the CA.")
 	server := fs.Bool("server", false, "a server certificate: names server.<cluster-name>.plugreg")
 	clientCert := fs.Bool("client", false, "a client certificate (client agents, the CLI, plugins): names client.<cluster-name>.plugreg")
 	dir := fs.String("dir", ".", "directory to write the certificate and key to, and to find the CA in")
