@@ -14,7 +14,7 @@
 // (KeepAlive bounds each renewal itself). Every write carries a request ID, kept
 // across its retries, so the cluster applies it at most once however the
 // retries fall (the FSM remembers recent IDs and answers a retry with the
-// original result). Watch follows the event stream across node failures
+// original result). Stream follows the event stream across node failures
 // and resumes where it stopped, without a gap or a duplicate. A
 // registration with a TTL is leased: Renew renews it once, KeepAlive keeps
 // it (lease.go).

@@ -104,7 +104,7 @@ func (e *notPlugregError) Is(target error) bool { return target == ErrNotPlugreg
 // cluster, whose body is the health: a 429 in JSON passes.
 func notPlugreg(addr string, resp *http.Response, body []byte) error {
 	if resp.StatusCode == http.StatusBadRequest && bytes.HasPrefix(body, []byte(httpToHTTPS)) {
-		return fmt.Errorf("%s serves HTTPS, not HTTP: address it as https://%s (and give its CA: Config.TLS, PLUGREG_CACERT)", addr, addr)
+		return httpsOnlyError(addr)
 	}
 	ct := resp.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
@@ -125,6 +125,20 @@ func notPlugreg(addr string, resp *http.Response, body []byte) error {
 		return nil
 	}
 	return &notPlugregError{addr: addr, status: resp.StatusCode, contentType: ct}
+}
+
+// httpsOnlyError: the address serves HTTPS, and was sent plain HTTP.
+type httpsOnlyError string
+
+func (addr httpsOnlyError) Error() string {
+	return fmt.Sprintf("%s serves HTTPS, not HTTP: address it as https://%s (and give its CA: Config.TLS, PLUGREG_CACERT)", string(addr), string(addr))
+}
+
+// wrongAnswer reports whether err is an answer no plugreg agent gives at
+// that address as it was addressed (notPlugreg's errors).
+func wrongAnswer(err error) bool {
+	var h httpsOnlyError
+	return errors.Is(err, ErrNotPlugreg) || errors.As(err, &h)
 }
 
 // httpToHTTPS starts the answer of Go's HTTPS server (a plugreg agent's

@@ -148,3 +148,43 @@ func TestAnAnswerNotPlugregs(t *testing.T) {
 		}
 	})
 }
+
+// A stream no node will ever open ends with why, as a call does: where
+// nothing listens (ErrNoAgent) or something else answers (ErrNotPlugreg)
+// at once; a node that accepts and never answers is left after the stall
+// timeout, and when the stream's deadline passes with no node streaming,
+// Err is that deadline with the last failure. The stream waited for an
+// answer without a bound (the stall timer started with it), so that
+// Events stayed open and silent until the deadline, and Err was nil.
+func TestStreamThatNoNodeOpensSaysWhy(t *testing.T) {
+	cases := []struct {
+		name    string
+		addr    string
+		timeout time.Duration
+		is      error
+		says    string
+	}{
+		{"nothing listens", closedPort(t), 30 * time.Second, client.ErrNoAgent, "connection refused"},
+		{"a web server", htmlServer(t, http.StatusNotFound), 30 * time.Second, client.ErrNotPlugreg, "not as a plugreg agent"},
+		{"a node that never answers", hungNode(t), 3 * time.Second, context.DeadlineExceeded, "no answer within 500ms"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, err := client.New(client.Config{Addrs: []string{tc.addr}, RetryWait: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			s := cl.Stream(ctx, 0, client.WatchOptions{StallTimeout: 500 * time.Millisecond})
+			for range s.Events() {
+			}
+			if tc.is != context.DeadlineExceeded && ctx.Err() != nil {
+				t.Fatalf("the stream went on until its context ended (Err: %v)", s.Err())
+			}
+			if err := s.Err(); !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Err: %v; want one matching %v that says %q", err, tc.is, tc.says)
+			}
+		})
+	}
+}
