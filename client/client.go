@@ -22,6 +22,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 // Config of a Client.
@@ -42,6 +43,10 @@ type Config struct {
 	// TLS configures HTTPS (see tlsutil.ClientConfig): with it, addresses
 	// without a scheme are https://. Ignored when HTTPClient is set.
 	TLS *tls.Config
+	// TLSOptions, when TLS is nil and they are not zero, are the files
+	// (and server name) New builds TLS from with tlsutil.ClientConfig:
+	// what DefaultConfig reads from PLUGREG_CACERT and the rest.
+	TLSOptions tlsutil.ClientOptions
 	// Protobuf sends registrations as protobuf (api.PluginProtobuf)
 	// instead of JSON: less CPU per write on the client and the server.
 	// Off by default, as Kubernetes clients default to JSON: servers older
@@ -67,6 +72,13 @@ type Client struct {
 func New(cfg Config) (*Client, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("client: no addresses")
+	}
+	if cfg.TLS == nil && cfg.TLSOptions != (tlsutil.ClientOptions{}) {
+		tc, err := tlsutil.ClientConfig(cfg.TLSOptions)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		cfg.TLS = tc
 	}
 	c := &Client{token: cfg.Token, proto: cfg.Protobuf, hc: cfg.HTTPClient, wait: cfg.RetryWait}
 	for _, a := range cfg.Addrs {
