@@ -42,7 +42,7 @@ func TestClientAgentServesTheAPI(t *testing.T) {
 	ac := newClient(t, cn.HTTPURL)
 	c.Eventually(20*time.Second, "the agent to know the servers", func() bool { return len(cn.Servers()) == 3 })
 
-	events := ac.Watch(ctx, 0, client.WatchOptions{Types: []string{"csi"}})
+	events := ac.Stream(ctx, 0, client.WatchOptions{Types: []string{"csi"}}).Events()
 	res, err := ac.Register(ctx, plugin("client1", "ebs", "a1"))
 	if err != nil || res.Result != api.ResultRegistered {
 		t.Fatalf("register through the agent: %+v %v", res, err)
@@ -273,7 +273,7 @@ func TestClientAgentEventsFanOutAndSurviveTheirServer(t *testing.T) {
 		if i%2 == 0 {
 			from = 0
 		}
-		streams[i] = ac.Watch(ctx, from, client.WatchOptions{Types: []string{"csi"}})
+		streams[i] = ac.Stream(ctx, from, client.WatchOptions{Types: []string{"csi"}}).Events()
 	}
 	write := func(i int) {
 		t.Helper()

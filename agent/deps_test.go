@@ -67,7 +67,8 @@ func TestStubImportsOnlyTheProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	allowed := map[string]bool{"github.com/plugreg/plugreg/stub": true, "github.com/plugreg/plugreg/api": true, "github.com/plugreg/plugreg/api/pluginpb": true}
+	allowed := map[string]bool{"github.com/plugreg/plugreg/stub": true, "github.com/plugreg/plugreg/api": true,
+		"github.com/plugreg/plugreg/api/pluginpb": true, "github.com/plugreg/plugreg/api/pluginrpc": true}
 	for _, dep := range strings.Fields(string(out)) {
 		if strings.HasPrefix(dep, "github.com/plugreg/plugreg") && !allowed[dep] {
 			t.Errorf("stub imports %s", dep)

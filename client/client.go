@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/tlsutil"
 )
 
 // Config of a Client.
@@ -33,9 +35,18 @@ type Config struct {
 	HTTPClient *http.Client
 	// RetryWait between attempts after a retryable failure (zero: 100ms).
 	RetryWait time.Duration
+	// DialTimeout bounds each connection attempt (zero: 2s, etcdctl's
+	// dial timeout): a node whose host drops the connection's packets
+	// costs a call this long before it moves to the next node. Ignored
+	// when HTTPClient is set.
+	DialTimeout time.Duration
 	// TLS configures HTTPS (see tlsutil.ClientConfig): with it, addresses
 	// without a scheme are https://. Ignored when HTTPClient is set.
 	TLS *tls.Config
+	// TLSOptions, when TLS is nil and they are not zero, are the files
+	// (and server name) New builds TLS from with tlsutil.ClientConfig:
+	// what DefaultConfig reads from PLUGREG_CACERT and the rest.
+	TLSOptions tlsutil.ClientOptions
 	// Protobuf sends registrations as protobuf (api.PluginProtobuf)
 	// instead of JSON: less CPU per write on the client and the server.
 	// Off by default, as Kubernetes clients default to JSON: servers older
@@ -43,6 +54,9 @@ type Config struct {
 	// it on once every server runs it.
 	Protobuf bool
 }
+
+// DefaultDialTimeout is Config.DialTimeout's zero.
+const DefaultDialTimeout = 2 * time.Second
 
 // Client talks to a plugreg cluster. It is safe for concurrent use.
 type Client struct {
@@ -58,6 +72,13 @@ type Client struct {
 func New(cfg Config) (*Client, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("client: no addresses")
+	}
+	if cfg.TLS == nil && cfg.TLSOptions != (tlsutil.ClientOptions{}) {
+		tc, err := tlsutil.ClientConfig(cfg.TLSOptions)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		cfg.TLS = tc
 	}
 	c := &Client{token: cfg.Token, proto: cfg.Protobuf, hc: cfg.HTTPClient, wait: cfg.RetryWait}
 	for _, a := range cfg.Addrs {
@@ -82,10 +103,15 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: no addresses")
 	}
 	if c.hc == nil {
+		dial := cfg.DialTimeout
+		if dial <= 0 {
+			dial = DefaultDialTimeout
+		}
 		c.hc = &http.Client{Transport: &http.Transport{
-			// A bounded dial: a host that drops SYNs fails within 10 s
-			// and the call moves on, instead of the OS's minutes.
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			// A bounded dial: a host that drops SYNs fails within the
+			// dial timeout and the call moves on, instead of the OS's
+			// minutes.
+			DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
 			TLSClientConfig:       cfg.TLS,
 			MaxIdleConnsPerHost:   64,
 			ResponseHeaderTimeout: 0, // blocking queries and streams wait long
@@ -172,11 +198,17 @@ func isTLSError(err error) bool {
 
 // do sends one logical request, moving through the nodes on connection
 // failures and 503s until ctx ends. It returns the response of the first
-// node that answered anything else; the caller closes its body. TLS
-// refusals from every node end it at once: no retry fixes a certificate.
+// node that answered anything else; the caller closes its body. When
+// every node has failed in a row for a reason waiting does not cure
+// (nothing listens there, the answer is not a plugreg agent's, TLS
+// refuses), it ends at once with those failures (ErrNoAgent,
+// ErrNotPlugreg, the TLS error).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, hdr http.Header) (*http.Response, error) {
 	var lastErr error
-	tlsRefusals := 0
+	// hopeless holds, by address, the failures waiting does not cure,
+	// since the last failure that it may: when it holds every address,
+	// no node will answer this call.
+	hopeless := map[string]error{}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			wait := c.wait
@@ -193,7 +225,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			}
 		}
 		n := c.cur.Load()
-		u := c.addrs[n] + path
+		addr := c.addrs[n]
+		u := addr + path
 		if len(query) > 0 {
 			u += "?" + query.Encode()
 		}
@@ -222,26 +255,65 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 				return nil, fmt.Errorf("%s %s: %w", method, path, err)
 			}
 			lastErr = err
-			if isTLSError(err) {
-				if tlsRefusals++; tlsRefusals >= len(c.addrs) {
-					return nil, fmt.Errorf("%s %s: %w", method, path, err)
-				}
-			}
 			c.next(n)
+			if nobodyListens(err) || isTLSError(err) {
+				if hopeless[addr] = err; len(hopeless) == len(c.addrs) {
+					return nil, unreachable(c.addrs, hopeless)
+				}
+			} else {
+				clear(hopeless)
+			}
 			continue
 		}
 		if retryable(resp.StatusCode) || limitedAt(resp) {
 			lastErr = decodeError(resp)
+			clear(hopeless)
 			c.next(n)
+			continue
+		}
+		if err := checkPlugreg(addr, resp); err != nil {
+			lastErr = err
+			c.next(n)
+			if hopeless[addr] = err; len(hopeless) == len(c.addrs) {
+				return nil, unreachable(c.addrs, hopeless)
+			}
 			continue
 		}
 		return resp, nil
 	}
 }
 
+// checkPlugreg returns ErrNotPlugreg's error, having closed resp, when
+// resp is no plugreg agent's answer (notPlugreg); else nil, with resp's
+// body as it was.
+func checkPlugreg(addr string, resp *http.Response) error {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode < 400 && mt != "text/html" {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return nil // the caller reads what there was, and says why it is short
+	}
+	if err := notPlugreg(hostOf(addr), resp, b); err != nil {
+		return err
+	}
+	return nil
+}
+
+// maxErrorBody bounds what is read of an error answer.
+const maxErrorBody = 64 * 1024
+
+// decodeError is the error an answer with an error status stands for:
+// an APIError, or ErrNotPlugreg's when it is not a plugreg agent's.
 func decodeError(resp *http.Response) error {
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if err := notPlugreg(hostOf(resp.Request.URL.Scheme+"://"+resp.Request.URL.Host), resp, b); err != nil && !retryable(resp.StatusCode) {
+		return err
+	}
 	var eb struct {
 		Error   string `json:"error"`
 		Code    string `json:"code"`
@@ -257,6 +329,11 @@ func (c *Client) decode(resp *http.Response, out interface{}) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return decodeError(resp)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
+		// Every answer of plugreg's JSON routes says it is JSON.
+		u := resp.Request.URL
+		return &notPlugregError{addr: hostOf(u.Scheme + "://" + u.Host), status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode %s response: %w", resp.Request.URL.Path, err)

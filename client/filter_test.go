@@ -56,17 +56,25 @@ func TestClientFilterPagingAndWatch(t *testing.T) {
 	}
 }
 
-// A stream with a filter every node refuses ends at once with the refusal,
-// rather than moving from node to node with it for good.
+// A stream with a filter every node refuses (a bad expression, a field
+// that does not exist) ends at once with the refusal, which says what is
+// wrong, rather than moving from node to node with it for good.
 func TestStreamWithABadFilterEnds(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{Heartbeat: 100 * time.Millisecond})
 	cl := newClient(t, c, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s := cl.Stream(ctx, 0, client.WatchOptions{Types: []string{"csi"}, Filter: `Name = "a"`})
-	for range s.Events() {
-	}
-	if ctx.Err() != nil || !errors.Is(s.Err(), api.ErrInvalid) {
-		t.Fatalf("the stream ended with %v (context: %v), want the filter's refusal", s.Err(), ctx.Err())
+	for _, tc := range []struct{ filter, says string }{
+		{`Name = "a"`, "1:6"},
+		{`Nmae == "a"`, `unknown field "Nmae"`},
+	} {
+		t.Run(tc.filter, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := cl.Stream(ctx, 0, client.WatchOptions{Types: []string{"csi"}, Filter: tc.filter})
+			for range s.Events() {
+			}
+			if ctx.Err() != nil || !errors.Is(s.Err(), api.ErrInvalid) || !strings.Contains(s.Err().Error(), tc.says) {
+				t.Fatalf("the stream ended with %v (context: %v), want the filter's refusal saying %s", s.Err(), ctx.Err(), tc.says)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -40,7 +41,8 @@ func (c *Client) Renew(ctx context.Context, ptype, name, allocID string) (api.Re
 // moment, may serve it (no leader during an election, a node down) is
 // tried again until it succeeds; a new leader starts every lease afresh,
 // so a holder that keeps trying through an election keeps its
-// registration. A renewal gets as long as the wait between two (before
+// registration; so is one that no agent answered at all (ErrNoAgent: the
+// host's agent restarting). A renewal gets as long as the wait between two (before
 // the first answer, api.MinTTL): one that a hung node holds longer is
 // abandoned and sent to the next node, before the lease runs out. It
 // returns the error of a renewal refused for good: one matching
@@ -63,6 +65,15 @@ func (c *Client) KeepAlive(ctx context.Context, ptype, name, allocID string, eve
 		if err != nil && timedOut {
 			continue // a node held it: the next attempt starts on another (do)
 		}
+		if errors.Is(err, ErrNoAgent) {
+			// Every agent refused at once (the one agent of the host
+			// restarting): one may be back before the lease runs out,
+			// so wait a little and try again, as for a node that hung.
+			if !sleepCtx(ctx, min(wait, time.Second)) {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("keep alive %s/%s/%s: %w", ptype, name, allocID, err)
 		}
@@ -76,5 +87,17 @@ func (c *Client) KeepAlive(ctx context.Context, ptype, name, allocID string, eve
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -161,7 +161,8 @@ func synDropper(t *testing.T) string {
 }
 
 // The default client bounds its dials: a node that drops SYNs costs a
-// call 10 s, then it moves on (the OS alone would retry for minutes).
+// call the dial timeout (2 s, etcdctl's), then it moves on (the OS alone
+// would retry for minutes).
 func TestDialToADroppingNodeMovesOn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out a dial timeout")
@@ -173,7 +174,52 @@ func TestDialToADroppingNodeMovesOn(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	began := time.Now()
 	if _, err := cl.Register(ctx, plugin("ebs", "a1")); err != nil {
 		t.Fatalf("through a node that drops SYNs, then one that answers: %v", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("the register took %v: more than a 2 s dial and an answer", took)
+	}
+}
+
+// KeepAlive keeps a lease through a restart of the only agent it knows:
+// while nothing listens, the renewal fails at once (ErrNoAgent) and is
+// tried again, not returned, and the lease is held once the agent is back.
+func TestKeepAliveThroughTheAgentsRestart(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := plugin("ebs", "leased")
+	p.TTL = api.Duration(3 * time.Second)
+	cl := newClient(t, c, 0)
+	if _, err := cl.Register(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cl.KeepAlive(kctx, "csi", "ebs", "leased", 0) }()
+	c.Kill(0)
+	time.Sleep(time.Second) // renewals refused meanwhile: nothing to poll
+	select {
+	case err := <-done:
+		t.Fatalf("KeepAlive returned while the agent was down: %v", err)
+	default:
+	}
+	c.Restart(0)
+	c.WaitForLeader()
+	for end := time.Now().Add(3 * time.Duration(p.TTL)); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("KeepAlive returned: %v", err)
+		default:
+		}
+		if _, _, err := cl.Get(ctx, "csi", "ebs", "leased", nil); err != nil {
+			t.Fatalf("the lease ran out after the restart: %v", err)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("KeepAlive at its context's end: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -40,21 +41,27 @@ type WatchOptions struct {
 	JSON bool
 }
 
-// Watch streams the events after fromIndex. When a node dies or its stream
-// stalls, it reconnects to the next node and resumes from the last index it
-// delivered, so the channel carries one sequence with no gap and no
-// duplicate (or a reset, when the cluster no longer holds the events after
-// that index). The channel is closed when ctx is done, or when the token
-// is refused (see Stream, which says why).
+// Watch is Stream without the reason it ends: the channel is closed when
+// ctx is done, and also when the stream fails for good, silently.
+//
+// Deprecated: use Stream, and read its Err once Events is closed: a
+// refused token or filter, or addresses where no plugreg agent listens,
+// end Watch's channel without a word.
 func (c *Client) Watch(ctx context.Context, fromIndex uint64, opts WatchOptions) <-chan *api.Event {
 	return c.Stream(ctx, fromIndex, opts).Events()
 }
 
-// EventStream is a running watch (Stream): its events, and why it ended.
+// EventStream is a running stream of events (Stream): its events, and
+// why it ended.
 type EventStream struct{ w *watcher }
 
-// Stream is Watch, with the reason it ends: read Events until it is
-// closed, then Err.
+// Stream streams the events after fromIndex: read Events until it is
+// closed, then Err, as with bufio.Scanner or sql.Rows. When a node dies or
+// its stream stalls, it reconnects to the next node and resumes from the
+// last index it delivered, so Events carries one sequence with no gap and
+// no duplicate (or a reset, when the cluster no longer holds the events
+// after that index). It ends when ctx is done, or when no node will ever
+// stream it (see Err).
 func (c *Client) Stream(ctx context.Context, fromIndex uint64, opts WatchOptions) *EventStream {
 	w := &watcher{c: c, opts: opts, out: make(chan *api.Event, 64), cur: api.Cursor{Complete: fromIndex}}
 	if w.opts.StallTimeout == 0 {
@@ -67,13 +74,25 @@ func (c *Client) Stream(ctx context.Context, fromIndex uint64, opts WatchOptions
 // Events is the stream's events; it is closed when the stream ends.
 func (s *EventStream) Events() <-chan *api.Event { return s.w.out }
 
-// Err is why the stream ended, once Events is closed: nil when its
-// context ended; else the refusal of its token, an error matching
-// api.ErrPermissionDenied (and api.ErrACLNotFound when the token was deleted),
-// or of its request, matching api.ErrInvalid (a bad filter, or one over the
-// stream's work budget): the node ended the stream (an api.EventError)
-// or refused to open it, and every other node would do the same, so the
-// stream does not resume elsewhere.
+// Err is why the stream ended, once Events is closed; nil while it is
+// open. It is:
+//
+//   - the refusal of the stream's token, an error matching
+//     api.ErrPermissionDenied (and api.ErrACLNotFound when the token is
+//     unknown or was deleted), or of its request, matching api.ErrInvalid
+//     (a filter naming no field, a bad expression, one over the stream's
+//     work budget): the node refused to open the stream or ended it (an
+//     api.EventError), and every other node would do the same, so the
+//     stream does not resume elsewhere;
+//   - before any node has opened the stream, the failures of every
+//     address in a row for reasons waiting does not cure, as a call's
+//     (ErrNoAgent: nothing listens; ErrNotPlugreg: what answers is not a
+//     plugreg agent; a TLS refusal). Once a node has streamed, such
+//     failures are retried: the cluster restarting, say;
+//   - ctx's error with the last failure, when ctx's deadline passed while
+//     no node was streaming (every node down, or hung without an answer);
+//   - nil when ctx ended otherwise: canceled, or past its deadline while a
+//     node was streaming.
 func (s *EventStream) Err() error { return s.w.err }
 
 // watcher tracks the resume point.
@@ -93,11 +112,35 @@ type watcher struct {
 
 func (w *watcher) run(ctx context.Context) {
 	defer close(w.out)
+	var (
+		// opened: a node has opened the stream once; from then on the
+		// failures waiting does not cure in a call are retried.
+		opened bool
+		// hopeless holds, by address, such failures since the last
+		// failure of another kind, until the stream first opens.
+		hopeless = map[string]error{}
+		// failing is the last attempt's failure, nil while a node streams.
+		failing error
+	)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		n := w.c.cur.Load()
-		progressed, err := w.stream(ctx, w.c.addrs[n])
+		addr := w.c.addrs[n]
+		progressed, open, err := w.stream(ctx, addr)
+		switch {
+		case open:
+			opened, failing = true, nil
+		case err != nil && (ctx.Err() == nil || failing == nil):
+			// An attempt cut short by ctx says less than the one before.
+			failing = err
+		}
 		if ctx.Err() != nil {
+			if failing != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				w.err = fmt.Errorf("watch: %w while no node streamed (last error: %w)", ctx.Err(), failing)
+			}
 			return
+		}
+		if open && err != nil {
+			failing = err
 		}
 		if errors.Is(err, api.ErrPermissionDenied) || errors.Is(err, api.ErrInvalid) {
 			// The token or the request, not the node: every node refuses
@@ -106,20 +149,33 @@ func (w *watcher) run(ctx context.Context) {
 			return
 		}
 		w.c.next(n)
+		switch {
+		case !opened && (nobodyListens(err) || isTLSError(err) || wrongAnswer(err)):
+			if hopeless[addr] = err; len(hopeless) == len(w.c.addrs) {
+				w.err = unreachable(w.c.addrs, hopeless)
+				return
+			}
+		default:
+			clear(hopeless)
+		}
 		if progressed {
 			attempt = 0
 		}
 		wait := w.c.wait * time.Duration(min(attempt+1, 20))
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && failing != nil {
+				w.err = fmt.Errorf("watch: %w while no node streamed (last error: %w)", ctx.Err(), failing)
+			}
 			return
 		case <-time.After(wait):
 		}
 	}
 }
 
-// stream reads one connection's events until it fails or stalls.
-func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err error) {
+// stream reads one connection's events until it fails or stalls; open
+// reports whether the node answered with the stream.
+func (w *watcher) stream(ctx context.Context, addr string) (progressed, open bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	v := url.Values{}
@@ -132,7 +188,7 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	v.Set("index", strconv.FormatUint(w.cur.Complete, 10))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/events?"+v.Encode(), nil)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if w.c.token != "" {
 		req.Header.Set("X-Plugreg-Token", w.c.token)
@@ -140,24 +196,34 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 	if !w.opts.JSON {
 		req.Header.Set("Accept", api.EventStreamProtobuf)
 	}
+	// A stalled connection: no answer, then no line, within StallTimeout.
+	// It runs from the request on (a node that accepts the connection and
+	// never answers is as dead as one that falls silent), and only while
+	// waiting for the server, never while the consumer is slow to take an
+	// event: a slow reader is not a dead node.
+	stall := time.AfterFunc(w.opts.StallTimeout, cancel)
+	defer stall.Stop()
 	resp, err := w.c.hc.Do(req)
 	if err != nil {
-		return false, err
+		if !stall.Stop() {
+			return false, false, fmt.Errorf("watch %s: no answer within %v", hostOf(addr), w.opts.StallTimeout)
+		}
+		return false, false, fmt.Errorf("watch %s: %w", hostOf(addr), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false, decodeError(resp)
+		return false, false, decodeError(resp)
 	}
-	// A stalled connection: no line within StallTimeout. The timer runs
-	// only while waiting for the server, never while the consumer is slow
-	// to take an event: a slow reader is not a dead node.
-	stall := time.AfterFunc(w.opts.StallTimeout, cancel)
-	defer stall.Stop()
 	// A server that does not know the protobuf stream (an older release)
 	// answers with JSON lines: the Content-Type says which it is.
-	var dec eventDecoder = newJSONDecoder(resp.Body)
-	if mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) == api.EventStreamProtobuf {
+	var dec eventDecoder
+	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
+	case api.EventStreamProtobuf:
 		dec = newProtobufDecoder(resp.Body)
+	case "text/html":
+		return false, false, &notPlugregError{addr: hostOf(addr), status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
+	default:
+		dec = newJSONDecoder(resp.Body)
 	}
 	// A server that starts the stream below our position says the
 	// cluster's history ends before it (api.Cursor.Resumed).
@@ -169,20 +235,20 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 		stall.Reset(w.opts.StallTimeout)
 		ev, err := dec.next()
 		if !stall.Stop() {
-			return progressed, fmt.Errorf("watch %s: no event or heartbeat for %v", addr, w.opts.StallTimeout)
+			return progressed, true, fmt.Errorf("watch %s: no event or heartbeat for %v", hostOf(addr), w.opts.StallTimeout)
 		}
 		if err != nil {
 			if err == io.EOF {
-				return progressed, nil
+				return progressed, true, nil
 			}
-			return progressed, fmt.Errorf("watch %s: %w", addr, err)
+			return progressed, true, fmt.Errorf("watch %s: %w", hostOf(addr), err)
 		}
 		if ev.EventType == api.EventError {
-			return progressed, fmt.Errorf("watch %s: the node ended the stream: %w", addr, streamEndError(ev.Error))
+			return progressed, true, fmt.Errorf("watch %s: the node ended the stream: %w", hostOf(addr), streamEndError(ev.Error))
 		}
 		next, deliver, err := w.cur.Next(ev, &skip)
 		if err != nil {
-			return progressed, fmt.Errorf("watch %s: %w", addr, err)
+			return progressed, true, fmt.Errorf("watch %s: %w", hostOf(addr), err)
 		}
 		if ev.EventType == api.EventHeartbeat {
 			deliver = w.opts.Heartbeats
@@ -192,7 +258,7 @@ func (w *watcher) stream(ctx context.Context, addr string) (progressed bool, err
 			case w.out <- ev:
 				progressed = true
 			case <-ctx.Done():
-				return progressed, ctx.Err()
+				return progressed, true, ctx.Err()
 			}
 		}
 		w.cur = next

@@ -80,7 +80,7 @@ type updates struct {
 
 func (u *updates) run(ctx context.Context) {
 	wctx, cancel := context.WithCancel(ctx)
-	events := u.r.c.Watch(wctx, 0, client.WatchOptions{Types: []string{u.ptype}})
+	events := u.r.c.Stream(wctx, 0, client.WatchOptions{Types: []string{u.ptype}}).Events()
 	defer func() {
 		cancel()
 		for range events { // until the client's watch goroutine is gone

@@ -36,8 +36,9 @@
 //     (15s until the agent said), since the agent answers only once its
 //     registry write is done or its request timeout passed.
 //
-// The package depends on api, api/pluginpb and gRPC only: never on raft or
-// the server (agent.TestHostSideDoesNotImportTheServer checks), nor on
-// anything else of plugreg (agent.TestStubImportsOnlyTheProtocol). That
-// is why the wait for the socket polls instead of watching the directory.
+// The package depends on api, api/pluginpb, api/pluginrpc and gRPC only:
+// never on raft or the server (agent.TestHostSideDoesNotImportTheServer
+// checks), nor on anything else of plugreg
+// (agent.TestStubImportsOnlyTheProtocol). That is why the wait for the
+// socket polls instead of watching the directory.
 package stub

@@ -252,7 +252,7 @@ type watchLog struct {
 // until t ends.
 func (e *procEnv) watch(t *testing.T, s *proctest.Agent, from uint64, types ...string) *watchLog {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := s.API.Watch(ctx, from, client.WatchOptions{Types: types})
+	ch := s.API.Stream(ctx, from, client.WatchOptions{Types: types}).Events()
 	w := &watchLog{}
 	done := make(chan struct{})
 	go func() {

@@ -20,12 +20,13 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 )
 
 // session is one connection to the agent.
 type session struct {
 	conn   *grpc.ClientConn
-	stream pb.Plugins_SessionClient
+	stream pluginrpc.Plugins_SessionClient
 	ctx    context.Context
 	cancel context.CancelFunc
 	sendMu sync.Mutex
@@ -116,7 +117,7 @@ func (s *Stub) open(ctx context.Context, timeout time.Duration, interruptible bo
 		t.Stop()
 		close(watch)
 	}
-	c.stream, err = pb.NewPluginsClient(conn).Session(sctx)
+	c.stream, err = pluginrpc.NewPluginsClient(conn).Session(sctx)
 	if err != nil {
 		err = c.why(err)
 		endHandshake()

@@ -48,7 +48,7 @@ func (s *Stub) awaitSocket(ctx context.Context) error {
 			return nil // connected, or a failure for the registration to retry and report
 		}
 		if look == 0 {
-			s.logger.Info("waiting for the agent's plugin socket", "path", s.socketPath, "limit", s.socketWaitLimit, "error", err)
+			s.logSocketWait(err, s.socketWaitLimit)
 		} else {
 			s.logger.Debug("the agent's plugin socket is not there yet", "path", s.socketPath, "look", look+1, "error", err)
 		}
@@ -56,6 +56,21 @@ func (s *Stub) awaitSocket(ctx context.Context) error {
 			return s.socketWaitEnded(ctx, err, time.Since(began))
 		}
 	}
+}
+
+// logSocketWait says, at the first look that finds no agent at the socket
+// (err), that the stub waits for it: where, for how long (zero: until Start's
+// ctx ends or Stop), and how to point it elsewhere. Without it a plugin
+// started before its agent, or told the wrong path, is silent until the
+// wait ends (15 s by default, or never with WithWaitForSocket(0)).
+func (s *Stub) logSocketWait(err error, wait time.Duration) {
+	limit := "until stopped"
+	if wait > 0 {
+		limit = wait.Round(time.Second).String()
+	}
+	s.logger.Info("waiting for the agent's plugin socket", "path", s.socketPath, "wait", limit,
+		"hint", "is the plugreg agent running? its socket is -plugin-socket; point the plugin at another with "+SocketPathEnv+"=PATH or WithSocketPath",
+		"error", err)
 }
 
 // socketWaitContext is ctx, ended after socketWaitLimit when there is one.

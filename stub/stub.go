@@ -498,6 +498,17 @@ func (s *Stub) connectRetrying(ctx context.Context, deadline time.Time) (*sessio
 		if permanent(err) || (!deadline.IsZero() && time.Now().After(deadline)) {
 			return nil, err
 		}
+		if attempt == 0 {
+			// gRPC's error does not say whether the socket is there: a
+			// look does, and then the wait is worth a line at once.
+			if lookErr := s.probeSocket(ctx); socketAbsent(lookErr) {
+				var wait time.Duration
+				if !deadline.IsZero() {
+					wait = time.Until(deadline)
+				}
+				s.logSocketWait(lookErr, wait)
+			}
+		}
 		s.logger.Debug("connecting to the agent failed; retrying", "attempt", attempt+1, "error", err)
 		if !s.sleep(ctx, backoff(attempt)) {
 			return nil, s.interrupted(ctx, err)

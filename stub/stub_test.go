@@ -22,6 +22,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 	"github.com/plugreg/plugreg/stub"
 )
 
@@ -262,7 +263,7 @@ func kindsOf(evs []*api.Event) []string {
 
 // rawSession opens a session with the agent without the stub, to say what
 // the stub never would.
-func rawSession(t *testing.T, path string) pb.Plugins_SessionClient {
+func rawSession(t *testing.T, path string) pluginrpc.Plugins_SessionClient {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -271,7 +272,7 @@ func rawSession(t *testing.T, path string) pb.Plugins_SessionClient {
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	st, err := pb.NewPluginsClient(conn).Session(ctx)
+	st, err := pluginrpc.NewPluginsClient(conn).Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

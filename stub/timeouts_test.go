@@ -1,10 +1,13 @@
 package stub_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,4 +196,77 @@ func TestWaitForSocketEnds(t *testing.T) {
 			t.Fatalf("the stub looked at the socket %d times in %v", n, past)
 		}
 	})
+}
+
+// syncBuffer is a log destination that a test reads while the stub writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A stub whose agent's socket is not there says so at once, in one line
+// through its logger: the path it waits for, how long, and how to point it
+// elsewhere; it said nothing until its wait ended (15.5 s by default).
+// With WithWaitForSocket too, the line names its limit.
+func TestStubSaysAtOnceItWaitsForTheSocket(t *testing.T) {
+	cases := []struct {
+		name string
+		opts []stub.Option
+		wait string
+	}{
+		{"retrying the registration", nil, "wait=15s"},
+		{"WithWaitForSocket", []stub.Option{stub.WithWaitForSocket(time.Minute)}, "wait=1m0s"},
+		{"WithWaitForSocket without a limit", []stub.Option{stub.WithWaitForSocket(0)}, `wait="until stopped"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "agent", "plugin.sock") // no agent, no directory
+			var log syncBuffer
+			opts := append([]stub.Option{stub.WithLogger(slog.New(slog.NewTextHandler(&log, nil))), stub.WithSocketPath(path),
+				stub.WithPluginType("demo"), stub.WithPluginName("early"), stub.WithEndpoint("/run/early.sock")}, tc.opts...)
+			s, err := stub.New(&recorder{}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan error, 1)
+			go func() { started <- s.Start(context.Background()) }()
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(log.String(), "waiting for the agent's plugin socket") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no line about the socket 5 s after Start; the log:\n%s", log.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-started:
+				t.Fatalf("Start returned before the test looked: %v", err)
+			default:
+			}
+			line := log.String()
+			for _, want := range []string{"path=" + path, tc.wait, "PLUGREG_PLUGIN_SOCKET=PATH", "WithSocketPath"} {
+				if !strings.Contains(line, want) {
+					t.Errorf("the line does not say %q:\n%s", want, line)
+				}
+			}
+			if n := strings.Count(line, "waiting for the agent's plugin socket"); n != 1 {
+				t.Errorf("%d lines about the socket, want 1:\n%s", n, line)
+			}
+			s.Stop()
+			if err := <-started; err == nil {
+				t.Fatal("Start succeeded without an agent")
+			}
+		})
+	}
 }

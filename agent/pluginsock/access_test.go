@@ -27,6 +27,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 	"github.com/plugreg/plugreg/backend"
 )
 
@@ -121,7 +122,7 @@ func tryRegister(path, name string) (uint64, error) {
 		return 0, err
 	}
 	defer cc.Close()
-	st, err := pb.NewPluginsClient(cc).Session(ctx)
+	st, err := pluginrpc.NewPluginsClient(cc).Session(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +153,7 @@ func tryRegister(path, name string) (uint64, error) {
 
 // recvErr is the status of a stream whose Send failed (Send says only
 // io.EOF).
-func recvErr(st pb.Plugins_SessionClient, err error) error {
+func recvErr(st pluginrpc.Plugins_SessionClient, err error) error {
 	if errors.Is(err, io.EOF) {
 		_, err = st.Recv()
 	}
@@ -454,7 +455,7 @@ func dropAfterRegister(t *testing.T, path, name string) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	st, err := pb.NewPluginsClient(cc).Session(ctx)
+	st, err := pluginrpc.NewPluginsClient(cc).Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

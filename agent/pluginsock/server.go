@@ -23,6 +23,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 	"github.com/plugreg/plugreg/backend"
 )
 
@@ -122,7 +123,7 @@ func (c *Config) setDefaults() {
 
 // Server serves the plugin socket.
 type Server struct {
-	pb.UnimplementedPluginsServer
+	pluginrpc.UnimplementedPluginsServer
 
 	cfg    Config
 	logger hclog.Logger
@@ -203,7 +204,7 @@ func Listen(cfg Config) (*Server, error) {
 		grpc.ReadBufferSize(4<<10),
 		grpc.WriteBufferSize(4<<10),
 	)
-	pb.RegisterPluginsServer(s.grpc, s)
+	pluginrpc.RegisterPluginsServer(s.grpc, s)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

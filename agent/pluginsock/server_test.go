@@ -18,6 +18,7 @@ import (
 	"github.com/plugreg/plugreg/agent/pluginsock"
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 	"github.com/plugreg/plugreg/tests/framework/testcluster"
 )
 
@@ -75,7 +76,7 @@ func (e *env) plugins() []*api.PluginInfo {
 // sess is a raw session: the test says what it likes.
 type sess struct {
 	t  *testing.T
-	st pb.Plugins_SessionClient
+	st pluginrpc.Plugins_SessionClient
 	cc *grpc.ClientConn
 }
 
@@ -86,7 +87,7 @@ func (e *env) open() *sess {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { cc.Close() })
-	st, err := pb.NewPluginsClient(cc).Session(context.Background())
+	st, err := pluginrpc.NewPluginsClient(cc).Session(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}

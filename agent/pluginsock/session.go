@@ -13,10 +13,11 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 )
 
 // Session serves one plugin's session (see the package comment).
-func (s *Server) Session(stream pb.Plugins_SessionServer) error {
+func (s *Server) Session(stream pluginrpc.Plugins_SessionServer) error {
 	ctx := stream.Context()
 	s.stats.sessions.Add(1)
 

@@ -64,7 +64,7 @@ func TestRollingRestartLosesNoWrite(t *testing.T) {
 		}
 		w := &seen{}
 		watchers[i] = w
-		ch := wc.Watch(wctx, from, client.WatchOptions{Types: []string{"roll"}})
+		ch := wc.Stream(wctx, from, client.WatchOptions{Types: []string{"roll"}}).Events()
 		wwg.Add(1)
 		go func() {
 			defer wwg.Done()

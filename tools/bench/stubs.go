@@ -18,6 +18,7 @@ import (
 
 	"github.com/plugreg/plugreg/api"
 	pb "github.com/plugreg/plugreg/api/pluginpb"
+	"github.com/plugreg/plugreg/api/pluginrpc"
 	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/stub"
 )
@@ -294,7 +295,7 @@ func (b *stubBench) phaseBurst(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for i := range b.o.stubSilent {
-		st, err := pb.NewPluginsClient(conn).Session(sctx)
+		st, err := pluginrpc.NewPluginsClient(conn).Session(sctx)
 		if err != nil {
 			return err
 		}
