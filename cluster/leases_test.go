@@ -43,7 +43,7 @@ func watchNode(t *testing.T, url string, from uint64) *events {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &events{}
 	done := make(chan struct{})
-	ch := cl.Watch(ctx, from, client.WatchOptions{})
+	ch := cl.Stream(ctx, from, client.WatchOptions{}).Events()
 	go func() {
 		defer close(done)
 		for ev := range ch {

@@ -22,10 +22,6 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
-// defaultAddr is the HTTP address client commands reach without -addr or
-// PLUGREG_ADDR: the local agent.
-const defaultAddr = "127.0.0.1:7700"
-
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
 	fs        *flag.FlagSet
@@ -43,17 +39,20 @@ type clientFlags struct {
 func newClientFlags(name, argsUsage, help string) *clientFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cf := &clientFlags{fs: fs, argsUsage: argsUsage}
-	def := os.Getenv("PLUGREG_ADDR")
-	if def == "" {
-		def = defaultAddr
+	// The defaults shown are the environment's (client.ConfigFromEnv
+	// reads it for the client), but for the token's secret.
+	env := os.Getenv
+	addr := env(client.EnvAddr)
+	if addr == "" {
+		addr = client.DefaultAddr
 	}
-	cf.addr = fs.String("addr", def, "node HTTP addresses, comma-separated (env PLUGREG_ADDR)")
-	cf.token = fs.String("token", os.Getenv("PLUGREG_TOKEN"), "ACL token (env PLUGREG_TOKEN)")
-	cf.tokenFile = fs.String("token-file", os.Getenv("PLUGREG_TOKEN_FILE"), "read the ACL token from this file, as mounted from a Kubernetes Secret (env PLUGREG_TOKEN_FILE; -token wins)")
-	fs.StringVar(&cf.tls.CAFile, "ca-file", os.Getenv("PLUGREG_CACERT"), "PEM CA that verifies the servers' HTTPS certificates; with it, addresses without a scheme are https (env PLUGREG_CACERT)")
-	fs.StringVar(&cf.tls.CertFile, "client-cert", os.Getenv("PLUGREG_CLIENT_CERT"), "PEM client certificate, for agents that -verify-incoming (env PLUGREG_CLIENT_CERT)")
-	fs.StringVar(&cf.tls.KeyFile, "client-key", os.Getenv("PLUGREG_CLIENT_KEY"), "PEM key of -client-cert (env PLUGREG_CLIENT_KEY)")
-	fs.StringVar(&cf.tls.ServerName, "tls-server-name", os.Getenv("PLUGREG_TLS_SERVER_NAME"), "name the agent's certificate must carry (empty: the address's host) (env PLUGREG_TLS_SERVER_NAME)")
+	cf.addr = fs.String("addr", addr, "node HTTP addresses, comma-separated (env "+client.EnvAddr+")")
+	cf.token = fs.String("token", "", "ACL token (env "+client.EnvToken+")")
+	cf.tokenFile = fs.String("token-file", "", "read the ACL token from this file, as mounted from a Kubernetes Secret (env "+client.EnvTokenFile+"); as Consul's, it wins over -token, and both over the environment")
+	fs.StringVar(&cf.tls.CAFile, "ca-file", env(client.EnvCACert), "PEM CA that verifies the servers' HTTPS certificates; with it, addresses without a scheme are https (env "+client.EnvCACert+")")
+	fs.StringVar(&cf.tls.CertFile, "client-cert", env(client.EnvClientCert), "PEM client certificate, for agents that -verify-incoming (env "+client.EnvClientCert+")")
+	fs.StringVar(&cf.tls.KeyFile, "client-key", env(client.EnvClientKey), "PEM key of -client-cert (env "+client.EnvClientKey+")")
+	fs.StringVar(&cf.tls.ServerName, "tls-server-name", env(client.EnvTLSServerName), "name the agent's certificate must carry (empty: the address's host) (env "+client.EnvTLSServerName+")")
 	cf.out.define(fs)
 	cf.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = usageOf(fs, argsUsage, help)
@@ -124,20 +123,27 @@ func (cf *clientFlags) client() (*client.Client, error) { return cf.clientAt(*cf
 // settings and token: for commands that must talk to one particular agent
 // (each member in turn, the leader).
 func (cf *clientFlags) clientAt(addrs string) (*client.Client, error) {
-	cfg := client.Config{Addrs: strings.Split(addrs, ","), Token: *cf.token}
-	if cfg.Token == "" && *cf.tokenFile != "" {
-		b, err := os.ReadFile(*cf.tokenFile)
-		if err != nil {
+	// The environment first (the Go client's own reading of it), then
+	// the flags over it: -token-file, then -token, as Consul orders them.
+	cfg, err := client.DefaultConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Addrs = client.SplitAddrs(addrs)
+	switch {
+	case *cf.tokenFile != "":
+		if cfg.Token, err = client.ReadTokenFile(*cf.tokenFile); err != nil {
 			return nil, fmt.Errorf("-token-file: %w", err)
 		}
-		cfg.Token = strings.TrimSpace(string(b))
+	case *cf.token != "":
+		cfg.Token = *cf.token
 	}
-	if cf.tls != (tlsutil.ClientOptions{}) || strings.Contains(addrs, "https://") {
-		tc, err := tlsutil.ClientConfig(cf.tls)
-		if err != nil {
+	cfg.TLSOptions = cf.tls
+	if cf.tls == (tlsutil.ClientOptions{}) && strings.Contains(addrs, "https://") {
+		// https:// without a CA: the system's roots verify the agents.
+		if cfg.TLS, err = tlsutil.ClientConfig(cf.tls); err != nil {
 			return nil, err
 		}
-		cfg.TLS = tc
 	}
 	return client.New(cfg)
 }

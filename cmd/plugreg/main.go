@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/plugreg/plugreg/client"
 	"github.com/plugreg/plugreg/cluster"
 	"github.com/plugreg/plugreg/internal/buildinfo"
 )
@@ -112,7 +113,7 @@ func (c *command) usage(w io.Writer, path string) {
 	fmt.Fprintf(w, "\nRun '%s <command> -h' for a command's flags.\n", cmd)
 	if path == "" {
 		fmt.Fprintf(w, "Client commands reach the nodes in $PLUGREG_ADDR (comma-separated; default %s);\n"+
-			"their flags (-addr, -token, -format, ...) may also stand before the command.\n", defaultAddr)
+			"their flags (-addr, -token, -format, ...) may also stand before the command.\n", client.DefaultAddr)
 	}
 }
 

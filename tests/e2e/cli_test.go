@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,6 +165,37 @@ func TestPortInUseNamesItsFlag(t *testing.T) {
 				t.Fatalf("%s", r)
 			}
 		})
+	}
+}
+
+// An address where nothing listens fails at once, in one line naming it
+// (the dial is not retried until -timeout), and an address where
+// something else answers (a Consul agent, any web server) says so in one
+// line. Before: 30 s of silence and "context deadline exceeded", and for
+// a web page its HTML, then "(404 )".
+func TestCLINamesAnAddressThatIsNotAnAgent(t *testing.T) {
+	bin := proctest.Build(t, "./cmd/plugreg")
+	ports := proctest.FreePorts(t, "127.0.0.1", 2)
+	nothing := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<html><body><h1>Not Found</h1></body></html>\n")
+	})}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go web.Serve(ln)
+	defer web.Close()
+	cases := []struct{ addr, want string }{
+		{nothing, fmt.Sprintf("plugreg list: no plugreg agent at %s: connection refused\n", nothing)},
+		{ln.Addr().String(), fmt.Sprintf("plugreg list: %s answered HTTP 404 (text/html), not as a plugreg agent: is it the right address?\n", ln.Addr())},
+	}
+	for _, tc := range cases {
+		if r := runPlugreg(t, bin, nil, "list", "csi", "-addr", tc.addr); r.code != 1 || r.stderr != tc.want || r.stdout != "" {
+			t.Errorf("%s", r)
+		}
 	}
 }
 

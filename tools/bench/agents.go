@@ -411,7 +411,7 @@ func runAgents(ctx context.Context, o *options, pc *plugregCluster, bin, dir str
 		defer tr.CloseIdleConnections()
 		t := newInstTracker(nd.id)
 		b.track = append(b.track, t)
-		ch := cli.Watch(ctx, 0, client.WatchOptions{Types: types})
+		ch := cli.Stream(ctx, 0, client.WatchOptions{Types: types}).Events()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -34,7 +34,7 @@ func (b *fleetBench) startTracker(ctx context.Context, nd *plugregNode, wg *sync
 		return nil, err
 	}
 	t := &fleetTracker{server: nd.id, allocs: map[string]bool{}}
-	ch := cli.Watch(ctx, 0, client.WatchOptions{Types: fleetTypes})
+	ch := cli.Stream(ctx, 0, client.WatchOptions{Types: fleetTypes}).Events()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -170,7 +170,7 @@ func (b *fleetBench) startWatchers(ctx context.Context) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		ch := cli.Watch(ctx, from[k%members], client.WatchOptions{Types: fleetTypes})
+		ch := cli.Stream(ctx, from[k%members], client.WatchOptions{Types: fleetTypes}).Events()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -155,7 +155,7 @@ func (s *plugregSystem) watch(ctx context.Context, i int, typ string, fn func(st
 		return nil, fmt.Errorf("plugreg watch start index: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ch := cli.Watch(ctx, meta.Index, client.WatchOptions{Types: []string{typ}, JSON: s.watchJSON})
+	ch := cli.Stream(ctx, meta.Index, client.WatchOptions{Types: []string{typ}, JSON: s.watchJSON}).Events()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -64,8 +64,9 @@ func (w *slowWatcher) run(ctx context.Context) {
 	}
 	var sessions []check.Session
 	sess := check.Session{Subscriber: w.id, Node: "go-client", Start: w.clock()}
+	endReason := "stopped"
 	defer func() {
-		sess.End, sess.EndReason = w.clock(), "stopped"
+		sess.End, sess.EndReason = w.clock(), endReason
 		w.rec.mu.Lock()
 		w.rec.sessions = append(append(w.rec.sessions, sessions...), sess)
 		w.rec.mu.Unlock()
@@ -84,7 +85,8 @@ func (w *slowWatcher) run(ctx context.Context) {
 	// the last applied index may have no event; a heartbeat says the
 	// stream has delivered everything up to its index, and the events
 	// checker holds it to that ("heartbeats never run ahead").
-	ch := c.Watch(ctx, 0, client.WatchOptions{StallTimeout: w.stall, JSON: true, Heartbeats: true})
+	stream := c.Stream(ctx, 0, client.WatchOptions{StallTimeout: w.stall, JSON: true, Heartbeats: true})
+	ch := stream.Events()
 	pace := newPace(w.seed+3, w.stall)
 	for ev := range ch {
 		rec := eventRec(ev, w.clock())
@@ -107,6 +109,9 @@ func (w *slowWatcher) run(ctx context.Context) {
 		case <-w.hurry:
 		case <-ctx.Done():
 		}
+	}
+	if err := stream.Err(); err != nil {
+		endReason = "stopped: " + err.Error()
 	}
 }
 
