@@ -57,9 +57,10 @@ func startAgent() *exampleAgent {
 }
 
 func (a *exampleAgent) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a.http.Shutdown(ctx)
+	// Close, not Shutdown: a stream's connection, or one the client
+	// opened as the example ended, would keep Shutdown waiting, and its
+	// goroutine would outlive the example (the package's leak check).
+	a.http.Close()
 	a.srv.Shutdown()
 	os.RemoveAll(a.dir)
 }

@@ -93,6 +93,10 @@ func (cn *ClientNode) Kill() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cn.HTTP.Shutdown(ctx)
+	// What Shutdown left (a connection accepted as it began, which it
+	// waits 5 s for before it counts as idle) is cut: its goroutine
+	// would outlive the test.
+	cn.HTTP.Close()
 	cn.serveWG.Wait()
 	cn.Client.Shutdown()
 }

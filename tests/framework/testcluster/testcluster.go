@@ -209,6 +209,10 @@ func (c *Cluster) Kill(i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.HTTP.Shutdown(ctx)
+	// What Shutdown left (a connection accepted as it began, which it
+	// waits 5 s for before it counts as idle) is cut: its goroutine
+	// would outlive the test.
+	n.HTTP.Close()
 	n.serveWG.Wait()
 	if err := n.Server.Shutdown(); err != nil {
 		c.t.Logf("shutdown %s: %v", n.Config.NodeID, err)
