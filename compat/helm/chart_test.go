@@ -8,9 +8,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -43,16 +45,21 @@ const (
 // valueSets are the configurations the tests render: the defaults, and
 // every switch on.
 var valueSets = map[string]map[string]any{
-	"defaults": {},
+	"defaults": {"image": testImage},
 	"secure": {
+		"image":          testImage,
 		"tls":            map[string]any{"enabled": true},
 		"gossip":         map[string]any{"encryptionSecret": "plugreg-gossip"},
-		"acl":            map[string]any{"enabled": true, "agentTokenSecret": "plugreg-agent-token"},
-		"serviceMonitor": map[string]any{"enabled": true},
+		"acl":            map[string]any{"enabled": true, "agentTokenSecret": "plugreg-agent-token", "testTokenSecret": "plugreg-test-token"},
+		"serviceMonitor": map[string]any{"enabled": true, "tokenSecret": "plugreg-metrics-token"},
 		"server":         map[string]any{"replicas": 5},
 		"tracing":        map[string]any{"endpoint": "http://otel-collector.observability:4318", "sampleRate": 0.01},
 	},
 }
+
+// testImage is the image the value sets name: the chart names none by
+// default (none is published).
+var testImage = map[string]any{"repository": "registry.example/plugreg", "tag": "test"}
 
 // TestChartLints: `helm lint` (Helm's lint package) finds no warning or
 // error in any value set.
@@ -318,6 +325,7 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		vals["tls"] = map[string]any{"enabled": true}
 		ca = testpki.New(t, "chart")
 	}
+	vals["image"] = testImage
 	m := render(t, vals)
 	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
 	// The headless service's names, as the servers' joins give them.
@@ -338,7 +346,10 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	}
 	pods = append(pods, pod{"node-a", "127.0.0.4", m.clients.Spec.Template.Spec, map[string]string{"NODE_NAME": "node-a"}})
 
-	var procs []*proctest.Proc
+	var (
+		procs   []*proctest.Proc
+		podEnvs [][]string // each pod's environment, its Secrets' mounts where the test put them
+	)
 	for _, p := range pods {
 		c := p.spec.Containers[0]
 		env := map[string]string{"POD_IP": p.ip}
@@ -405,8 +416,12 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		}
 		var envList []string
 		for k, v := range env {
+			if rest, ok := strings.CutPrefix(v, "/etc/plugreg/tls/"); ok && ca != nil {
+				v = filepath.Join(tlsDir, rest)
+			}
 			envList = append(envList, k+"="+v)
 		}
+		podEnvs = append(podEnvs, envList)
 		cmd := run(p.spec)
 		pr := proctest.New(p.name, cmd[0], filepath.Join(dir, p.name+".log"), append(cmd[1:], args...)...)
 		pr.Env = envList
@@ -471,6 +486,22 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	var members []struct{ Name string }
 	if err := jsonDecode(resp, &members); err != nil || len(members) != 4 {
 		t.Fatalf("members %+v (%v), want the three servers and the client agent", members, err)
+	}
+	// The CLI in each pod, as kubectl exec runs it there (the NOTES'
+	// command): its environment alone reaches its own agent, with TLS on
+	// over HTTPS, verified by the CA, with the pod's certificate.
+	for i, p := range pods {
+		cmd := run(p.spec)
+		cli := exec.Command(cmd[0], append(cmd[1:], "members", "-format", "json")...)
+		cli.Env = podEnvs[i]
+		out, err := cli.CombinedOutput()
+		var ms []struct{ Name string }
+		if err == nil {
+			err = json.Unmarshal(out, &ms)
+		}
+		if err != nil || len(ms) != 4 {
+			t.Errorf("%s: plugreg members in the pod: %v\n%s", p.name, err, out)
+		}
 	}
 	// Each gossips encrypted with the Secret's key, which it read from its
 	// environment (never its arguments): its keyring holds it.

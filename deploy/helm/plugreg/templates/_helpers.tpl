@@ -22,7 +22,44 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "plugreg.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ required "image.repository is empty: no plugreg image is published. Build one (docs/kubernetes.md, The image: docker build ., or go run ./deploy/image without a daemon), push it to a registry your nodes pull from, and set image.repository and image.tag" .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* What every pod of the chart shares: its service account, whose
+token is never mounted (no pod of the chart calls the Kubernetes API),
+and the registry credentials. */}}
+{{- define "plugreg.podCommon" -}}
+serviceAccountName: {{ include "plugreg.fullname" . }}
+automountServiceAccountToken: false
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The servers' affinity: the values' own, else server.antiAffinity. */}}
+{{- define "plugreg.serverAffinity" -}}
+{{- if .Values.server.affinity -}}
+{{- toYaml .Values.server.affinity -}}
+{{- else if eq .Values.server.antiAffinity "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "plugreg.selector" (dict "root" . "component" "server") | nindent 10 }}
+{{- else if eq .Values.server.antiAffinity "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "plugreg.selector" (dict "root" . "component" "server") | nindent 12 }}
+{{- end -}}
 {{- end -}}
 
 {{/* The gossip address of every server, through the headless service. */}}
@@ -91,9 +128,22 @@ qualified, and http.allowedHosts. */}}
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
-# The CLI's default address (kubectl exec ... plugreg members).
+# The CLI's default address and TLS (kubectl exec ... plugreg members):
+# its own agent, verified by the CA, with the pod's certificate (a
+# server's names server.<clusterName>.plugreg, a client agent's
+# client.<clusterName>.plugreg).
 - name: PLUGREG_ADDR
   value: {{ printf "%s://$(POD_IP):%d" (ternary "https" "http" .root.Values.tls.enabled) (int .root.Values.ports.http) | quote }}
+{{- if .root.Values.tls.enabled }}
+- name: PLUGREG_CACERT
+  value: /etc/plugreg/tls/ca.crt
+- name: PLUGREG_CLIENT_CERT
+  value: /etc/plugreg/tls/tls.crt
+- name: PLUGREG_CLIENT_KEY
+  value: /etc/plugreg/tls/tls.key
+- name: PLUGREG_TLS_SERVER_NAME
+  value: {{ printf "%s.%s.plugreg" .role .root.Values.clusterName | quote }}
+{{- end }}
 {{- if .root.Values.gossip.encryptionSecret }}
 # Read by the agent as -encrypt (an argument would be visible to every
 # user of the node).
@@ -107,4 +157,33 @@ qualified, and http.allowedHosts. */}}
 
 {{- define "plugreg.scheme" -}}
 {{ if .Values.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
+{{- end -}}
+
+{{/* How Prometheus scrapes an agent: over HTTPS with TLS on (the CA
+verifies the agent's certificate, named for its role; the client agents'
+certificate is presented, for -verify-incoming), and with ACLs on with a
+token from serviceMonitor.tokenSecret (any policy reads metrics). */}}
+{{- define "plugreg.scrapeAuth" -}}
+{{- $v := .root.Values -}}
+{{- if $v.tls.enabled }}
+scheme: https
+tlsConfig:
+  serverName: {{ printf "%s.%s.plugreg" .role $v.clusterName }}
+  ca:
+    secret:
+      name: {{ $v.tls.clientSecretName }}
+      key: ca.crt
+  cert:
+    secret:
+      name: {{ $v.tls.clientSecretName }}
+      key: tls.crt
+  keySecret:
+    name: {{ $v.tls.clientSecretName }}
+    key: tls.key
+{{- end }}
+{{- if $v.acl.enabled }}
+bearerTokenSecret:
+  name: {{ required "serviceMonitor.tokenSecret: with acl.enabled, Prometheus needs a token (a Secret with it under \"token\") to read /v1/metrics" $v.serviceMonitor.tokenSecret }}
+  key: token
+{{- end }}
 {{- end -}}

@@ -1,0 +1,107 @@
+//go:build linux
+
+package helm
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The defaults the charts operators already trust have (consul-k8s,
+// bitnami etcd, NVIDIA's device plugin): no two servers on one node, the
+// pods' own service account with no token mounted, the runtime's seccomp
+// profile, the servers at the restricted Pod Security level, the client
+// agents scheduled before ordinary pods, a helm test.
+func TestChartDefaults(t *testing.T) {
+	m := render(t, valueSets["defaults"])
+	srv, cli := m.servers.Spec.Template.Spec, m.clients.Spec.Template.Spec
+	aff := srv.Affinity
+	if aff == nil || aff.PodAntiAffinity == nil || len(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Fatalf("servers' affinity %+v: want one required anti-affinity term", aff)
+	}
+	term := aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0]
+	if term.TopologyKey != "kubernetes.io/hostname" || term.LabelSelector == nil ||
+		term.LabelSelector.MatchLabels["app.kubernetes.io/component"] != "server" || term.LabelSelector.MatchLabels["app.kubernetes.io/instance"] != release {
+		t.Errorf("anti-affinity term %+v: want this release's servers apart by kubernetes.io/hostname", term)
+	}
+	for what, pod := range map[string]corev1.PodSpec{"server": srv, "client": cli} {
+		if pod.ServiceAccountName != release+"-plugreg" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+			t.Errorf("%s: service account %q, automount %v: want the chart's, no token", what, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+		}
+		if sc := pod.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: no RuntimeDefault seccomp profile", what)
+		}
+		c := pod.Containers[0].SecurityContext
+		if c == nil || c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation {
+			t.Errorf("%s: privilege escalation allowed", what)
+		}
+	}
+	// The restricted level for the servers: non-root, every capability dropped.
+	if sc := srv.SecurityContext; sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("servers may run as root")
+	}
+	if c := srv.Containers[0].SecurityContext; c.Capabilities == nil || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
+		t.Error("servers keep capabilities")
+	}
+	if cli.PriorityClassName != "system-node-critical" {
+		t.Errorf("client agents' priority class %q, want system-node-critical", cli.PriorityClassName)
+	}
+	for _, kind := range []string{"ServiceAccount", "Pod"} { // the Pod: helm test
+		if !containsAll(m.kinds, []string{kind}) {
+			t.Errorf("no %s in %v", kind, m.kinds)
+		}
+	}
+	soft := render(t, map[string]any{"image": testImage, "server": map[string]any{"antiAffinity": "soft"}}).servers.Spec.Template.Spec.Affinity
+	if soft == nil || len(soft.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || len(soft.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Errorf("antiAffinity soft: %+v", soft)
+	}
+}
+
+// Values that cannot work are refused at install, naming what to do:
+// no image (none is published), an even or too large server count, a
+// mistyped key, an unknown anti-affinity, ACLs with a ServiceMonitor but
+// no token for it.
+func TestChartRefusesImpossibleValues(t *testing.T) {
+	cases := []struct {
+		name string
+		vals map[string]any
+		want string
+	}{
+		{"no image", map[string]any{}, "image.repository is empty: no plugreg image is published"},
+		{"two servers", map[string]any{"image": testImage, "server": map[string]any{"replicas": 2}}, "replicas"},
+		{"four servers", map[string]any{"image": testImage, "server": map[string]any{"replicas": 4}}, "replicas"},
+		{"mistyped key", map[string]any{"image": testImage, "sever": map[string]any{"replicas": 3}}, "sever"},
+		{"unknown anti-affinity", map[string]any{"image": testImage, "server": map[string]any{"antiAffinity": "maybe"}}, "antiAffinity"},
+		{"acl metrics without a token", map[string]any{"image": testImage, "acl": map[string]any{"enabled": true}, "serviceMonitor": map[string]any{"enabled": true}},
+			"serviceMonitor.tokenSecret"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := renderErr(tc.vals)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// renderErr renders the chart as helm install would, values checked
+// and returns the first refusal.
+func renderErr(vals map[string]any) error {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return err
+	}
+	// ToRenderValues checks the values against values.schema.json.
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		return err
+	}
+	_, err = engine.Render(ch, rv)
+	return err
+}
