@@ -81,6 +81,7 @@ type manifests struct {
 	servers *appsv1.StatefulSet
 	clients *appsv1.DaemonSet
 	kinds   []string
+	docs    map[string][]string // every document, by kind
 }
 
 func render(t *testing.T, vals map[string]any) manifests {
@@ -111,6 +112,10 @@ func render(t *testing.T, vals map[string]any) manifests {
 				t.Fatalf("%s: %v\n%s", name, err, doc)
 			}
 			m.kinds = append(m.kinds, meta.Kind)
+			if m.docs == nil {
+				m.docs = map[string][]string{}
+			}
+			m.docs[meta.Kind] = append(m.docs[meta.Kind], doc)
 			switch meta.Kind {
 			case "StatefulSet":
 				m.servers = new(appsv1.StatefulSet)

@@ -3,6 +3,9 @@
 package helm
 
 import (
+	"encoding/base64"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -10,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // The defaults the charts operators already trust have (consul-k8s,
@@ -104,4 +108,73 @@ func renderErr(vals map[string]any) error {
 	}
 	_, err = engine.Render(ch, rv)
 	return err
+}
+
+// prometheusRule.enabled puts deploy/prometheus's alerts, unchanged, in
+// a PrometheusRule: one file serves both.
+func TestChartPrometheusRuleIsTheAlertsFile(t *testing.T) {
+	m := render(t, map[string]any{"image": testImage, "prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}}})
+	if len(m.docs["PrometheusRule"]) != 1 {
+		t.Fatalf("kinds %v: want one PrometheusRule", m.kinds)
+	}
+	var rule struct {
+		Metadata struct{ Labels map[string]string }
+		Spec     struct{ Groups []any }
+	}
+	if err := yaml.Unmarshal([]byte(m.docs["PrometheusRule"][0]), &rule); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../../deploy/prometheus/plugreg-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct{ Groups []any }
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Groups) == 0 || !reflect.DeepEqual(rule.Spec.Groups, file.Groups) {
+		t.Errorf("the PrometheusRule's groups differ from deploy/prometheus/plugreg-alerts.yml's:\n%v\n%v", rule.Spec.Groups, file.Groups)
+	}
+	if rule.Metadata.Labels["release"] != "kube-prometheus" {
+		t.Errorf("labels %v: want prometheusRule.labels", rule.Metadata.Labels)
+	}
+	if len(render(t, map[string]any{"image": testImage}).docs["PrometheusRule"]) != 0 {
+		t.Error("a PrometheusRule by default")
+	}
+}
+
+// gossip.autoGenerate without a Secret of one's own: the chart makes one
+// with a key in plugreg keygen's form (32 random bytes, base64), kept on
+// uninstall, and every agent reads it from its environment.
+func TestChartGeneratesTheGossipKey(t *testing.T) {
+	m := render(t, map[string]any{"image": testImage, "gossip": map[string]any{"autoGenerate": true}})
+	var secret corev1.Secret
+	for _, doc := range m.docs["Secret"] {
+		if err := yaml.Unmarshal([]byte(doc), &secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if secret.Name != release+"-plugreg-gossip" || secret.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Fatalf("secret %s %v: want %s-plugreg-gossip, kept on uninstall", secret.Name, secret.Annotations, release)
+	}
+	key, err := base64.StdEncoding.DecodeString(string(secret.Data["key"]))
+	if err != nil || len(key) != 32 {
+		t.Fatalf("key %q: %d bytes, %v: want 32 bytes, base64", secret.Data["key"], len(key), err)
+	}
+	for what, pod := range map[string]corev1.PodSpec{"server": m.servers.Spec.Template.Spec, "client": m.clients.Spec.Template.Spec} {
+		found := false
+		for _, e := range pod.Containers[0].Env {
+			if e.Name == "PLUGREG_GOSSIP_KEY" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret.Name {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: PLUGREG_GOSSIP_KEY does not come from %s", what, secret.Name)
+		}
+	}
+	// A Secret of one's own wins, and nothing is generated.
+	own := render(t, map[string]any{"image": testImage, "gossip": map[string]any{"autoGenerate": true, "encryptionSecret": "mine"}})
+	if len(own.docs["Secret"]) != 0 {
+		t.Errorf("a generated Secret beside gossip.encryptionSecret")
+	}
 }

@@ -144,13 +144,13 @@ qualified, and http.allowedHosts. */}}
 - name: PLUGREG_TLS_SERVER_NAME
   value: {{ printf "%s.%s.plugreg" .role .root.Values.clusterName | quote }}
 {{- end }}
-{{- if .root.Values.gossip.encryptionSecret }}
+{{- with (include "plugreg.gossipSecret" .root) }}
 # Read by the agent as -encrypt (an argument would be visible to every
 # user of the node).
 - name: PLUGREG_GOSSIP_KEY
   valueFrom:
     secretKeyRef:
-      name: {{ .root.Values.gossip.encryptionSecret }}
+      name: {{ . }}
       key: key
 {{- end }}
 {{- end -}}
@@ -186,4 +186,14 @@ bearerTokenSecret:
   name: {{ required "serviceMonitor.tokenSecret: with acl.enabled, Prometheus needs a token (a Secret with it under \"token\") to read /v1/metrics" $v.serviceMonitor.tokenSecret }}
   key: token
 {{- end }}
+{{- end -}}
+
+{{/* The Secret holding the gossip key: gossip.encryptionSecret, else the
+chart's own with gossip.autoGenerate, else none (gossip in the clear). */}}
+{{- define "plugreg.gossipSecret" -}}
+{{- if .Values.gossip.encryptionSecret -}}
+{{- .Values.gossip.encryptionSecret -}}
+{{- else if .Values.gossip.autoGenerate -}}
+{{- printf "%s-gossip" (include "plugreg.fullname" .) -}}
+{{- end -}}
 {{- end -}}
