@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"time"
@@ -15,11 +18,22 @@ import (
 )
 
 func runSnapshotSave(args []string) error {
-	cf := newClientFlags("snapshot save", "FILE", "Saves a point-in-time backup of the registry to FILE (a gzipped tar: meta.json,\nstate.bin, SHA256SUMS). Taken after a linearizable read barrier unless -stale.\nNeeds an operator token when ACLs are on; the file holds ACL token hashes: keep it 0600.")
+	cf := newClientFlags("snapshot save", "FILE|DIR", "Saves a point-in-time backup of the registry to FILE (a gzipped tar: meta.json,\nstate.bin, SHA256SUMS). Taken after a linearizable read barrier unless -stale.\nGiven a directory, names the file plugreg-TIME-INDEX.snap in it (TIME in UTC,\nsortable), and with -retain N then removes all but the newest N such files: for\nscheduled backups (the Helm chart's snapshot CronJob), where nothing else names them.\nNeeds an operator token when ACLs are on; the file holds ACL token hashes: keep it 0600.")
 	stale := cf.fs.Bool("stale", false, "take the answering server's state without a read barrier (works without a leader)")
+	retain := cf.fs.Int("retain", 0, "with a directory: keep the newest N plugreg-*.snap files there once this one is saved (0: keep all)")
 	*cf.timeout = 5 * time.Minute
 	return cf.withClient(args, []int{1}, func(ctx context.Context, c *client.Client) error {
 		path := cf.args[0]
+		dir := ""
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			dir = path
+		}
+		switch {
+		case *retain < 0:
+			return usageErrorf(cf.fs, "-retain %d: want 0 (keep all) or more", *retain)
+		case *retain > 0 && dir == "":
+			return usageErrorf(cf.fs, "-retain prunes a directory of snapshots: %s is not a directory", path)
+		}
 		var buf bytes.Buffer
 		if err := c.SnapshotSave(ctx, &buf, &client.QueryOptions{Stale: *stale}); err != nil {
 			return err
@@ -30,13 +44,73 @@ func runSnapshotSave(args []string) error {
 		if err != nil {
 			return fmt.Errorf("the agent sent an archive that does not check: %w", err)
 		}
+		if dir != "" {
+			path = filepath.Join(dir, fmt.Sprintf("%s%s-%d%s", snapshotPrefix, meta.Created.UTC().Format("20060102T150405Z"), meta.Index, snapshotSuffix))
+		}
 		// Whole or not at all: an interrupted save leaves no half file.
 		if err := atomicfile.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 			return fmt.Errorf("save snapshot: %w", err)
 		}
 		fmt.Printf("saved snapshot of index %d (%d instances, %d bytes) to %s\n", meta.Index, state.Len(), buf.Len(), path)
+		if *retain > 0 {
+			return pruneSnapshots(dir, *retain)
+		}
 		return nil
 	})
+}
+
+// The names snapshot save gives in a directory: plugreg-TIME-INDEX.snap.
+// -retain removes only files named so.
+const (
+	snapshotPrefix = "plugreg-"
+	snapshotSuffix = ".snap"
+)
+
+var snapshotName = regexp.MustCompile(`^plugreg-(\d{8}T\d{6}Z)-(\d+)\.snap$`)
+
+// pruneSnapshots removes all but the newest keep snapshots of dir, by the
+// time and index their names give. A file that fails to go is reported;
+// the save itself stands.
+func pruneSnapshots(dir string, keep int) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	type snap struct {
+		name, taken string
+		index       uint64
+	}
+	var snaps []snap
+	for _, e := range entries {
+		m := snapshotName.FindStringSubmatch(e.Name())
+		if m == nil || !e.Type().IsRegular() {
+			continue
+		}
+		idx, err := strconv.ParseUint(m[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		snaps = append(snaps, snap{e.Name(), m[1], idx})
+	}
+	sort.Slice(snaps, func(i, j int) bool {
+		if snaps[i].taken != snaps[j].taken {
+			return snaps[i].taken < snaps[j].taken
+		}
+		return snaps[i].index < snaps[j].index
+	})
+	var errs []error
+	for _, sn := range snaps[:max(0, len(snaps)-keep)] {
+		n := filepath.Join(dir, sn.name)
+		if err := os.Remove(n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Printf("removed %s (-retain %d)\n", n, keep)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("saved, but pruning the older snapshots failed: %w", err)
+	}
+	return nil
 }
 
 func runSnapshotRestore(args []string) error {

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,37 @@ func TestSnapshotCommands(t *testing.T) {
 	out, err := cli("snapshot", "inspect", file)
 	if err != nil || !strings.Contains(out, "Instances:   4") || !regexpMatch(`(?m)^csi\s+1\s+3$`, out) || !regexpMatch(`(?m)^device\s+1\s+1$`, out) || !strings.Contains(out, "checked") {
 		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+
+	// Into a directory, as a schedule runs it: each save named by its
+	// time and index, and -retain 2 keeps the newest two. Another file
+	// of the directory is never touched.
+	backups := t.TempDir()
+	other := filepath.Join(backups, "notes.txt")
+	os.WriteFile(other, []byte("mine\n"), 0o600)
+	var saved []string
+	for i := range 3 {
+		if _, err := reg.Register(ctx, &api.PluginInfo{Type: "csi", Name: "rot", AllocID: fmt.Sprint(i), ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/r.sock"}}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cli("snapshot", "save", "-retain", "2", backups)
+		m := regexp.MustCompile(`to (\S+/plugreg-\d{8}T\d{6}Z-\d+\.snap)\n`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("save into a directory: %v\n%s", err, out)
+		}
+		saved = append(saved, m[1])
+	}
+	left, _ := filepath.Glob(filepath.Join(backups, "*"))
+	want := []string{other, saved[1], saved[2]}
+	sort.Strings(want) // as Glob's: -10 before -9 in the same second
+	if !reflect.DeepEqual(left, want) {
+		t.Fatalf("after three saves with -retain 2: %v, want %v", left, want)
+	}
+	if out, err := cli("snapshot", "inspect", saved[2]); err != nil || !strings.Contains(out, "Instances:   7") {
+		t.Fatalf("inspect the newest: %v\n%s", err, out)
+	}
+	if out, err := cli("snapshot", "save", "-retain", "2", file); err == nil || !strings.Contains(out, "is not a directory") {
+		t.Fatalf("-retain with a file: %v\n%s", err, out)
 	}
 
 	// After the save: a deregistration and a new type.
