@@ -29,6 +29,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -52,6 +53,8 @@ var valueSets = map[string]map[string]any{
 		"gossip":         map[string]any{"encryptionSecret": "plugreg-gossip"},
 		"acl":            map[string]any{"enabled": true, "agentTokenSecret": "plugreg-agent-token", "testTokenSecret": "plugreg-test-token"},
 		"serviceMonitor": map[string]any{"enabled": true, "tokenSecret": "plugreg-metrics-token"},
+		"snapshot":       map[string]any{"enabled": true, "tokenSecret": "plugreg-snapshot-token"},
+		"prometheusRule": map[string]any{"enabled": true},
 		"server":         map[string]any{"replicas": 5},
 		"tracing":        map[string]any{"endpoint": "http://otel-collector.observability:4318", "sampleRate": 0.01},
 	},
@@ -331,6 +334,7 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		ca = testpki.New(t, "chart")
 	}
 	vals["image"] = testImage
+	vals["snapshot"] = map[string]any{"enabled": true, "retain": 2}
 	m := render(t, vals)
 	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
 	// The headless service's names, as the servers' joins give them.
@@ -507,6 +511,58 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		if err != nil || len(ms) != 4 {
 			t.Errorf("%s: plugreg members in the pod: %v\n%s", p.name, err, out)
 		}
+	}
+	// The snapshot CronJob's container, run as its pod would run it (its
+	// arguments and environment, the API service's name resolved to a
+	// server, /snapshots a directory of the test's) three times: each
+	// run saves a backup the CLI can inspect, and -retain keeps two.
+	var cron batchv1.CronJob
+	if docs := m.docs["CronJob"]; len(docs) != 1 {
+		t.Fatalf("kinds %v: want one CronJob", m.kinds)
+	} else if err := yaml.UnmarshalStrict([]byte(docs[0]), &cron); err != nil {
+		t.Fatal(err)
+	}
+	job := cron.Spec.JobTemplate.Spec.Template.Spec
+	snapshots := filepath.Join(dir, "snapshots")
+	if err := os.MkdirAll(snapshots, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(snapshots, 0o777) // the image's user writes there
+	service := fmt.Sprintf("%s-plugreg.%s.svc", release, namespace)
+	for i := range 3 {
+		// A write between saves: two saves of one index in one second are
+		// one file.
+		wr, err := hc.Post(fmt.Sprintf("%s://%s:%d/v1/plugins", scheme, pods[3].ip, ports[0]), "application/json",
+			strings.NewReader(fmt.Sprintf(`{"Type":"csi","Name":"backed-up","AllocID":"a%d","ConnectionInfo":{"SocketPath":"/run/b.sock"}}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wr.Body.Close()
+		var env []string
+		for _, e := range job.Containers[0].Env {
+			v := strings.Replace(e.Value, service, serverIP(0), 1)
+			if rest, ok := strings.CutPrefix(v, "/etc/plugreg/tls/"); ok && ca != nil {
+				v = filepath.Join(dir, pods[3].name, "tls", rest) // a client certificate, as the Secret holds
+			}
+			env = append(env, e.Name+"="+v)
+		}
+		var args []string
+		for _, a := range job.Containers[0].Args {
+			args = append(args, strings.Replace(a, "/snapshots", snapshots, 1))
+		}
+		cmd := run(job)
+		save := exec.Command(cmd[0], append(cmd[1:], args...)...)
+		save.Env = env
+		if out, err := save.CombinedOutput(); err != nil {
+			t.Fatalf("the snapshot CronJob's container: %v\n%s", err, out)
+		}
+	}
+	kept, _ := filepath.Glob(filepath.Join(snapshots, "plugreg-*.snap"))
+	if len(kept) != 2 {
+		t.Fatalf("after three scheduled saves with retain 2: %v", kept)
+	}
+	if out, err := exec.Command(run(job)[0], append(run(job)[1:], "snapshot", "inspect", kept[1])...).CombinedOutput(); err != nil {
+		t.Fatalf("inspect %s: %v\n%s", kept[1], err, out)
 	}
 	// Each gossips encrypted with the Secret's key, which it read from its
 	// environment (never its arguments): its keyring holds it.

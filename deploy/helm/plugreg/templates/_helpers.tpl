@@ -197,3 +197,71 @@ chart's own with gossip.autoGenerate, else none (gossip in the clear). */}}
 {{- printf "%s-gossip" (include "plugreg.fullname" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The CLI's environment in a pod of its own (helm test, the snapshot
+CronJob): the API service, and with TLS on the client agents'
+certificate (mounted by plugreg.cliMounts) verified as a server's; with
+a token Secret (.tokenSecret), its token as a file. */}}
+{{- define "plugreg.cliEnv" -}}
+{{- $v := .root.Values -}}
+- name: PLUGREG_ADDR
+  value: {{ printf "%s://%s.%s.svc:%d" (ternary "https" "http" $v.tls.enabled) (include "plugreg.fullname" .root) .root.Release.Namespace (int $v.ports.http) | quote }}
+{{- if $v.tls.enabled }}
+- name: PLUGREG_CACERT
+  value: /etc/plugreg/tls/ca.crt
+- name: PLUGREG_CLIENT_CERT
+  value: /etc/plugreg/tls/tls.crt
+- name: PLUGREG_CLIENT_KEY
+  value: /etc/plugreg/tls/tls.key
+- name: PLUGREG_TLS_SERVER_NAME
+  value: {{ printf "server.%s.plugreg" $v.clusterName | quote }}
+{{- end }}
+{{- if .tokenSecret }}
+- name: PLUGREG_TOKEN_FILE
+  value: /etc/plugreg/token/token
+{{- end }}
+{{- end -}}
+
+{{/* The mounts plugreg.cliEnv names, and their volumes. */}}
+{{- define "plugreg.cliMounts" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/plugreg/tls
+  readOnly: true
+{{- end }}
+{{- if .tokenSecret }}
+- name: token
+  mountPath: /etc/plugreg/token
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "plugreg.cliVolumes" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .root.Values.tls.clientSecretName }}
+{{- end }}
+{{- if .tokenSecret }}
+- name: token
+  secret:
+    secretName: {{ .tokenSecret }}
+{{- end }}
+{{- end -}}
+
+{{/* A CLI pod's security: the restricted level, as the servers'. */}}
+{{- define "plugreg.cliSecurity" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "plugreg.containerSecurity" -}}
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
