@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/plugreg/plugreg/api"
 	"github.com/plugreg/plugreg/backend"
@@ -87,4 +89,40 @@ func (b *Backend) ACLTokens(ctx context.Context) ([]api.ACLToken, error) {
 func (b *Backend) ACLTokenDelete(ctx context.Context, accessorID string) (api.WriteResult, error) {
 	res, err := b.s.aclTokenDelete(ctx, accessorID)
 	return res, apiError(err)
+}
+
+// bootstrapInitialToken creates the operator token whose secret is
+// ACLInitialManagementToken, unless the cluster is bootstrapped already:
+// by an operator, or by an earlier leader with the same secret. The FSM
+// applies one bootstrap only, so a race with plugreg acl bootstrap or a
+// deposed leader's attempt leaves one token. A failure is retried until
+// it succeeds or leadership ends (stop), beside the leader's other duties.
+func (s *Server) bootstrapInitialToken(stop <-chan struct{}) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		if idx := s.fsm.State().ACLBootstrapped(); idx != 0 {
+			return
+		}
+		accessor, _, err := api.NewACLSecret()
+		if err == nil {
+			t := fsm.ACLToken{AccessorID: accessor, SecretHash: api.HashSecret(s.cfg.ACLInitialManagementToken),
+				Description: "initial management token (operator)", Policies: []api.ACLPolicy{{Kind: api.ACLOperator}}}
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ApplyTimeout)
+			var res api.WriteResult
+			res, err = s.aclBootstrap(ctx, t)
+			cancel()
+			switch {
+			case err == nil:
+				s.logger.Info("ACLs bootstrapped with the initial management token", "accessor", accessor, "index", res.Index)
+				return
+			case errors.Is(err, api.ErrACLBootstrapped):
+				return
+			}
+		}
+		s.logger.Warn("bootstrapping ACLs with the initial management token failed; retrying", "error", err, "in", wait)
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
+	}
 }

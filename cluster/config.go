@@ -131,6 +131,14 @@ type Config struct {
 	// without one.
 	ACLEnabled, ACLDefaultDeny bool
 
+	// ACLInitialManagementToken, with ACLEnabled, is the secret of the
+	// operator token a leader creates when it finds the cluster not
+	// bootstrapped (Consul's initial_management token): for an installer
+	// that cannot run plugreg acl bootstrap and keep its answer, such as a
+	// Helm chart, which generates the secret and hands it to every server.
+	// Only its hash reaches the log, as any token's.
+	ACLInitialManagementToken string
+
 	// TLS, when set, secures the server port (Raft and RPC, incoming and
 	// outgoing) by its policy; nil: plaintext. The HTTP listener is the
 	// caller's (cmd/plugreg serves it with the same Configurator).

@@ -74,6 +74,14 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 		s.proposeStateChecks(stop)
 	}()
 	defer func() { <-checksDone }()
+	if s.cfg.ACLEnabled && s.cfg.ACLInitialManagementToken != "" {
+		bootstrapped := make(chan struct{})
+		go func() {
+			defer close(bootstrapped)
+			s.bootstrapInitialToken(stop)
+		}()
+		defer func() { <-bootstrapped }()
+	}
 
 	brakes := newReapBrakes(s.cfg.ReapBrakes, s.logger)
 	s.lead.brakes.Store(brakes)

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/plugreg/plugreg/agent"
@@ -91,6 +92,7 @@ type agentSettings struct {
 
 	// The HTTP API's: who may use it, and its limits.
 	aclToken, aclAgentToken, aclPolicy string
+	aclInitialToken                    string
 	aclEnabled                         bool
 	limits                             httpapi.Limits
 	allowedHosts                       string
@@ -158,6 +160,7 @@ func (s *agentSettings) flagSet() *flag.FlagSet {
 	fs.DurationVar(&s.limits.BodyReadTimeout, "http-body-read-timeout", httpapi.DefaultBodyReadTimeout, "time to read one request's body (a snapshot restore's: 10m)")
 	fs.StringVar(&s.allowedHosts, "http-allowed-hosts", "", "comma-separated DNS names (*.example.com for every name under example.com) a plain-HTTP request may give as its Host, besides IP addresses, localhost and this machine's host name; others are refused 421 host_not_allowed, against DNS rebinding (* allows any; HTTPS requests are not checked)")
 	fs.Var(&s.requiredTypes, "required-plugin-types", "comma-separated (or repeated) plugin types this agent's node must have an instance of: until it has one of each, GET /v1/health answers 503 missing_required_types (readiness; ?live is unaffected)")
+	server.StringVar(&s.aclInitialToken, "acl-initial-management-token", "", "with -acl-enabled: the secret of an operator token the leader creates if the cluster has no ACL token yet, in place of plugreg acl bootstrap (Consul's initial_management token; for installers such as the Helm chart). At least 16 characters. Unset: $PLUGREG_ACL_INITIAL_MANAGEMENT_TOKEN (not visible to other users, as arguments are)")
 	fs.StringVar(&s.aclPolicy, "acl-default-policy", "allow", "what a request without a token may do with -acl-enabled: allow (everything) or deny (nothing but health and bootstrap)")
 	server.StringVar(&s.applyLog, "apply-log", "", "test instrument: append a JSON line per applied log entry to this file")
 	server.DurationVar(&s.heartbeatTimeout, "heartbeat-timeout", 0, "Raft heartbeat and election timeout (overrides -raft-multiplier)")
@@ -222,6 +225,8 @@ func parseAgentFlags(args []string) (*agentSettings, error) {
 const (
 	envGossipKey  = "PLUGREG_GOSSIP_KEY"  // -encrypt
 	envAgentToken = "PLUGREG_AGENT_TOKEN" // -acl-agent-token
+	// -acl-initial-management-token
+	envInitialToken = "PLUGREG_ACL_INITIAL_MANAGEMENT_TOKEN"
 )
 
 // secretsFromEnv fills -encrypt and -acl-agent-token from the environment
@@ -236,6 +241,9 @@ func (s *agentSettings) secretsFromEnv() error {
 	}
 	if tok := os.Getenv(envAgentToken); s.aclAgentToken == "" && tok != "" {
 		s.aclAgentToken = tok
+	}
+	if tok := os.Getenv(envInitialToken); s.aclInitialToken == "" && tok != "" {
+		s.aclInitialToken = tok
 	}
 	return nil
 }
@@ -339,6 +347,16 @@ func (s *agentSettings) apiConfig() (apiOptions, error) {
 	}
 	if s.limits.BodyReadTimeout <= 0 {
 		return apiOptions{}, fmt.Errorf("-http-body-read-timeout %v: want a positive duration", s.limits.BodyReadTimeout)
+	}
+	if s.aclInitialToken != "" {
+		switch {
+		case !s.aclEnabled:
+			return apiOptions{}, errors.New("-acl-initial-management-token bootstraps ACLs: it needs -acl-enabled")
+		case s.client:
+			return apiOptions{}, fmt.Errorf("-acl-initial-management-token (or $%s) is for servers: a client agent bootstraps nothing", envInitialToken)
+		case len(s.aclInitialToken) < 16 || strings.ContainsFunc(s.aclInitialToken, unicode.IsSpace):
+			return apiOptions{}, errors.New("-acl-initial-management-token: want at least 16 characters and no white space (a UUID, as plugreg acl bootstrap makes)")
+		}
 	}
 	ao := apiOptions{token: s.aclToken, acl: httpapi.ACLConfig{Enabled: s.aclEnabled}, limits: s.limits}
 	switch s.aclPolicy {
@@ -500,6 +518,7 @@ func (s *agentSettings) serverConfig(a *agentSetup, enc gossip.Encryption) *clus
 	cfg.TLS = a.tlsc
 	cfg.GossipEncryption = enc
 	cfg.ACLEnabled, cfg.ACLDefaultDeny = a.api.acl.Enabled, a.api.acl.DefaultDeny
+	cfg.ACLInitialManagementToken = s.aclInitialToken
 	cfg.Logger = a.logger
 	return cfg
 }

@@ -159,6 +159,8 @@ func TestAgentRefusesBadFlagsAtStart(t *testing.T) {
 		{"wal segment too small", []string{"-wal-segment-size", "4096"}, "wal segment size 4096: use 16384 to 1073741824 bytes"},
 		{"unknown log store", []string{"-log-store", "rocks"}, `log store "rocks": use "boltdb" or "wal"`},
 		{"shared token with ACLs", []string{"-acl-token", "s", "-acl-enabled"}, "-acl-token and -acl-enabled: choose one"},
+		{"initial token without ACLs", []string{"-acl-initial-management-token", "0123456789abcdef-initial"}, "-acl-initial-management-token bootstraps ACLs: it needs -acl-enabled"},
+		{"initial token too short", []string{"-acl-enabled", "-acl-initial-management-token", "short"}, "want at least 16 characters"},
 		{"no body read time", []string{"-http-body-read-timeout", "0s"}, "-http-body-read-timeout 0s: want a positive duration"},
 		{"allowed host with a port", []string{"-http-allowed-hosts", "reg.example.com,reg.example:7700"}, `-http-allowed-hosts: "reg.example:7700": want a DNS name without port or scheme`},
 		{"reap rate not a number", []string{"-node-reap-rate", "NaN"}, "node reap rate NaN"},

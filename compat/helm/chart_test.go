@@ -335,7 +335,24 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	}
 	vals["image"] = testImage
 	vals["snapshot"] = map[string]any{"enabled": true, "retain": 2}
+	// ACLs on (default allow), bootstrapped by the servers with the
+	// token the chart generates.
+	vals["acl"] = map[string]any{"enabled": true, "bootstrapToken": map[string]any{"autoGenerate": true}}
 	m := render(t, vals)
+	// The Secrets the chart makes, as the cluster would hold them.
+	for _, doc := range m.docs["Secret"] {
+		var sec corev1.Secret
+		if err := yaml.Unmarshal([]byte(doc), &sec); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range sec.Data {
+			secrets[sec.Name+"/"+k] = string(v)
+		}
+	}
+	bootstrap := secrets[release+"-plugreg-bootstrap-token/token"]
+	if bootstrap == "" {
+		t.Fatalf("no bootstrap token Secret among %v", m.kinds)
+	}
 	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
 	// The headless service's names, as the servers' joins give them.
 	dns := map[string]string{}
@@ -512,6 +529,28 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 			t.Errorf("%s: plugreg members in the pod: %v\n%s", p.name, err, out)
 		}
 	}
+	// The servers bootstrapped ACLs with the generated Secret's token,
+	// read from their environment: it is an operator token.
+	self, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s://%s:%d/v1/acl/token/self", scheme, pods[0].ip, ports[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self.Header.Set("X-Plugreg-Token", bootstrap)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := hc.Do(self)
+		var tok struct{ Policies []struct{ Kind string } }
+		if err == nil {
+			err = jsonDecode(resp, &tok)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && len(tok.Policies) == 1 && tok.Policies[0].Kind == "operator" {
+				break
+			}
+			err = fmt.Errorf("%s %+v %v", resp.Status, tok, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the generated bootstrap token: %v", err)
+		}
+	}
 	// The snapshot CronJob's container, run as its pod would run it (its
 	// arguments and environment, the API service's name resolved to a
 	// server, /snapshots a directory of the test's) three times: each
@@ -529,6 +568,16 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	}
 	os.Chmod(snapshots, 0o777) // the image's user writes there
 	service := fmt.Sprintf("%s-plugreg.%s.svc", release, namespace)
+	// Its token volume: the Secret it names, mounted as a file.
+	tokenMount := filepath.Join(dir, "snapshot-token")
+	for _, v := range job.Volumes {
+		if v.Name == "token" && v.Secret != nil {
+			os.MkdirAll(tokenMount, 0o755)
+			if err := os.WriteFile(filepath.Join(tokenMount, "token"), []byte(secrets[v.Secret.SecretName+"/token"]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for i := range 3 {
 		// A write between saves: two saves of one index in one second are
 		// one file.
@@ -543,6 +592,9 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 			v := strings.Replace(e.Value, service, serverIP(0), 1)
 			if rest, ok := strings.CutPrefix(v, "/etc/plugreg/tls/"); ok && ca != nil {
 				v = filepath.Join(dir, pods[3].name, "tls", rest) // a client certificate, as the Secret holds
+			}
+			if rest, ok := strings.CutPrefix(v, "/etc/plugreg/token/"); ok {
+				v = filepath.Join(tokenMount, rest)
 			}
 			env = append(env, e.Name+"="+v)
 		}

@@ -183,9 +183,21 @@ tlsConfig:
 {{- end }}
 {{- if $v.acl.enabled }}
 bearerTokenSecret:
-  name: {{ required "serviceMonitor.tokenSecret: with acl.enabled, Prometheus needs a token (a Secret with it under \"token\") to read /v1/metrics" $v.serviceMonitor.tokenSecret }}
+  name: {{ required "serviceMonitor.tokenSecret: with acl.enabled, Prometheus needs a token (a Secret with it under \"token\") to read /v1/metrics" ($v.serviceMonitor.tokenSecret | default (include "plugreg.bootstrapSecret" .root)) }}
   key: token
 {{- end }}
+{{- end -}}
+
+{{/* The Secret holding the operator token ACLs are bootstrapped with,
+if any: acl.bootstrapToken's own, or the chart's generated one. */}}
+{{- define "plugreg.bootstrapSecret" -}}
+{{- if .Values.acl.enabled -}}
+{{- if .Values.acl.bootstrapToken.secretName -}}
+{{- .Values.acl.bootstrapToken.secretName -}}
+{{- else if .Values.acl.bootstrapToken.autoGenerate -}}
+{{- printf "%s-bootstrap-token" (include "plugreg.fullname" .) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret holding the gossip key: gossip.encryptionSecret, else the
