@@ -153,9 +153,9 @@ func TestAnAnswerNotPlugregs(t *testing.T) {
 // nothing listens (ErrNoAgent) or something else answers (ErrNotPlugreg)
 // at once; a node that accepts and never answers is left after the stall
 // timeout, and when the stream's deadline passes with no node streaming,
-// Err is that deadline with the last failure. The stream waited for an
-// answer without a bound (the stall timer started with it), so that
-// Events stayed open and silent until the deadline, and Err was nil.
+// Err is that deadline with the last failure: Events never stays open and
+// silent with a nil Err, which a stall timer started only by an answer
+// would allow.
 func TestStreamThatNoNodeOpensSaysWhy(t *testing.T) {
 	cases := []struct {
 		name    string

@@ -17,8 +17,7 @@ import (
 // one), the first leader bootstraps ACLs with it: the secret is an
 // operator token, the one token there is. A later leader finds the
 // cluster bootstrapped and makes no second one, and plugreg acl bootstrap
-// is refused as for any bootstrapped cluster. Without it the cluster
-// waits for an operator's bootstrap, as before.
+// is refused as for any bootstrapped cluster.
 func TestInitialManagementTokenBootstrapsOnce(t *testing.T) {
 	const secret = "4e2f8a1c-initial-management-secret"
 	c := testcluster.New(t, 3, testcluster.Options{

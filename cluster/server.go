@@ -537,11 +537,11 @@ func (s *Server) TransferLeadership() error {
 // hides a mistyped id from the operator. The check and the removal are
 // not atomic: a server another call removes in between is gone either
 // way, and this call then appends raft's entry that removes nobody and
-// succeeds, as every removal of an absent id did before the check.
+// succeeds: the outcome the operator asked for.
 func (s *Server) RemovePeer(id string) error {
 	// Only the leader's configuration is the one a removal changes (a
 	// follower's may lag it); a follower's RemoveServer fails with
-	// raft.ErrNotLeader, as before.
+	// raft.ErrNotLeader, which the caller reports.
 	if s.IsLeader() {
 		f := s.raft.GetConfiguration()
 		if err := f.Error(); err != nil {

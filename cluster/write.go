@@ -138,7 +138,7 @@ func (s *Server) aclTokenDelete(ctx context.Context, accessorID string) (api.Wri
 // write, which answers the first attempt's result. The FSM itself is
 // unchanged (an absent token's deletion still applies as "absent"), so
 // every release replays the log alike: a token another call deletes
-// between this check and the entry is answered "absent", as before.
+// between this check and the entry is answered "absent" by the FSM.
 func (s *Server) checkTokenToDelete(ctx context.Context, accessorID, requestID string) error {
 	if err := api.ValidateIdentifier("AccessorID", accessorID); err != nil {
 		return err
