@@ -34,6 +34,7 @@ type clientFlags struct {
 	timeout   *time.Duration
 	tls       tlsutil.ClientOptions
 	out       output
+	cfg       *client.Config // config's, once made
 }
 
 func newClientFlags(name, argsUsage, help string) *clientFlags {
@@ -123,13 +124,34 @@ func (cf *clientFlags) client() (*client.Client, error) { return cf.clientAt(*cf
 // settings and token: for commands that must talk to one particular agent
 // (each member in turn, the leader).
 func (cf *clientFlags) clientAt(addrs string) (*client.Client, error) {
-	// The environment first (the Go client's own reading of it), then
-	// the flags over it: -token-file, then -token, as Consul orders them.
+	base, err := cf.config()
+	if err != nil {
+		return nil, err
+	}
+	cfg := *base
+	cfg.Addrs = client.SplitAddrs(addrs)
+	if cfg.TLS == nil && strings.Contains(addrs, "https://") {
+		// https:// without a CA: the system's roots verify the agents.
+		if cfg.TLS, err = tlsutil.ClientConfig(cf.tls); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(cfg)
+}
+
+// config is the command's client configuration but for its addresses,
+// made once (keyring and the operator commands make a client per
+// member): the environment first, the Go client's own reading of it,
+// then the flags over it (-token-file, then -token, as Consul orders
+// them), and the TLS files read into a tls.Config.
+func (cf *clientFlags) config() (*client.Config, error) {
+	if cf.cfg != nil {
+		return cf.cfg, nil
+	}
 	cfg, err := client.DefaultConfig()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Addrs = client.SplitAddrs(addrs)
 	switch {
 	case *cf.tokenFile != "":
 		if cfg.Token, err = client.ReadTokenFile(*cf.tokenFile); err != nil {
@@ -139,13 +161,13 @@ func (cf *clientFlags) clientAt(addrs string) (*client.Client, error) {
 		cfg.Token = *cf.token
 	}
 	cfg.TLSOptions = cf.tls
-	if cf.tls == (tlsutil.ClientOptions{}) && strings.Contains(addrs, "https://") {
-		// https:// without a CA: the system's roots verify the agents.
+	if cf.tls != (tlsutil.ClientOptions{}) {
 		if cfg.TLS, err = tlsutil.ClientConfig(cf.tls); err != nil {
 			return nil, err
 		}
 	}
-	return client.New(cfg)
+	cf.cfg = &cfg
+	return cf.cfg, nil
 }
 
 func (cf *clientFlags) ctx() (context.Context, context.CancelFunc) {
@@ -461,7 +483,7 @@ func runWatch(args []string) error {
 	handle := cf.printEvent
 	if len(cf.dashArgs) > 0 {
 		handle = eventHandler(ctx, cf.dashArgs)
-	} else if cf.out.format == "table" && cf.out.tmpl == nil && !cf.out.noHeaders {
+	} else if !cf.out.structured() && !cf.out.noHeaders {
 		fmt.Printf("%-8s %-13s %-12s %-16s %-10s %s\n", "INDEX", "EVENT", "TYPE", "NAME", "ALLOC", "NEWEST")
 	}
 	stream := c.Stream(ctx, from, client.WatchOptions{Types: cf.args, Filter: *flt})
@@ -489,7 +511,7 @@ func (cf *clientFlags) printEvent(ev *api.Event) error {
 		return json.NewEncoder(os.Stdout).Encode(ev)
 	case cf.out.format == "yaml":
 		fmt.Println("---")
-	case cf.out.format == "table" && cf.out.tmpl == nil:
+	case !cf.out.structured():
 		printEventRow(ev)
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/plugreg/plugreg/api"
 	"sigs.k8s.io/yaml"
@@ -113,5 +114,16 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	if !strings.Contains(zshScript(), bashScript()) {
 		t.Error("zsh does not run the bash script")
+	}
+}
+
+// The name snapshot save gives in a directory is one -retain reads back,
+// with its time and index.
+func TestSnapshotNameReadsBack(t *testing.T) {
+	taken := time.Date(2026, 11, 29, 3, 8, 49, 0, time.UTC)
+	name := fmt.Sprintf(snapshotNameFormat, taken.Format(snapshotTimeLayout), 10)
+	m := snapshotName.FindStringSubmatch(name)
+	if m == nil || m[1] != "20261129T030849Z" || m[2] != "10" {
+		t.Fatalf("%s read back as %q", name, m)
 	}
 }

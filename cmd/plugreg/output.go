@@ -103,14 +103,15 @@ func (o *output) write(w io.Writer, v any, view func() table) error {
 	return tw.Flush()
 }
 
-// structured is true when the format is data (JSON, YAML, a template),
-// for commands whose table form is prose rather than a table.
-func (o *output) structured() bool { return o.format != "table" || o.tmpl != nil }
+// structured is true when the format is data (JSON, YAML, a template:
+// format then holds the template's text), for commands whose table form
+// is prose rather than a table.
+func (o *output) structured() bool { return o.format != "table" }
 
 // summary writes a table's footer on stderr; the other formats carry
 // what it says in their data.
 func (o *output) summary(format string, args ...any) {
-	if o.format == "table" && o.tmpl == nil {
+	if !o.structured() {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
 }

@@ -45,7 +45,7 @@ func runSnapshotSave(args []string) error {
 			return fmt.Errorf("the agent sent an archive that does not check: %w", err)
 		}
 		if dir != "" {
-			path = filepath.Join(dir, fmt.Sprintf("%s%s-%d%s", snapshotPrefix, meta.Created.UTC().Format("20060102T150405Z"), meta.Index, snapshotSuffix))
+			path = filepath.Join(dir, fmt.Sprintf(snapshotNameFormat, meta.Created.UTC().Format(snapshotTimeLayout), meta.Index))
 		}
 		// Whole or not at all: an interrupted save leaves no half file.
 		if err := atomicfile.WriteFile(path, buf.Bytes(), 0o600); err != nil {
@@ -60,10 +60,10 @@ func runSnapshotSave(args []string) error {
 }
 
 // The names snapshot save gives in a directory: plugreg-TIME-INDEX.snap.
-// -retain removes only files named so.
+// -retain removes only files named so (snapshotName reads the format).
 const (
-	snapshotPrefix = "plugreg-"
-	snapshotSuffix = ".snap"
+	snapshotNameFormat = "plugreg-%s-%d.snap"
+	snapshotTimeLayout = "20060102T150405Z"
 )
 
 var snapshotName = regexp.MustCompile(`^plugreg-(\d{8}T\d{6}Z)-(\d+)\.snap$`)

@@ -135,14 +135,7 @@ qualified, and http.allowedHosts. */}}
 - name: PLUGREG_ADDR
   value: {{ printf "%s://$(POD_IP):%d" (ternary "https" "http" .root.Values.tls.enabled) (int .root.Values.ports.http) | quote }}
 {{- if .root.Values.tls.enabled }}
-- name: PLUGREG_CACERT
-  value: /etc/plugreg/tls/ca.crt
-- name: PLUGREG_CLIENT_CERT
-  value: /etc/plugreg/tls/tls.crt
-- name: PLUGREG_CLIENT_KEY
-  value: /etc/plugreg/tls/tls.key
-- name: PLUGREG_TLS_SERVER_NAME
-  value: {{ printf "%s.%s.plugreg" .role .root.Values.clusterName | quote }}
+{{- include "plugreg.tlsEnv" (dict "root" .root "role" .role) }}
 {{- end }}
 {{- with (include "plugreg.gossipSecret" .root) }}
 # Read by the agent as -encrypt (an argument would be visible to every
@@ -219,14 +212,7 @@ a token Secret (.tokenSecret), its token as a file. */}}
 - name: PLUGREG_ADDR
   value: {{ printf "%s://%s.%s.svc:%d" (ternary "https" "http" $v.tls.enabled) (include "plugreg.fullname" .root) .root.Release.Namespace (int $v.ports.http) | quote }}
 {{- if $v.tls.enabled }}
-- name: PLUGREG_CACERT
-  value: /etc/plugreg/tls/ca.crt
-- name: PLUGREG_CLIENT_CERT
-  value: /etc/plugreg/tls/tls.crt
-- name: PLUGREG_CLIENT_KEY
-  value: /etc/plugreg/tls/tls.key
-- name: PLUGREG_TLS_SERVER_NAME
-  value: {{ printf "server.%s.plugreg" $v.clusterName | quote }}
+{{- include "plugreg.tlsEnv" (dict "root" .root "role" "server") }}
 {{- end }}
 {{- if .tokenSecret }}
 - name: PLUGREG_TOKEN_FILE
@@ -276,4 +262,18 @@ readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 capabilities:
   drop: ["ALL"]
+{{- end -}}
+
+{{/* The CLI's TLS, from the Secret mounted at /etc/plugreg/tls: the CA,
+the pod's certificate, and the name the agent it calls must carry
+(.role: server or client). */}}
+{{- define "plugreg.tlsEnv" }}
+- name: PLUGREG_CACERT
+  value: /etc/plugreg/tls/ca.crt
+- name: PLUGREG_CLIENT_CERT
+  value: /etc/plugreg/tls/tls.crt
+- name: PLUGREG_CLIENT_KEY
+  value: /etc/plugreg/tls/tls.key
+- name: PLUGREG_TLS_SERVER_NAME
+  value: {{ printf "%s.%s.plugreg" .role .root.Values.clusterName | quote }}
 {{- end -}}
