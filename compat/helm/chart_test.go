@@ -335,9 +335,12 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	}
 	vals["image"] = testImage
 	vals["snapshot"] = map[string]any{"enabled": true, "retain": 2}
-	// ACLs on (default allow), bootstrapped by the servers with the
-	// token the chart generates.
-	vals["acl"] = map[string]any{"enabled": true, "bootstrapToken": map[string]any{"autoGenerate": true}}
+	// With TLS, ACLs on too (default allow), bootstrapped by the servers
+	// with the token the chart generates; without, the chart's defaults
+	// (no ACLs), which users get without values.
+	if opts.tls {
+		vals["acl"] = map[string]any{"enabled": true, "bootstrapToken": map[string]any{"autoGenerate": true}}
+	}
 	m := render(t, vals)
 	// The Secrets the chart makes, as the cluster would hold them.
 	for _, doc := range m.docs["Secret"] {
@@ -350,8 +353,8 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		}
 	}
 	bootstrap := secrets[release+"-plugreg-bootstrap-token/token"]
-	if bootstrap == "" {
-		t.Fatalf("no bootstrap token Secret among %v", m.kinds)
+	if (bootstrap != "") != opts.tls {
+		t.Fatalf("bootstrap token Secret %v among %v, want one with ACLs on (tls=%v)", bootstrap != "", m.kinds, opts.tls)
 	}
 	serverIP := func(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
 	// The headless service's names, as the servers' joins give them.
@@ -531,25 +534,8 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	}
 	// The servers bootstrapped ACLs with the generated Secret's token,
 	// read from their environment: it is an operator token.
-	self, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s://%s:%d/v1/acl/token/self", scheme, pods[0].ip, ports[0]), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	self.Header.Set("X-Plugreg-Token", bootstrap)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		resp, err := hc.Do(self)
-		var tok struct{ Policies []struct{ Kind string } }
-		if err == nil {
-			err = jsonDecode(resp, &tok)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == http.StatusOK && len(tok.Policies) == 1 && tok.Policies[0].Kind == "operator" {
-				break
-			}
-			err = fmt.Errorf("%s %+v %v", resp.Status, tok, err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the generated bootstrap token: %v", err)
-		}
+	if bootstrap != "" {
+		checkOperatorToken(t, hc, fmt.Sprintf("%s://%s:%d/v1/acl/token/self", scheme, pods[0].ip, ports[0]), bootstrap)
 	}
 	// The snapshot CronJob's container, run as its pod would run it (its
 	// arguments and environment, the API service's name resolved to a
@@ -718,4 +704,30 @@ func check(p *corev1.Probe, ip string, port int32) error {
 		return err
 	}
 	return conn.Close()
+}
+
+// checkOperatorToken waits until url (an agent's /v1/acl/token/self)
+// answers for token with the one operator policy.
+func checkOperatorToken(t *testing.T, hc *http.Client, url, token string) {
+	t.Helper()
+	self, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self.Header.Set("X-Plugreg-Token", token)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := hc.Do(self)
+		var tok struct{ Policies []struct{ Kind string } }
+		if err == nil {
+			err = jsonDecode(resp, &tok)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && len(tok.Policies) == 1 && tok.Policies[0].Kind == "operator" {
+				return
+			}
+			err = fmt.Errorf("%s %+v %v", resp.Status, tok, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the token at %s: %v", url, err)
+		}
+	}
 }
