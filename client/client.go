@@ -297,10 +297,7 @@ func checkPlugreg(addr string, resp *http.Response) error {
 	if err != nil {
 		return nil // the caller reads what there was, and says why it is short
 	}
-	if err := notPlugreg(hostOf(addr), resp, b); err != nil {
-		return err
-	}
-	return nil
+	return notPlugreg(hostOf(addr), resp, b)
 }
 
 // maxErrorBody bounds what is read of an error answer.
@@ -308,10 +305,15 @@ const maxErrorBody = 64 * 1024
 
 // decodeError is the error an answer with an error status stands for:
 // an APIError, or ErrNotPlugreg's when it is not a plugreg agent's.
+// answeredBy is the address resp came from, as errors name it.
+func answeredBy(resp *http.Response) string {
+	return hostOf(resp.Request.URL.Scheme + "://" + resp.Request.URL.Host)
+}
+
 func decodeError(resp *http.Response) error {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	if err := notPlugreg(hostOf(resp.Request.URL.Scheme+"://"+resp.Request.URL.Host), resp, b); err != nil && !retryable(resp.StatusCode) {
+	if err := notPlugreg(answeredBy(resp), resp, b); err != nil && !retryable(resp.StatusCode) {
 		return err
 	}
 	var eb struct {
@@ -332,8 +334,7 @@ func (c *Client) decode(resp *http.Response, out interface{}) error {
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
 		// Every answer of plugreg's JSON routes says it is JSON.
-		u := resp.Request.URL
-		return &notPlugregError{addr: hostOf(u.Scheme + "://" + u.Host), status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
+		return &notPlugregError{addr: answeredBy(resp), status: resp.StatusCode, contentType: resp.Header.Get("Content-Type")}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode %s response: %w", resp.Request.URL.Path, err)
