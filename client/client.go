@@ -66,6 +66,9 @@ type Client struct {
 	hc    *http.Client
 	wait  time.Duration
 	cur   atomic.Int32 // index of the node in use
+	// answered: some agent has answered this Client; from then on a
+	// refused connection is an agent restarting, not a wrong address.
+	answered atomic.Bool
 }
 
 // New returns a Client.
@@ -256,7 +259,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			}
 			lastErr = err
 			c.next(n)
-			if nobodyListens(err) || isTLSError(err) {
+			if isTLSError(err) || (nobodyListens(err) && !c.answered.Load()) {
 				if hopeless[addr] = err; len(hopeless) == len(c.addrs) {
 					return nil, unreachable(c.addrs, hopeless)
 				}
@@ -266,6 +269,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			continue
 		}
 		if retryable(resp.StatusCode) || limitedAt(resp) {
+			c.answered.Store(true)
 			lastErr = decodeError(resp)
 			clear(hopeless)
 			c.next(n)
@@ -279,6 +283,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			}
 			continue
 		}
+		c.answered.Store(true)
 		return resp, nil
 	}
 }

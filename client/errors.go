@@ -16,8 +16,11 @@ import (
 // plugreg agent. Errors a node answers are api's (see APIError).
 var (
 	// ErrNoAgent: every address refused the connection, has no route to
-	// it, or names a host that does not exist; nothing listens there, so
-	// the call fails at once rather than retrying until its context ends.
+	// it, or names a host that does not exist, and this Client never had an
+	// agent's answer: nothing listens there, so the call fails at once
+	// rather than retrying until its context ends. Once a Client has been
+	// answered, refusals are agents restarting (a rolling restart refuses
+	// every address in turn) and are retried as any transient failure.
 	// The error names the addresses and also matches the system's error
 	// (errors.Is(err, syscall.ECONNREFUSED)).
 	ErrNoAgent = errors.New("client: no plugreg agent at the address (is it running? Config.Addrs, PLUGREG_ADDR)")

@@ -188,3 +188,33 @@ func TestStreamThatNoNodeOpensSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// A Client an agent has answered retries a refused connection: its agents
+// are restarting (a rolling restart refuses every address in turn), not
+// wrong. A write through a restart succeeds once the agent is back,
+// where a fresh Client fails at once (TestNoAgentFailsAtOnce).
+func TestAnsweredClientRidesOutARestart(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := newClient(t, c, 0)
+	if _, err := cl.Register(ctx, plugin("ebs", "a1")); err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cl.Register(ctx, plugin("ebs", "a2"))
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // refused meanwhile: nothing to poll
+	select {
+	case err := <-done:
+		t.Fatalf("the write ended while the agent was down: %v", err)
+	default:
+	}
+	c.Restart(0)
+	if err := <-done; err != nil {
+		t.Fatalf("the write through the restart: %v", err)
+	}
+}
