@@ -13,16 +13,31 @@ import (
 
 var _ backend.Backend = (*Backend)(nil)
 
-// ResolveToken finds a token in this server's replica of the state: a
-// token is usable on a server once the entry that created it has been
-// applied there (on the server that created it, before the create
-// returned).
+// ResolveToken finds a token in this server's replica of the state. A
+// token this replica does not hold is refused only once the replica has
+// applied everything the cluster committed before the request (a
+// linearizable read's barrier): a replica behind the leader (restarted
+// and not yet replayed, wiped and rejoining, or just behind the entry
+// that created the token) never answers acl_not_found for a token the
+// cluster holds. Refusals end streams and clients for good
+// (client.Stream stops on them), so a refusal must be the cluster's word,
+// not one replica's lag. Without a leader to ask, the answer is the
+// read's own retryable error. Tokens the replica holds resolve at once,
+// with no leader needed.
 func (b *Backend) ResolveToken(ctx context.Context, secret string) (*api.ACLToken, error) {
-	return b.resolveHash(api.HashSecret(secret))
+	return b.resolveHash(ctx, api.HashSecret(secret))
 }
 
-func (b *Backend) resolveHash(hash string) (*api.ACLToken, error) {
-	t, ok := b.s.fsm.State().ACLTokenBySecretHash(hash)
+func (b *Backend) resolveHash(ctx context.Context, hash string) (*api.ACLToken, error) {
+	if t, ok := b.s.fsm.State().ACLTokenBySecretHash(hash); ok {
+		out := t.API()
+		return &out, nil
+	}
+	st, _, err := b.s.Read(ctx, api.Linearizable)
+	if err != nil {
+		return nil, fmt.Errorf("resolving an ACL token this server does not hold (yet): %w", apiError(err))
+	}
+	t, ok := st.ACLTokenBySecretHash(hash)
 	if !ok {
 		return nil, api.ErrACLNotFound
 	}

@@ -78,8 +78,8 @@ var agentEndpoints = map[string]agentEndpoint{
 		return s.upstream(a), nil
 	}),
 	agentrpc.Status: asAgent(func(s *Server, _ context.Context, _ *struct{}) (any, error) { return s.status(), nil }),
-	agentrpc.ACLResolve: asAgent(func(s *Server, _ context.Context, a *agentrpc.ACLResolveArgs) (any, error) {
-		return s.Backend().resolveHash(a.SecretHash)
+	agentrpc.ACLResolve: asAgent(func(s *Server, ctx context.Context, a *agentrpc.ACLResolveArgs) (any, error) {
+		return s.Backend().resolveHash(ctx, a.SecretHash)
 	}),
 	agentrpc.ACLBootstrap: asAgent(func(s *Server, ctx context.Context, _ *struct{}) (any, error) {
 		return authz.Guard(s.Backend()).ACLBootstrap(ctx)
