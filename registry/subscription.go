@@ -32,6 +32,15 @@ type subscription struct {
 	deliver   chan backend.Event
 	heartbeat time.Duration // zero: none
 	lastSent  time.Time
+	// caughtUp: a heartbeat was sent once the subscription had read to
+	// the journal's end. The first one goes out then, however recent the
+	// last send: a consumer resuming in the middle of an index (its
+	// events taken, the index not yet known whole) replays that index,
+	// and only a heartbeat says where the stream stands. Waiting a whole
+	// period for it left a consumer whose stall timeout is shorter than
+	// the period (a quiet stream; the last entry changing no plugin)
+	// reconnecting forever one index short.
+	caughtUp bool
 	// beat is the heartbeat timer, one for the subscription's life and
 	// reset at each wait (a new timer per wait was one allocation per
 	// applied batch per subscriber); nil until the first wait.
@@ -83,10 +92,12 @@ func (s *subscription) run(ctx context.Context) {
 		// A heartbeat carries the cursor: every matching event at or
 		// below it is already in the channel, so a heartbeat never runs
 		// ahead of an event the consumer has yet to see.
-		if s.heartbeat > 0 && time.Since(s.lastSent) >= s.heartbeat {
+		atEnd := b.wait != nil
+		if s.heartbeat > 0 && (time.Since(s.lastSent) >= s.heartbeat || (atEnd && !s.caughtUp)) {
 			if !s.send(ctx, backend.Unshared(&api.Event{Index: s.cursor, EventType: api.EventHeartbeat})) {
 				return
 			}
+			s.caughtUp = s.caughtUp || atEnd
 		}
 		if b.wait != nil {
 			if !s.wait(ctx, b.wait) {

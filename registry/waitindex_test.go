@@ -413,3 +413,57 @@ func TestFilterMatchAndKey(t *testing.T) {
 		})
 	}
 }
+
+// A stream resumed in the middle of the journal hears where it stands as
+// soon as it has replayed what follows its position, not a heartbeat
+// period later: a consumer that resumes below an index whose events it
+// has taken (it cannot know the index whole without a heartbeat) replays
+// that index, and when the last entry changes no plugin, only the
+// heartbeat tells it the stream is at the end. With a stall timeout
+// shorter than the period it reconnected forever, one index short.
+func TestAResumedStreamHearsWhereItStandsAtOnce(t *testing.T) {
+	for _, deliver := range []bool{false, true} {
+		t.Run(fmt.Sprint("deliver=", deliver), func(t *testing.T) {
+			j := NewJournal(0)
+			f := fsm.New(j)
+			hub, err := NewHub(j, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hub.Shutdown()
+			from := register(t, f, testPlugin("csi", "ebs", "a1"))
+			taken := register(t, f, testPlugin("csi", "ebs", "a2"))
+			quiet := taken + 1 // a leader's no-op: the index moves, no event
+			f.ApplyBatch([]*raft.Log{{Index: quiet, Term: 1, Type: raft.LogNoop}})
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			const period = time.Hour // never due: only catching up sends it
+			var next func() *api.Event
+			if deliver {
+				ch, err := hub.Deliver(ctx, Filter{}, from, period)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next = func() *api.Event { return receive(t, ch).Event }
+			} else {
+				ch, err := hub.WatchWithHeartbeat(ctx, Filter{}, from, period)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next = func() *api.Event { return receive(t, ch) }
+			}
+			if ev := next(); ev.EventType != api.EventRegistered || ev.Index != taken {
+				t.Fatalf("first event: %s at %d, want the registration at %d", ev.EventType, ev.Index, taken)
+			}
+			if ev := next(); ev.EventType != api.EventHeartbeat || ev.Index != quiet {
+				t.Fatalf("after the replay: %s at %d, want a heartbeat at %d", ev.EventType, ev.Index, quiet)
+			}
+			// Once: the period governs the heartbeats after it.
+			later := register(t, f, testPlugin("csi", "ebs", "a3"))
+			if ev := next(); ev.EventType != api.EventRegistered || ev.Index != later {
+				t.Fatalf("next: %s at %d, want the registration at %d", ev.EventType, ev.Index, later)
+			}
+		})
+	}
+}

@@ -436,3 +436,41 @@ func TestSubscribersShareEncodings(t *testing.T) {
 		t.Fatalf("subscribers got events %p/%p with encodings %p/%p: want one, shared", ea.Event, eb.Event, ea.Shared, eb.Shared)
 	}
 }
+
+// A subscriber from an index in the ring hears where it stands as soon
+// as it has the events after it, not a heartbeat period later (registry's
+// TestAResumedStreamHearsWhereItStandsAtOnce says why).
+func TestASubscriberHearsWhereItStandsOnceCaughtUp(t *testing.T) {
+	u := newTestUpstream(t, 1024)
+	h := newHub(t, u, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	types := []string{"csi"}
+	if _, _, err := h.Subscribe(ctx, types, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	last := write(t, u.s, 20, "csi")
+	eventually(t, "the shared upstream to reach the last write", func() bool { return feedPos(h, types) >= last })
+	from := last - 3
+	ch, _, err := h.Subscribe(ctx, types, &from, time.Hour) // never due: only catching up sends it
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatal("channel closed")
+			}
+			if ev.EventType != api.EventHeartbeat {
+				continue
+			}
+			if ev.Index != last {
+				t.Fatalf("heartbeat at %d, want one at the feed's position %d", ev.Index, last)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no heartbeat within 10s of the replay from %d (feed at %d)", from, last)
+		}
+	}
+}

@@ -26,6 +26,11 @@ type subscriber struct {
 	lastEv, lastHB uint64
 	heartbeat      time.Duration // zero: none
 	lastSent       time.Time
+	// beaten: a heartbeat was sent. The first one goes out as soon as the
+	// subscriber has read to the ring's end at a safe mark, however
+	// recent the last send (registry's subscription does the same, and
+	// says why).
+	beaten bool
 }
 
 // run is owned by the Hub. It serves from a passthrough first when the
@@ -94,14 +99,14 @@ func (s *subscriber) ring(ctx context.Context) {
 // maybeHeartbeat sends a heartbeat at mark when one is due and mark is a
 // safe position (false: the subscription ended).
 func (s *subscriber) maybeHeartbeat(ctx context.Context, mark uint64) bool {
-	if s.heartbeat <= 0 || time.Since(s.lastSent) < s.heartbeat || mark < s.lastEv {
+	if s.heartbeat <= 0 || (s.beaten && time.Since(s.lastSent) < s.heartbeat) || mark < s.lastEv {
 		return true
 	}
 	at := max(mark, s.start, s.lastHB)
 	if !s.send(ctx, backend.Unshared(&api.Event{Index: at, EventType: api.EventHeartbeat})) {
 		return false
 	}
-	s.lastHB = at
+	s.lastHB, s.beaten = at, true
 	return true
 }
 
