@@ -58,6 +58,7 @@ type endOfRun struct {
 	stops        []stopped         // the SIGTERMs
 	watchTarget  uint64            // the index the slow watcher had to reach
 	watchReached uint64
+	watchState   string            // where the slow watcher stood, when it did not catch up
 	plugins      []check.Violation // the stub plugins' registrations (stubPlugins)
 	logMarks     string            // what the servers' logs say happened to their Raft logs (raftLogMarks)
 }
@@ -291,8 +292,8 @@ func watchCatchUp(r *runConfig, end endOfRun) []check.Violation {
 	if end.watchReached >= end.watchTarget || len(end.live.violations) > 0 || len(end.conv.violations) > 0 {
 		return nil
 	}
-	return []check.Violation{{Checker: "watch", Detail: fmt.Sprintf("the Go client's Watch (subscriber %d) reached index %d, but every node had applied %d and the consumer was reading as fast as it could",
-		r.subscribers, end.watchReached, end.watchTarget)}}
+	return []check.Violation{{Checker: "watch", Detail: fmt.Sprintf("the Go client's Watch (subscriber %d) reached index %d, but every node had applied %d and the consumer was reading as fast as it could: %s",
+		r.subscribers, end.watchReached, end.watchTarget, end.watchState)}}
 }
 
 func nonNil(items []check.Item) []check.Item {

@@ -192,8 +192,13 @@ func finish(ctx context.Context, d *db, r *runConfig, wl *workload, nm *nemesis,
 	e.conv = converge(ctx, d, types, convBound, logf)
 	t0 := time.Now()
 	e.watchTarget = max(e.live.maxIndex, e.conv.index)
-	e.watchReached, _ = slow.catchUp(e.watchTarget, watchBound)
+	var caught bool
+	e.watchReached, caught = slow.catchUp(e.watchTarget, watchBound)
 	logf("slow watcher: reached index %d of %d in %v; %d events received", e.watchReached, e.watchTarget, time.Since(t0).Round(time.Millisecond), slow.events.Load())
+	if !caught {
+		e.watchState = slow.state()
+		logf("slow watcher: %s", e.watchState)
+	}
 	if rest := 6*time.Second - time.Since(t0); rest > 0 {
 		time.Sleep(rest) // a heartbeat on every stream
 	}

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,10 @@ type slowWatcher struct {
 	hurry   chan struct{} // closed: stop dawdling and catch up
 	reached atomic.Uint64 // the highest index received, heartbeats included
 	events  atomic.Int64  // events received (resets included, heartbeats not)
+	// ended is why the stream ended (its Err, or "stopped"), set once
+	// run's loop is over: a watcher that does not catch up says whether
+	// its stream was still open.
+	ended atomic.Pointer[string]
 }
 
 func newSlowWatcher(d *db, rec *recorder, clock func() int64, id int, seed int64) *slowWatcher {
@@ -113,6 +119,21 @@ func (w *slowWatcher) run(ctx context.Context) {
 	if err := stream.Err(); err != nil {
 		endReason = "stopped: " + err.Error()
 	}
+	w.ended.Store(&endReason)
+}
+
+// state says where the watcher stands, for a catch-up that failed: its
+// stream's end if it ended, and the last connections it made.
+func (w *slowWatcher) state() string {
+	var b strings.Builder
+	if r := w.ended.Load(); r != nil {
+		fmt.Fprintf(&b, "its stream ended (%s); ", *r)
+	} else {
+		b.WriteString("its stream was open; ")
+	}
+	b.WriteString("last connections: ")
+	b.WriteString(w.tap.recent())
+	return b.String()
 }
 
 // pace is the slow consumer's rhythm, in cycles: a slow phase of 4-8 s, an
@@ -200,8 +221,23 @@ type streamTap struct {
 	base  http.RoundTripper
 	names map[string]string // host:port -> node
 
-	mu     sync.Mutex // guards resets
+	mu     sync.Mutex // guards resets and conns
 	resets map[uint64]tapConn
+	conns  []*connLog // the last tapKeep connections, oldest first
+}
+
+// tapKeep is how many connections the tap remembers for a report.
+const tapKeep = 6
+
+// connLog is what one connection did, for a report: when it opened and
+// ended, its lines, and the start of its last one.
+type connLog struct {
+	tapConn
+	opened, ended time.Time
+	end           string
+	lines         int
+	last          string    // the first bytes of its last line
+	lastAt        time.Time // when that line came
 }
 
 // tapConn is one event-stream connection.
@@ -216,8 +252,42 @@ func (t *streamTap) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	from, _ := strconv.ParseUint(req.URL.Query().Get("index"), 10, 64)
-	resp.Body = &tapBody{ReadCloser: resp.Body, tap: t, conn: tapConn{node: t.names[req.URL.Host], from: from}}
+	conn := tapConn{node: t.names[req.URL.Host], from: from}
+	log := &connLog{tapConn: conn, opened: time.Now()}
+	t.mu.Lock()
+	if t.conns = append(t.conns, log); len(t.conns) > tapKeep {
+		t.conns = t.conns[1:]
+	}
+	t.mu.Unlock()
+	resp.Body = &tapBody{ReadCloser: resp.Body, tap: t, conn: conn, log: log}
 	return resp, nil
+}
+
+// recent describes the last connections, oldest first.
+func (t *streamTap) recent() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var parts []string
+	for _, c := range t.conns {
+		p := fmt.Sprintf("%s from %d at %s: %d lines", c.node, c.from, c.opened.Format("15:04:05.000"), c.lines)
+		if c.lines > 0 {
+			p += fmt.Sprintf(", the last at %s %q", c.lastAt.Format("15:04:05.000"), c.last)
+		}
+		if c.end != "" {
+			p += fmt.Sprintf(", ended at %s (%s)", c.ended.Format("15:04:05.000"), c.end)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ended notes the end of a connection (its first reason only).
+func (t *streamTap) endConn(c *connLog, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.end == "" {
+		c.end, c.ended = why, time.Now()
+	}
 }
 
 // resetConn returns the resume index and the node of the connection that
@@ -238,7 +308,13 @@ type tapBody struct {
 	io.ReadCloser
 	tap  *streamTap
 	conn tapConn
+	log  *connLog
 	head []byte // the current line's first bytes
+}
+
+func (b *tapBody) Close() error {
+	b.tap.endConn(b.log, "closed by the client")
+	return b.ReadCloser.Close()
 }
 
 var resetHead = regexp.MustCompile(`^\{"Index":(\d+),"EventType":"reset"`)
@@ -257,13 +333,20 @@ func (b *tapBody) Read(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
+		b.tap.mu.Lock()
 		if m := resetHead.FindSubmatch(b.head); m != nil {
 			idx, _ := strconv.ParseUint(string(m[1]), 10, 64)
-			b.tap.mu.Lock()
 			b.tap.resets[idx] = b.conn
-			b.tap.mu.Unlock()
 		}
+		if b.log != nil {
+			b.log.lines++
+			b.log.last, b.log.lastAt = string(b.head), time.Now()
+		}
+		b.tap.mu.Unlock()
 		b.head, rest = b.head[:0], rest[i+1:]
+	}
+	if err != nil && b.log != nil {
+		b.tap.endConn(b.log, err.Error())
 	}
 	return n, err
 }
