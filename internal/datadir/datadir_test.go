@@ -62,7 +62,8 @@ func TestHoldRefusesASecondHolder(t *testing.T) {
 	if err == nil {
 		t.Fatal("a data dir held twice")
 	}
-	for _, want := range []string{dir, "in use by another agent", "pid " + strconv.Itoa(os.Getpid())} {
+	host, _ := os.Hostname()
+	for _, want := range []string{dir, "in use by another agent", "pid " + strconv.Itoa(os.Getpid()) + " on host " + host} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not say %q: %v", want, err)
 		}

@@ -33,9 +33,7 @@ func Hold(dir string) (*Lock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := ""
 		if b, rerr := os.ReadFile(path); rerr == nil {
-			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
-				holder = fmt.Sprintf(" (pid %d)", pid)
-			}
+			holder = holderOf(string(b))
 		}
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
@@ -43,10 +41,14 @@ func Hold(dir string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
 	}
-	// The pid only names the holder in the message above; the lock, not
-	// the file's contents, decides, so it need not be synced.
+	// The pid and host only name the holder in the message above; the
+	// lock, not the file's contents, decides, so it need not be synced.
+	// The host: two agents in two containers (two pods on one host
+	// sharing a hostPath) are both pid 1, and only the host (a pod's
+	// name) tells them apart.
 	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		host, _ := os.Hostname()
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"+host+"\n"), 0)
 	}
 	return &Lock{f: f}, nil
 }
@@ -58,4 +60,18 @@ func (l *Lock) Release() error {
 		return nil
 	}
 	return l.f.Close() // closing the file releases its flock
+}
+
+// holderOf names the holder a lock file's contents record: its pid and,
+// when recorded, its host; "" when they say nothing usable.
+func holderOf(contents string) string {
+	lines := strings.Split(strings.TrimSpace(contents), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
+		return ""
+	}
+	if len(lines) > 1 && strings.TrimSpace(lines[1]) != "" {
+		return fmt.Sprintf(" (pid %d on host %s)", pid, strings.TrimSpace(lines[1]))
+	}
+	return fmt.Sprintf(" (pid %d)", pid)
 }

@@ -164,7 +164,7 @@ func TestSecondAgentOnADataDirRefused(t *testing.T) {
 			deadline := time.Now().Add(60 * time.Second)
 			for {
 				b, _ := os.ReadFile(filepath.Join(dataDir, "agent.lock"))
-				if strings.TrimSpace(string(b)) == pid {
+				if first, _, _ := strings.Cut(string(b), "\n"); first == pid {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -173,7 +173,8 @@ func TestSecondAgentOnADataDirRefused(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			second := exec.Command(bin, append(serverArgs(t, "n1", dataDir), "-log-store", logStore)...)
-			refusedInOneLine(t, second, 1, dataDir, "in use by another agent (pid "+pid+")")
+			host, _ := os.Hostname()
+			refusedInOneLine(t, second, 1, dataDir, "in use by another agent (pid "+pid+" on host "+host+")")
 		})
 	}
 }
