@@ -83,6 +83,7 @@ func TestChartRefusesImpossibleValues(t *testing.T) {
 		{"unknown anti-affinity", map[string]any{"image": testImage, "server": map[string]any{"antiAffinity": "maybe"}}, "antiAffinity"},
 		{"acl metrics without a token", map[string]any{"image": testImage, "acl": map[string]any{"enabled": true}, "serviceMonitor": map[string]any{"enabled": true}},
 			"serviceMonitor.tokenSecret"},
+		{"node name inside a path element", map[string]any{"image": testImage, "client": map[string]any{"dataDir": "/var/lib/plugreg-$(NODE_NAME)"}}, "whole path element"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,5 +177,77 @@ func TestChartGeneratesTheGossipKey(t *testing.T) {
 	own := render(t, map[string]any{"image": testImage, "gossip": map[string]any{"autoGenerate": true, "encryptionSecret": "mine"}})
 	if len(own.docs["Secret"]) != 0 {
 		t.Errorf("a generated Secret beside gossip.encryptionSecret")
+	}
+}
+
+// Volumes whose provisioner ignores fsGroup (hostPath, local-path: met
+// on a real cluster, the servers could not write /data) get an init
+// container that gives the data volume to the servers' user, as root
+// with CHOWN alone; off by default.
+func TestChartVolumePermissions(t *testing.T) {
+	if n := len(render(t, valueSets["defaults"]).servers.Spec.Template.Spec.InitContainers); n != 0 {
+		t.Fatalf("%d init containers by default, want none", n)
+	}
+	srv := render(t, map[string]any{"image": testImage, "server": map[string]any{"volumePermissions": map[string]any{"enabled": true, "image": "busybox:1.36"}}}).servers.Spec.Template.Spec
+	if len(srv.InitContainers) != 1 {
+		t.Fatalf("init containers %+v: want one", srv.InitContainers)
+	}
+	c := srv.InitContainers[0]
+	want := []string{"chown", "-R", "65532:65532", "/data"}
+	if !reflect.DeepEqual(c.Command, want) || c.Image != "busybox:1.36" {
+		t.Errorf("init container runs %q %v, want busybox:1.36 %v", c.Image, c.Command, want)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"CHOWN"}) ||
+		!reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("init container security %+v: want CHOWN alone, no escalation", c.SecurityContext)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].Name != "data" || c.VolumeMounts[0].MountPath != "/data" {
+		t.Errorf("init container mounts %+v: want the data volume at /data", c.VolumeMounts)
+	}
+}
+
+// Several kubelets on one host (kind, the compat lab) share its paths:
+// a client agent's dirs with /$(NODE_NAME) in them mount the dir above
+// and name the whole path in the agent's flags (kubelet expands it), so
+// each node's agent has its own data dir and plugin socket. Without
+// it, the second agent on the host was refused the first's data dir.
+func TestChartHostDirsPerNode(t *testing.T) {
+	cases := []struct {
+		name               string
+		client             map[string]any
+		dataArg, dataMount string
+		hostData, sockArg  string
+		hostSock           string
+	}{
+		{"defaults", map[string]any{}, "/data", "/data", "/var/lib/plugreg", "/var/run/plugreg/plugin.sock", "/var/run/plugreg"},
+		{"per node", map[string]any{"dataDir": "/var/lib/plugreg/$(NODE_NAME)", "pluginSocketDir": "/var/run/plugreg/$(NODE_NAME)"},
+			"/var/lib/plugreg/$(NODE_NAME)", "/var/lib/plugreg", "/var/lib/plugreg", "/var/run/plugreg/$(NODE_NAME)/plugin.sock", "/var/run/plugreg"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := render(t, map[string]any{"image": testImage, "client": tc.client}).clients.Spec.Template.Spec
+			args := strings.Join(cli.Containers[0].Args, " ")
+			for _, want := range []string{"-data-dir " + tc.dataArg + " ", "-plugin-socket " + tc.sockArg + " "} {
+				if !strings.Contains(args, want) {
+					t.Errorf("args %q: want %q", args, want)
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range cli.Containers[0].VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			hosts := map[string]string{}
+			for _, v := range cli.Volumes {
+				if v.HostPath != nil {
+					hosts[v.Name] = v.HostPath.Path
+				}
+			}
+			if mounts["data"] != tc.dataMount || hosts["data"] != tc.hostData {
+				t.Errorf("data: host %q mounted at %q, want %q at %q", hosts["data"], mounts["data"], tc.hostData, tc.dataMount)
+			}
+			if hosts["plugin-socket"] != tc.hostSock || mounts["plugin-socket"] != tc.hostSock {
+				t.Errorf("plugin socket: host %q mounted at %q, want %q at the same path", hosts["plugin-socket"], mounts["plugin-socket"], tc.hostSock)
+			}
+		})
 	}
 }

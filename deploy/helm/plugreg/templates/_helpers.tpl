@@ -277,3 +277,41 @@ the pod's certificate, and the name the agent it calls must carry
 - name: PLUGREG_TLS_SERVER_NAME
   value: {{ printf "%s.%s.plugreg" .role .root.Values.clusterName | quote }}
 {{- end -}}
+
+{{/*
+The host dir to mount for a client agent's host path: the path itself,
+or, when it holds /$(NODE_NAME) (several kubelets on one host: kind, the
+compat lab), the dir above it. The agent's flags name the whole path;
+kubelet expands $(NODE_NAME) in them.
+*/}}
+{{- define "plugreg.hostDir" -}}
+{{- if contains "$(NODE_NAME)" . -}}
+{{- if not (contains "/$(NODE_NAME)" .) -}}
+{{- fail (printf "%q: $(NODE_NAME) must be a whole path element (/$(NODE_NAME))" .) -}}
+{{- end -}}
+{{- first (splitList "/$(NODE_NAME)" .) -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A client agent's data dir in its container (/data, or, per node, the
+host's path under the host dir mounted at the same path) and the mount
+that holds it.
+*/}}
+{{- define "plugreg.clientDataDir" -}}
+{{- if contains "$(NODE_NAME)" .Values.client.dataDir -}}
+{{- .Values.client.dataDir -}}
+{{- else -}}
+/data
+{{- end -}}
+{{- end -}}
+
+{{- define "plugreg.clientDataMount" -}}
+{{- if contains "$(NODE_NAME)" .Values.client.dataDir -}}
+{{- include "plugreg.hostDir" .Values.client.dataDir -}}
+{{- else -}}
+/data
+{{- end -}}
+{{- end -}}
