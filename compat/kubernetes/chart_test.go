@@ -1,0 +1,323 @@
+//go:build linux
+
+package kubernetes
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/client"
+	"github.com/plugreg/plugreg/tlsutil"
+)
+
+// The chart in a real Kubernetes, as an operator runs it: TLS, gossip
+// encryption and ACLs on, every pod Ready, the servers on three nodes,
+// helm test, a rolling restart of the servers under writes and an
+// upgrade to a new image with no acknowledged write lost and none
+// failed, and an SDK plugin pod registered through its node's agent.
+func TestChartOnARealKubernetes(t *testing.T) {
+	l := newLab(t)
+	if os.Getenv("PLUGREG_K8S_KEEP") == "" {
+		t.Cleanup(func() { l.uninstall() })
+	}
+	l.uninstall() // a run before this one may have left its release
+
+	img := l.image("t1")
+	busybox := os.Getenv("PLUGREG_K8S_BUSYBOX")
+	if busybox == "" {
+		busybox = "localhost/busybox:lab"
+	}
+	pki := l.pki()
+	l.run("kubectl", "create", "namespace", namespace)
+	l.secretFromFiles("plugreg-server-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.serverCert, "tls.key": pki.serverKey})
+	l.secretFromFiles("plugreg-client-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.clientCert, "tls.key": pki.clientKey})
+
+	registryDir := os.Getenv("PLUGREG_K8S_PLUGINS_REGISTRY") // the lab's kubelets' dirs, $(NODE_NAME) in them
+	set := []string{
+		"image.repository=" + strings.Split(img, ":")[0], "image.tag=t1",
+		"tls.enabled=true", "gossip.autoGenerate=true",
+		"acl.enabled=true", "acl.bootstrapToken.autoGenerate=true",
+		"server.volumePermissions.enabled=true", "server.volumePermissions.image=" + busybox,
+		"client.dataDir=/var/lib/plugreg/$(NODE_NAME)", "client.pluginSocketDir=/var/run/plugreg/$(NODE_NAME)",
+		"client.pluginSocketGroup=2000",
+	}
+	if registryDir != "" {
+		set = append(set, "client.pluginsRegistryDir="+registryDir)
+	}
+	args := []string{"install", release, "deploy/helm/plugreg", "-n", namespace, "--wait", "--timeout", "5m"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	l.run("helm", args...)
+	l.kubectl("get", "pods", "-o", "wide")
+
+	servers := "app.kubernetes.io/component=server"
+	clients := "app.kubernetes.io/component=client"
+	if ready, n := l.podsReady(servers); !ready || n != 3 {
+		t.Fatalf("servers: %d, all Ready %v; want 3 Ready", n, ready)
+	}
+	nodes := strings.Fields(l.run("kubectl", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))
+	// Required anti-affinity: one server per node.
+	on := strings.Fields(l.kubectl("get", "pods", "-l", servers, "-o", "jsonpath={.items[*].spec.nodeName}"))
+	sort.Strings(on)
+	if len(on) != 3 || on[0] == on[1] || on[1] == on[2] {
+		t.Fatalf("servers on nodes %v: want three different nodes", on)
+	}
+
+	operator := l.secretValue(release+"-plugreg-bootstrap-token", "token")
+	c := l.client(pki, operator)
+	ctx := ctxFor(t, 20*time.Minute)
+
+	// The client agents need a token of their own under default deny.
+	agent, err := c.ACLTokenCreate(ctx, "client agents (chart)", []api.ACLPolicy{{Kind: api.ACLWrite}, {Kind: api.ACLRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.run("kubectl", "-n", namespace, "create", "secret", "generic", "plugreg-agent-token", "--from-literal=token="+agent.SecretID)
+	l.run("helm", "upgrade", release, "deploy/helm/plugreg", "-n", namespace, "--reuse-values", "--set", "acl.agentTokenSecret=plugreg-agent-token", "--wait", "--timeout", "5m")
+	l.eventually(3*time.Minute, "a Ready client agent on every node", func() bool {
+		ready, n := l.podsReady(clients)
+		return ready && n == len(nodes)
+	})
+	members, err := c.Members(ctx)
+	if err != nil || len(members) != 3+len(nodes) {
+		t.Fatalf("members %d (%v): want 3 servers and %d client agents", len(members), err, len(nodes))
+	}
+
+	t.Run("helm test", func(t *testing.T) {
+		l.run("helm", "test", release, "-n", namespace, "--timeout", "3m")
+	})
+
+	t.Run("rolling restart under writes", func(t *testing.T) {
+		w := startWriter(t, c, "restart")
+		time.Sleep(2 * time.Second)
+		l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
+		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
+		time.Sleep(2 * time.Second)
+		w.stopAndCheck(t, ctx, c)
+	})
+
+	t.Run("SDK plugin pod", func(t *testing.T) {
+		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
+		node := nodes[len(nodes)-1]
+		l.apply(sdkPluginPod(stubImg, node))
+		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			return err == nil && len(got) == 1 && got[0].NodeID == node
+		})
+		l.kubectl("delete", "pod", "sdk-plugin", "--wait")
+		l.eventually(time.Minute, "the SDK plugin deregistered with its pod", func() bool {
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			return err == nil && len(got) == 0
+		})
+	})
+
+	t.Run("upgrade to a new image under writes", func(t *testing.T) {
+		l.image("t2")
+		w := startWriter(t, c, "upgrade")
+		time.Sleep(2 * time.Second)
+		l.run("helm", "upgrade", release, "deploy/helm/plugreg", "-n", namespace, "--reuse-values", "--set", "image.tag=t2", "--wait", "--timeout", "8m")
+		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
+		time.Sleep(2 * time.Second)
+		w.stopAndCheck(t, ctx, c)
+		images := l.kubectl("get", "pods", "-o", "jsonpath={.items[*].spec.containers[0].image}")
+		if strings.Contains(images, ":t1") {
+			t.Errorf("pods still on t1 after the upgrade: %s", images)
+		}
+	})
+}
+
+// writer registers an instance every 20 ms through the client until
+// stopped, recording what was acknowledged and what failed.
+type writer struct {
+	stop   context.CancelFunc
+	done   chan struct{}
+	typ    string
+	mu     sync.Mutex
+	acked  []string
+	failed []string
+	n      atomic.Int64
+}
+
+func startWriter(t *testing.T, c *client.Client, typ string) *writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writer{stop: cancel, done: make(chan struct{}), typ: typ}
+	go func() {
+		defer close(w.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			name := fmt.Sprintf("w%05d", i)
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := c.Register(wctx, &api.PluginInfo{Type: typ, Name: name, AllocID: "a", NodeID: "writer",
+				ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/" + name + ".sock"}})
+			wcancel()
+			w.mu.Lock()
+			switch {
+			case err == nil:
+				w.acked = append(w.acked, name)
+			case ctx.Err() == nil:
+				w.failed = append(w.failed, fmt.Sprintf("%s: %v", name, err))
+			}
+			w.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// stopAndCheck stops the writer and checks that every acknowledged
+// write is in the registry and none failed.
+func (w *writer) stopAndCheck(t *testing.T, ctx context.Context, c *client.Client) {
+	t.Helper()
+	w.stop()
+	<-w.done
+	got, _, err := c.List(ctx, w.typ, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, p := range got {
+		have[p.Name] = true
+	}
+	lost := 0
+	for _, name := range w.acked {
+		if !have[name] {
+			lost++
+		}
+	}
+	t.Logf("%s: %d writes acknowledged, %d failed, %d acknowledged writes missing", w.typ, len(w.acked), len(w.failed), lost)
+	if lost > 0 {
+		t.Errorf("%d acknowledged writes lost", lost)
+	}
+	if len(w.failed) > 0 {
+		t.Errorf("%d writes failed, the first: %s", len(w.failed), w.failed[0])
+	}
+	if len(w.acked) < 50 {
+		t.Errorf("only %d writes acknowledged: the writer did not run", len(w.acked))
+	}
+}
+
+// pki is a CA and the servers' and clients' certificates, made with the
+// CLI as docs/security.md tells an operator to.
+type pki struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+func (l *lab) pki() pki {
+	l.t.Helper()
+	dir := l.t.TempDir()
+	bin := filepath.Join(dir, "plugreg")
+	l.run("go", "build", "-o", bin, "./cmd/plugreg")
+	l.run(bin, "tls", "ca", "create", "-dir", dir)
+	l.run(bin, "tls", "cert", "create", "-server", "-dir", dir)
+	l.run(bin, "tls", "cert", "create", "-client", "-dir", dir)
+	glob := func(pattern string) string {
+		m, _ := filepath.Glob(filepath.Join(dir, pattern))
+		if len(m) != 1 {
+			l.t.Fatalf("%s: %v, want one file", pattern, m)
+		}
+		return m[0]
+	}
+	return pki{
+		ca:         glob("plugreg-agent-ca.pem"),
+		serverCert: glob("*-server-plugreg-0.pem"), serverKey: glob("*-server-plugreg-0-key.pem"),
+		clientCert: glob("*-client-plugreg-0.pem"), clientKey: glob("*-client-plugreg-0-key.pem"),
+	}
+}
+
+func (l *lab) secretFromFiles(name string, files map[string]string) {
+	l.t.Helper()
+	args := []string{"-n", namespace, "create", "secret", "generic", name}
+	for key, path := range files {
+		args = append(args, "--from-file="+key+"="+path)
+	}
+	l.run("kubectl", args...)
+}
+
+func (l *lab) secretValue(name, key string) string {
+	l.t.Helper()
+	enc := l.kubectl("get", "secret", name, "-o", "jsonpath={.data."+key+"}")
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		l.t.Fatalf("secret %s key %s: %v", name, key, err)
+	}
+	return string(b)
+}
+
+// client is a Go client of the chart's API service (its cluster IP,
+// which kube-proxy routes from this host), over mutual TLS.
+func (l *lab) client(p pki, token string) *client.Client {
+	l.t.Helper()
+	ip := l.kubectl("get", "service", release+"-plugreg", "-o", "jsonpath={.spec.clusterIP}")
+	c, err := client.New(client.Config{Addrs: []string{"https://" + ip + ":7700"}, Token: token,
+		TLSOptions: tlsutil.ClientOptions{CAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey, ServerName: "server.global.plugreg"}})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return c
+}
+
+func (l *lab) apply(manifest string) {
+	l.t.Helper()
+	f := filepath.Join(l.t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
+		l.t.Fatal(err)
+	}
+	l.kubectl("apply", "-f", f)
+}
+
+// uninstall removes the release, its claims and the namespace.
+func (l *lab) uninstall() {
+	l.try("helm", "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+	l.try("kubectl", "delete", "namespace", namespace, "--wait", "--timeout", "3m")
+}
+
+// sdkPluginPod is docs/kubernetes.md's plugin pod, as a bare pod on one
+// node: examples/stub-plugin, not root, with the socket's group, the
+// socket's host dir mounted and its path in PLUGREG_PLUGIN_SOCKET.
+func sdkPluginPod(image, node string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: sdk-plugin
+  namespace: %s
+spec:
+  nodeName: %s
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 10
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    supplementalGroups: [2000]
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: plugin
+      image: %s
+      imagePullPolicy: Never
+      args: ["-type", "k8sdemo", "-name", "demo"]
+      env:
+        - name: NODE_NAME
+          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+        - name: PLUGREG_PLUGIN_SOCKET
+          value: /var/run/plugreg/$(NODE_NAME)/plugin.sock
+      securityContext:
+        readOnlyRootFilesystem: true
+        allowPrivilegeEscalation: false
+        capabilities: {drop: ["ALL"]}
+      volumeMounts:
+        - name: plugreg
+          mountPath: /var/run/plugreg
+  volumes:
+    - name: plugreg
+      hostPath: {path: /var/run/plugreg, type: Directory}
+`, namespace, node, image)
+}
