@@ -98,6 +98,15 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		l.run("helm", "test", release, "-n", namespace, "--timeout", "3m")
 	})
 
+	t.Run("Prometheus scrapes every agent as the monitors say", func(t *testing.T) {
+		reader, err := c.ACLTokenCreate(ctx, "prometheus (chart)", []api.ACLPolicy{{Kind: api.ACLRead}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.run("kubectl", "-n", namespace, "create", "secret", "generic", "plugreg-metrics-token", "--from-literal=token="+reader.SecretID)
+		l.scrapeAsTheMonitorsSay(t, "plugreg-metrics-token")
+	})
+
 	t.Run("rolling restart under writes", func(t *testing.T) {
 		w := startWriter(t, c, "restart")
 		time.Sleep(2 * time.Second)

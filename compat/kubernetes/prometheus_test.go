@@ -1,0 +1,180 @@
+//go:build linux
+
+package kubernetes
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// monitor is what the test reads of a ServiceMonitor or PodMonitor the
+// chart renders: the pods it selects and how it scrapes them.
+type monitor struct {
+	Kind string
+	Spec struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		}
+		Endpoints           []endpoint `json:"endpoints"`
+		PodMetricsEndpoints []endpoint `json:"podMetricsEndpoints"`
+	}
+}
+
+type secretKey struct{ Name, Key string }
+
+type endpoint struct {
+	Port, Path, Scheme string
+	TLSConfig          *struct {
+		ServerName string `json:"serverName"`
+		CA         struct{ Secret secretKey }
+		Cert       struct{ Secret secretKey }
+		KeySecret  secretKey `json:"keySecret"`
+	} `json:"tlsConfig"`
+	BearerTokenSecret *secretKey `json:"bearerTokenSecret"`
+	Relabelings       []struct {
+		TargetLabel string `json:"targetLabel"`
+		Replacement string
+	}
+}
+
+// scrapeAsTheMonitorsSay renders the chart's ServiceMonitor and
+// PodMonitor with the release's values, turns each into the scrape job
+// prometheus-operator would make of it (the pods it selects, its scheme,
+// TLS files and bearer token from the Secrets it names, its job label),
+// and runs Debian's Prometheus on them until every target is up.
+// Debian's build has no kubernetes_sd_configs, so the test resolves the
+// monitors' selectors with kubectl and hands Prometheus the targets: what
+// is tested is the chart's scrape settings against the real agents.
+func (l *lab) scrapeAsTheMonitorsSay(t *testing.T, tokenSecret string) {
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatal("Debian's prometheus is not installed (apt-get install prometheus)")
+	}
+	dir := t.TempDir()
+	values := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(values, []byte(l.run("helm", "get", "values", release, "-n", namespace, "-o", "yaml")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rendered := l.run("helm", "template", release, "deploy/helm/plugreg", "-n", namespace, "-f", values,
+		"--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.tokenSecret="+tokenSecret,
+		"--show-only", "templates/servicemonitor.yaml")
+	var jobs []string
+	targets := 0
+	for i, doc := range strings.Split(rendered, "\n---") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var m monitor
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("monitor %d: %v", i, err)
+		}
+		eps := append(m.Spec.Endpoints, m.Spec.PodMetricsEndpoints...)
+		if len(eps) != 1 {
+			t.Fatalf("%s: %d endpoints, want 1", m.Kind, len(eps))
+		}
+		ep := eps[0]
+		var sel []string
+		for k, v := range m.Spec.Selector.MatchLabels {
+			sel = append(sel, k+"="+v)
+		}
+		// A ServiceMonitor selects services and scrapes their pods; the
+		// chart's services select the pods by the same labels.
+		ips := strings.Fields(l.kubectl("get", "pods", "-l", strings.Join(sel, ","), "-o", "jsonpath={.items[*].status.podIP}"))
+		port := l.kubectl("get", "pods", "-l", strings.Join(sel, ","), "-o",
+			fmt.Sprintf(`jsonpath={.items[0].spec.containers[0].ports[?(@.name=="%s")].containerPort}`, ep.Port))
+		job := m.Kind
+		for _, r := range ep.Relabelings {
+			if r.TargetLabel == "job" {
+				job = r.Replacement
+			}
+		}
+		var cfg strings.Builder
+		fmt.Fprintf(&cfg, "  - job_name: %s\n    metrics_path: %s\n    scheme: %s\n", job, ep.Path, ep.Scheme)
+		if ep.TLSConfig != nil {
+			file := func(s secretKey) string {
+				p := filepath.Join(dir, job+"-"+s.Key)
+				if err := os.WriteFile(p, []byte(l.secretValue(s.Name, strings.ReplaceAll(s.Key, ".", `\.`))), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			fmt.Fprintf(&cfg, "    tls_config:\n      ca_file: %s\n      cert_file: %s\n      key_file: %s\n      server_name: %s\n",
+				file(ep.TLSConfig.CA.Secret), file(ep.TLSConfig.Cert.Secret), file(ep.TLSConfig.KeySecret), ep.TLSConfig.ServerName)
+		}
+		if s := ep.BearerTokenSecret; s != nil {
+			p := filepath.Join(dir, job+"-token")
+			if err := os.WriteFile(p, []byte(l.secretValue(s.Name, s.Key)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&cfg, "    authorization:\n      credentials_file: %s\n", p)
+		}
+		cfg.WriteString("    static_configs:\n      - targets:\n")
+		for _, ip := range ips {
+			fmt.Fprintf(&cfg, "          - %s\n", net.JoinHostPort(ip, port))
+		}
+		jobs = append(jobs, cfg.String())
+		targets += len(ips)
+	}
+	conf := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(conf, []byte("global:\n  scrape_interval: 2s\nscrape_configs:\n"+strings.Join(jobs, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prometheus.yml:\n%s", strings.Join(jobs, ""))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(prom, "--config.file="+conf, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+addr)
+	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}()
+	var last string
+	l.eventually(90*time.Second, fmt.Sprintf("Prometheus to scrape all %d agents", targets), func() bool {
+		resp, err := http.Get("http://" + addr + "/api/v1/targets")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				ActiveTargets []struct {
+					ScrapePool, ScrapeURL, Health, LastError string
+				} `json:"activeTargets"`
+			}
+		}
+		if json.NewDecoder(resp.Body).Decode(&body) != nil {
+			return false
+		}
+		up := 0
+		var states []string
+		for _, tg := range body.Data.ActiveTargets {
+			if tg.Health == "up" {
+				up++
+			}
+			states = append(states, fmt.Sprintf("%s %s %s %s", tg.ScrapePool, tg.ScrapeURL, tg.Health, tg.LastError))
+		}
+		if s := strings.Join(states, "; "); s != last {
+			t.Logf("targets: %s", s)
+			last = s
+		}
+		return up == targets && len(body.Data.ActiveTargets) == targets
+	})
+}
