@@ -102,7 +102,7 @@ waitfor() {
 		[ "$(date +%s)" -lt "$end" ] || die "$what: not ready after ${t}s (logs in $LOG; run lab.sh down)"
 		sleep 0.5
 	done
-	say "$what ready"
+	say "$what: ok"
 }
 
 # ---------------------------------------------------------------- install
@@ -336,9 +336,9 @@ cmd_up() {
 	cmd_down
 	# Only one Kubernetes at a time: another's kubelet would fight over
 	# ports, iptables chains and sysctls.
-	if pgrep -x 'kubelet|kube-apiserver|kube-proxy' >/dev/null; then
-		die "a Kubernetes not started from $LAB_HOME runs: $(pgrep -a -x 'kubelet|kube-apiserver|kube-proxy' | cut -c1-80 | tr '\n' ';')"
-	fi
+	local other
+	other=$(for c in kubelet kube-apiserver kube-proxy etcd; do pgrep -a -x "$c" || true; done | cut -c1-100 | tr '\n' ';')
+	[ -z "$other" ] || die "a Kubernetes not started from $LAB_HOME runs: $other"
 	T0=$(date +%s.%N)
 	mkdir -p "$STATE" "$RUN" "$LOG" "$PV"
 	pki
@@ -614,7 +614,8 @@ cmd_env() {
 
 # ----------------------------------------------------------------- down
 
-# stop_pids NAME...: SIGTERM all at once, SIGKILL what still runs after 15 s.
+# stop_pids NAME...: SIGTERM all at once, SIGKILL what still runs after
+# STOP_WAIT seconds (15).
 stop_pids() {
 	local n p ps=() i alive
 	for n in "$@"; do
@@ -622,14 +623,31 @@ stop_pids() {
 		p=$(cat "$RUN/$n.pid")
 		kill "$p" 2>/dev/null && ps+=("$p")
 	done
-	for i in $(seq 30); do
+	for i in $(seq $((${STOP_WAIT:-15} * 2))); do
 		alive=0
 		for p in "${ps[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
 		[ $alive = 0 ] && break
 		sleep 0.5
 	done
-	for p in "${ps[@]}"; do kill -0 "$p" 2>/dev/null && { say "pid $p did not stop in 15s: SIGKILL"; kill -9 "$p"; }; done
+	for p in "${ps[@]}"; do kill -0 "$p" 2>/dev/null && { say "pid $p did not stop in ${STOP_WAIT:-15}s: SIGKILL"; kill -9 "$p"; }; done
 	for n in "$@"; do rm -f "$RUN/$n.pid"; done
+}
+
+# node_down N: the node's pods, containerd and shims (the kubelet is
+# already stopped, so none is restarted). Nodes are stopped in parallel.
+node_down() {
+	local n=$1 s p t
+	s=$(node_sock "$n")
+	if [ -S "$s" ]; then
+		# CRI removal runs CNI DEL and removes the pod's netns.
+		"$BIN/crictl" --runtime-endpoint "unix://$s" --timeout 30s rmp -af >/dev/null 2>&1 || say "node$n: crictl rmp failed"
+		for t in $(ctrn "$n" tasks ls -q 2>/dev/null); do ctrn "$n" tasks kill -s SIGKILL "$t" >/dev/null 2>&1; done
+		for t in $(ctrn "$n" tasks ls -q 2>/dev/null); do ctrn "$n" tasks delete -f "$t" >/dev/null 2>&1; done
+	fi
+	stop_pids "containerd-$n"
+	# Shims outlive containerd (re-parented to init); ours are the ones
+	# whose -address is this node's socket.
+	for p in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $s\$"); do kill -9 "$p" 2>/dev/null; done
 }
 
 # down runs in a subshell without -e: every step is tried whatever the ones
@@ -644,22 +662,13 @@ cmd_down() (
 	[ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup --v=0 >"$LOG/kube-proxy-cleanup.log" 2>&1
 	# 2. Kubelets first, so none restarts the containers removed next.
 	stop_pids $(for n in $nodes; do echo "kubelet-$n"; done) $(ls "$RUN" 2>/dev/null | sed -n 's/^\(kubelet-[0-9]*\)\.pid$/\1/p')
-	for n in $nodes; do
-		s=$(node_sock "$n")
-		if [ -S "$s" ]; then
-			# CRI removal runs CNI DEL and removes the pod's netns.
-			"$BIN/crictl" --runtime-endpoint "unix://$s" --timeout 30s rmp -af >/dev/null 2>&1 || say "node$n: crictl rmp failed"
-			for t in $(ctrn "$n" tasks ls -q 2>/dev/null); do ctrn "$n" tasks kill -s SIGKILL "$t" >/dev/null 2>&1; done
-			for t in $(ctrn "$n" tasks ls -q 2>/dev/null); do ctrn "$n" tasks delete -f "$t" >/dev/null 2>&1; done
-		fi
-		stop_pids "containerd-$n"
-		# Shims outlive containerd (re-parented to init); ours are the ones
-		# whose -address is this node's socket.
-		for p in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $s\$"); do kill -9 "$p" 2>/dev/null; done
-	done
+	for n in $nodes; do node_down "$n" & done
+	wait
 	say "nodes stopped"
-	stop_pids kube-scheduler kube-controller-manager kube-apiserver
-	stop_pids etcd
+	# The apiserver drains requests for about 10 s on SIGTERM; its state is
+	# thrown away below, so a short grace is enough.
+	STOP_WAIT=3 stop_pids kube-scheduler kube-controller-manager kube-apiserver
+	STOP_WAIT=3 stop_pids etcd
 	say "control plane stopped"
 	# 3. Mounts under LAB_HOME, deepest first (etcd's tmpfs, pod volumes).
 	for m in $(awk '{ print $2 }' /proc/mounts | grep "^$LAB_HOME/" | sort -r); do umount "$m" 2>/dev/null || umount -l "$m"; done
