@@ -281,7 +281,7 @@ save_host() {
 	if [ ! -f "$RUN/dirs.absent" ]; then
 		# Dirs the kubelet, containerd and CNI create outside LAB_HOME, and
 		# the LAB_NODE_DIRS mount points: down removes those that were absent.
-		for d in /var/run/netns /var/log/containers /var/log/pods /var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd $LAB_NODE_DIRS; do
+		for d in /var/lib/kubelet /var/run/netns /var/log/containers /var/log/pods /var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd $LAB_NODE_DIRS; do
 			[ -e "$d" ] || echo "$d"
 		done >"$RUN/dirs.absent"
 	fi
@@ -335,9 +335,10 @@ cmd_up() {
 	[ "$NODES" -ge 1 ] && [ "$NODES" -le 9 ] || die "NODES=$NODES: 1 to 9"
 	cmd_down
 	# Only one Kubernetes at a time: another's kubelet would fight over
-	# ports, iptables chains and sysctls.
+	# ports, iptables chains and sysctls. (A system etcd may run: ours is
+	# on other ports.)
 	local other
-	other=$(for c in kubelet kube-apiserver kube-proxy etcd; do pgrep -a -x "$c" || true; done | cut -c1-100 | tr '\n' ';')
+	other=$(for c in kubelet kube-apiserver kube-proxy; do pgrep -a -x "$c" || true; done | cut -c1-100 | tr '\n' ';')
 	[ -z "$other" ] || die "a Kubernetes not started from $LAB_HOME runs: $other"
 	T0=$(date +%s.%N)
 	mkdir -p "$STATE" "$RUN" "$LOG" "$PV"
@@ -519,10 +520,14 @@ node_up() {
 		# The nodes share one disk and one memory: evict only when truly out.
 		evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 	YAML
-	local pre=()
+	local pre=() root=$sd/kubelet
 	[ -n "$LAB_NODE_DIRS" ] && pre=(nsenter --target "$(cat "$RUN/containerd-$n.pid")" --mount --)
+	# With /var/lib/kubelet among them, each kubelet keeps its state at the
+	# standard path, so a chart's default plugins_registry and plugins dirs
+	# are the ones the node's kubelet watches.
+	case " $LAB_NODE_DIRS " in *" /var/lib/kubelet "*) root=/var/lib/kubelet ;; esac
 	start "kubelet-$n" "${pre[@]}" "$BIN/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$ETC/kubelet-$n.kubeconfig" \
-		--root-dir="$sd/kubelet" --hostname-override="$(node_name "$n")" --node-ip="$(node_ip "$n")" --v=1
+		--root-dir="$root" --cert-dir="$root/pki" --hostname-override="$(node_name "$n")" --node-ip="$(node_ip "$n")" --v=1
 }
 
 export LAB_NODE_DIRS
@@ -695,7 +700,12 @@ cmd_down() (
 	rm -f /var/lib/cni/results/k8slab-node* 2>/dev/null
 	for d in $(cat "$RUN/dirs.absent" 2>/dev/null); do
 		mountpoint -q "$d" && umount "$d"
-		rmdir "$d" 2>/dev/null
+		case $d in
+		# Whatever --root-dir says, every kubelet puts its device-plugin
+		# socket in /var/lib/kubelet/device-plugins: nothing else is there.
+		/var/lib/kubelet) rm -rf "$d" ;;
+		*) rmdir "$d" 2>/dev/null ;;
+		esac
 	done
 	for d in $LAB_CLEAN_DIRS; do
 		case $d in
