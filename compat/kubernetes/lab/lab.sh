@@ -31,6 +31,10 @@ LAB_NODE_DIRS=${LAB_NODE_DIRS:-}
 
 BIN=$LAB_HOME/bin IMG=$LAB_HOME/images PKI=$LAB_HOME/pki ETC=$LAB_HOME/etc
 STATE=$LAB_HOME/state RUN=$LAB_HOME/run LOG=$LAB_HOME/log PV=$LAB_HOME/pv
+# kubectl and helm cache and keep config under $HOME by default: in the lab
+# they keep them here, and down removes them (a discovery cache outlives the
+# cluster it describes).
+CACHE=$LAB_HOME/cache
 
 # Versions that work together here. Kubernetes 1.35 refuses cgroup v1 by
 # default and this machine has only v1, so 1.34 it is; the staging modules
@@ -69,7 +73,7 @@ kubelet_port() { echo $((10250 + ($1 - 1) * 1000)); }
 T0=$(date +%s.%N)
 say() { awk -v a="$T0" -v b="$(date +%s.%N)" -v m="$*" 'BEGIN { printf "[lab %6.1fs] %s\n", b - a, m }' >&2; }
 die() { say "ERROR: $*"; exit 1; }
-kubectl() { "$BIN/kubectl" --kubeconfig "$ETC/admin.kubeconfig" "$@"; }
+kubectl() { "$BIN/kubectl" --kubeconfig "$ETC/admin.kubeconfig" --cache-dir "$CACHE/kube" "$@"; }
 ctrn() { local n=$1; shift; ctr --address "$(node_sock "$n")" -n k8s.io "$@"; }
 
 # Nodes whose containerd this lab started, from the pid files: load-image,
@@ -613,6 +617,8 @@ cmd_env() {
 		export LAB_HOME=$LAB_HOME
 		export KUBECONFIG=$ETC/admin.kubeconfig
 		export PATH=$BIN:\$PATH
+		export KUBECACHEDIR=$CACHE/kube
+		export HELM_CACHE_HOME=$CACHE/helm HELM_CONFIG_HOME=$CACHE/helm-config HELM_DATA_HOME=$CACHE/helm-data
 		export CONTAINER_RUNTIME_ENDPOINT=unix://$(node_sock 1)
 	EOF
 }
@@ -717,7 +723,7 @@ cmd_down() (
 	if [ -f "$RUN/sysctl.saved" ]; then
 		while IFS= read -r kv; do sysctl -qw "$kv" || say "WARNING: could not restore $kv"; done <"$RUN/sysctl.saved"
 	fi
-	rm -rf "$STATE" "$RUN" "$PV"
+	rm -rf "$STATE" "$RUN" "$PV" "$CACHE"
 	say "down"
 )
 
