@@ -15,14 +15,16 @@
 #   lab.sh pvs N [SIZE]       N more hostPath PersistentVolumes of class "lab"
 #   lab.sh env                exports for eval: KUBECONFIG, PATH (kubectl, helm, crictl)
 #
-# Settings (environment): LAB_HOME (/var/tmp/plugreg-k8s), NODES (3),
+# Settings (environment): LAB_HOME (PLUGREG_K8S_LAB, else /var/tmp/plugreg-k8s), NODES (3),
 # LAB_PVS (6) and LAB_PV_SIZE (10Gi) for up, LAB_CLEAN_DIRS (host dirs that
 # down removes, such as a chart's hostPath dirs), LAB_NODE_DIRS (host dirs
 # each node sees privately, see README.md), GOCACHE for build.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-LAB_HOME=${LAB_HOME:-/var/tmp/plugreg-k8s}
+# PLUGREG_K8S_LAB is how compat/kubernetes's Go test names the lab's home,
+# so a test that runs lab.sh (load-image) acts on the lab it was given.
+LAB_HOME=${LAB_HOME:-${PLUGREG_K8S_LAB:-/var/tmp/plugreg-k8s}}
 NODES=${NODES:-3}
 LAB_PVS=${LAB_PVS:-6}
 LAB_PV_SIZE=${LAB_PV_SIZE:-10Gi}
@@ -614,7 +616,7 @@ cmd_status() {
 
 cmd_env() {
 	cat <<-EOF
-		export LAB_HOME=$LAB_HOME
+		export LAB_HOME=$LAB_HOME PLUGREG_K8S_LAB=$LAB_HOME
 		export KUBECONFIG=$ETC/admin.kubeconfig
 		export PATH=$BIN:\$PATH
 		export KUBECACHEDIR=$CACHE/kube
