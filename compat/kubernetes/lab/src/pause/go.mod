@@ -1,0 +1,3 @@
+module plugreg-lab/pause
+
+go 1.24.0
