@@ -35,24 +35,23 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	img := l.image("t1")
 	busybox := os.Getenv("PLUGREG_K8S_BUSYBOX")
 	if busybox == "" {
-		busybox = "localhost/busybox:lab"
+		busybox = "localhost/busybox:local" // lab.sh's
 	}
 	pki := l.pki()
 	l.run("kubectl", "create", "namespace", namespace)
 	l.secretFromFiles("plugreg-server-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.serverCert, "tls.key": pki.serverKey})
 	l.secretFromFiles("plugreg-client-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.clientCert, "tls.key": pki.clientKey})
 
-	registryDir := os.Getenv("PLUGREG_K8S_PLUGINS_REGISTRY") // the lab's kubelets' dirs, $(NODE_NAME) in them
+	// The client agents' host dirs are the chart's defaults: the lab runs
+	// each node's kubelet and containerd with its own /var/lib/kubelet,
+	// /var/lib/plugreg and /run/plugreg (LAB_NODE_DIRS), as separate
+	// hosts have them.
 	set := []string{
 		"image.repository=" + strings.Split(img, ":")[0], "image.tag=t1",
 		"tls.enabled=true", "gossip.autoGenerate=true",
 		"acl.enabled=true", "acl.bootstrapToken.autoGenerate=true",
 		"server.volumePermissions.enabled=true", "server.volumePermissions.image=" + busybox,
-		"client.dataDir=/var/lib/plugreg/$(NODE_NAME)", "client.pluginSocketDir=/var/run/plugreg/$(NODE_NAME)",
 		"client.pluginSocketGroup=2000",
-	}
-	if registryDir != "" {
-		set = append(set, "client.pluginsRegistryDir="+registryDir)
 	}
 	args := []string{"install", release, "deploy/helm/plugreg", "-n", namespace, "--wait", "--timeout", "5m"}
 	for _, s := range set {
@@ -317,7 +316,7 @@ spec:
         - name: NODE_NAME
           valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
         - name: PLUGREG_PLUGIN_SOCKET
-          value: /var/run/plugreg/$(NODE_NAME)/plugin.sock
+          value: /var/run/plugreg/plugin.sock
       securityContext:
         readOnlyRootFilesystem: true
         allowPrivilegeEscalation: false
