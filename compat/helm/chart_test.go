@@ -507,7 +507,15 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 			}
 		}
 	}
-	resp, err := hc.Get(fmt.Sprintf("%s://%s:%d/v1/members", scheme, pods[3].ip, ports[0]))
+	// With ACLs on (default deny), reading members takes a token.
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s://%s:%d/v1/members", scheme, pods[3].ip, ports[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bootstrap != "" {
+		req.Header.Set("X-Plugreg-Token", bootstrap)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,6 +531,9 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		cmd := run(p.spec)
 		cli := exec.Command(cmd[0], append(cmd[1:], "members", "-format", "json")...)
 		cli.Env = podEnvs[i]
+		if bootstrap != "" {
+			cli.Env = append(cli.Env, "PLUGREG_TOKEN="+bootstrap) // the NOTES: with ACLs on, a token
+		}
 		out, err := cli.CombinedOutput()
 		var ms []struct{ Name string }
 		if err == nil {
@@ -594,6 +605,10 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 		if out, err := save.CombinedOutput(); err != nil {
 			t.Fatalf("the snapshot CronJob's container: %v\n%s", err, out)
 		}
+		// A file's name is its second and index: two saves of one index
+		// in one second are one backup (with ACLs in default deny nothing
+		// writes between them here), as a schedule never makes them.
+		time.Sleep(1100 * time.Millisecond)
 	}
 	kept, _ := filepath.Glob(filepath.Join(snapshots, "plugreg-*.snap"))
 	if len(kept) != 2 {
@@ -613,13 +628,16 @@ func startPods(t *testing.T, opts podsOptions, run func(corev1.PodSpec) []string
 	// A write through the client agent is one trace whose spans reach
 	// the collector from every agent, each named as its pod or node.
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s://%s:%d/v1/plugins", scheme, pods[3].ip, ports[0]),
+	req, err = http.NewRequest(http.MethodPost, fmt.Sprintf("%s://%s:%d/v1/plugins", scheme, pods[3].ip, ports[0]),
 		strings.NewReader(`{"Type":"csi","Name":"traced","AllocID":"a1","NodeID":"node-a","ConnectionInfo":{"SocketPath":"/run/t.sock"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	if bootstrap != "" {
+		req.Header.Set("X-Plugreg-Token", bootstrap)
+	}
 	wresp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -251,3 +251,24 @@ func TestChartHostDirsPerNode(t *testing.T) {
 		})
 	}
 }
+
+// acl.enabled turns ACLs on on every agent, client agents too, in
+// default deny unless acl.defaultPolicy says allow: on a real cluster the
+// client agents ran without ACLs (checking no caller's token, serving
+// reads to anyone who reached them) and the servers in default allow.
+func TestChartACLsOnEveryAgent(t *testing.T) {
+	for _, policy := range []string{"", "allow"} {
+		acl := map[string]any{"enabled": true, "bootstrapToken": map[string]any{"autoGenerate": true}}
+		want := "deny"
+		if policy != "" {
+			acl["defaultPolicy"], want = policy, policy
+		}
+		m := render(t, map[string]any{"image": testImage, "acl": acl})
+		for what, pod := range map[string]corev1.PodSpec{"server": m.servers.Spec.Template.Spec, "client": m.clients.Spec.Template.Spec} {
+			args := strings.Join(pod.Containers[0].Args, " ")
+			if !strings.Contains(args, "-acl-enabled -acl-default-policy "+want+" ") && !strings.HasSuffix(args, "-acl-enabled -acl-default-policy "+want) {
+				t.Errorf("%s (defaultPolicy %q): args %q, want -acl-enabled -acl-default-policy %s", what, policy, args, want)
+			}
+		}
+	}
+}

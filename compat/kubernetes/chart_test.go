@@ -130,6 +130,29 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		})
 	})
 
+	t.Run("kubelet plugin pod", func(t *testing.T) {
+		img := l.binaryImage("./examples/kubelet-plugin", "kubelet-plugin", "t1")
+		node := nodes[0]
+		l.apply(kubeletPluginPod(img, node))
+		l.eventually(2*time.Minute, "the kubelet plugin registered in plugreg from "+node, func() bool {
+			got, _, err := c.List(ctx, "DRAPlugin", nil)
+			return err == nil && len(got) == 1 && got[0].NodeID == node && got[0].Name == "gpu.plugreg.example"
+		})
+		// kubelet answers the plugin (true: its DRA handler took it);
+		// plugreg, in kubelet-shared mode, never does.
+		l.eventually(time.Minute, "kubelet's answer in the plugin's log", func() bool {
+			return strings.Contains(l.kubectl("logs", "kubelet-plugin"), "registered by the agent")
+		})
+		if log := l.kubectl("logs", "kubelet-plugin"); strings.Contains(log, "refused") {
+			t.Errorf("the plugin was told false:\n%s", log)
+		}
+		l.kubectl("delete", "pod", "kubelet-plugin", "--wait")
+		l.eventually(time.Minute, "the kubelet plugin deregistered with its pod", func() bool {
+			got, _, err := c.List(ctx, "DRAPlugin", nil)
+			return err == nil && len(got) == 0
+		})
+	})
+
 	t.Run("upgrade to a new image under writes", func(t *testing.T) {
 		l.image("t2")
 		w := startWriter(t, c, "upgrade")
@@ -283,10 +306,18 @@ func (l *lab) apply(manifest string) {
 	l.kubectl("apply", "-f", f)
 }
 
-// uninstall removes the release, its claims and the namespace.
+// uninstall removes the release, its claims and the namespace, and
+// empties the client agents' data dirs on every node (the lab keeps
+// each node's /var/lib/plugreg in state/nodeN/root): the namespace took
+// the generated gossip key with it, and a keyring left in a data dir
+// wins over the next install's key (docs/kubernetes.md, Limits).
 func (l *lab) uninstall() {
 	l.try("helm", "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
 	l.try("kubectl", "delete", "namespace", namespace, "--wait", "--timeout", "3m")
+	dirs, _ := filepath.Glob(filepath.Join(l.home, "state", "node*", "root", "var", "lib", "plugreg", "*"))
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
 }
 
 // sdkPluginPod is docs/kubernetes.md's plugin pod, as a bare pod on one
@@ -327,5 +358,38 @@ spec:
   volumes:
     - name: plugreg
       hostPath: {path: /var/run/plugreg, type: Directory}
+`, namespace, node, image)
+}
+
+// kubeletPluginPod is a plugin of the kubelet registration protocol
+// (examples/kubelet-plugin, a DRA driver's registration) on one node: its
+// registration socket in the node's kubelet plugins_registry, which
+// kubelet and the node's client agent both watch. It runs as root, as
+// kubelet plugins do: the dir is root's.
+func kubeletPluginPod(image, node string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: kubelet-plugin
+  namespace: %s
+spec:
+  nodeName: %s
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 10
+  containers:
+    - name: plugin
+      image: %s
+      imagePullPolicy: Never
+      args: ["-dir", "/var/lib/kubelet/plugins_registry", "-type", "DRAPlugin", "-name", "gpu.plugreg.example", "-versions", "v1.DRAPlugin"]
+      securityContext:
+        readOnlyRootFilesystem: true
+        allowPrivilegeEscalation: false
+        seccompProfile: {type: RuntimeDefault}
+      volumeMounts:
+        - name: registry
+          mountPath: /var/lib/kubelet/plugins_registry
+  volumes:
+    - name: registry
+      hostPath: {path: /var/lib/kubelet/plugins_registry, type: Directory}
 `, namespace, node, image)
 }

@@ -97,6 +97,14 @@ podAntiAffinity:
 - -verify-server-hostname
 {{- end }}
 {{- end }}
+{{- if .root.Values.acl.enabled }}
+{{- /* Every agent, client agents too: a client agent without ACLs
+checks no caller's token and serves its reads (fetched as Anyone over
+the agent RPC) to whoever reaches it. */}}
+- -acl-enabled
+- -acl-default-policy
+- {{ .root.Values.acl.defaultPolicy }}
+{{- end }}
 {{- if .root.Values.tracing.endpoint }}
 - -trace-endpoint
 - {{ .root.Values.tracing.endpoint | quote }}
