@@ -31,6 +31,11 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		t.Cleanup(func() { l.uninstall() })
 	}
 	l.uninstall() // a run before this one may have left its release
+	// The lab's volumes are Retain: a released one is not bound again.
+	avail := strings.Fields(l.run("kubectl", "get", "pv", "-o", `jsonpath={.items[?(@.status.phase=="Available")].metadata.name}`))
+	if len(avail) < 3 {
+		l.run(filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh"), "pvs", fmt.Sprint(3-len(avail)))
+	}
 
 	img := l.image("t1")
 	busybox := os.Getenv("PLUGREG_K8S_BUSYBOX")
