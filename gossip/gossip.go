@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -136,6 +137,11 @@ type Pool struct {
 	// rebuilt when a server member changes, and never changed in place.
 	serverNames map[string]*Member
 	servers     []Meta
+	// rejoinUntil (unix nanoseconds): a member told this one that it
+	// knows this node's name at another address (this node's earlier
+	// life, before a restart at a new address); the reconnect loop joins
+	// again until then (NotifyConflict, rejoinIfRemembered).
+	rejoinUntil atomic.Int64
 	changed     chan struct{}  // capacity 1: a coalesced "something changed"
 	save        chan struct{}  // capacity 1: a coalesced "write the peers file"
 	stop        chan struct{}  // closed by Shutdown
@@ -170,8 +176,17 @@ func Start(cfg Config) (*Pool, error) {
 		mc.GossipVerifyIncoming = !cfg.AcceptPlaintext
 		mc.GossipVerifyOutgoing = !cfg.SendPlaintext
 	}
+	// A member back at a new address under its old name (a Kubernetes
+	// pod restarted: a new pod IP) takes the name back once the old
+	// address is declared dead. memberlist's default (0) refuses it
+	// ("Conflicting address") until the dead entry is forgotten,
+	// GossipToTheDeadTime later: each server of a rolling restart on a
+	// real cluster took that long to be a voter again. A live member
+	// keeps its name: a second process under it is still refused.
+	mc.DeadNodeReclaimTime = deadNodeReclaimTime
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*delegate)(p)
+	mc.Conflict = (*delegate)(p)
 	// memberlist writes "[DEBUG] ..." lines to a standard logger: let hclog
 	// read the level, so that they are not logged at INFO.
 	mc.Logger = cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
@@ -202,6 +217,15 @@ func Start(cfg Config) (*Pool, error) {
 	p.goFunc(func() { p.reconnect(interval) })
 	return p, nil
 }
+
+// deadNodeReclaimTime is how long a member must have been dead before
+// its name may come back at another address.
+const deadNodeReclaimTime = time.Second
+
+// rejoinWindow is how long a node known elsewhere at its old address
+// keeps joining again: longer than the failure detector takes to declare
+// the old address dead (a few seconds on a LAN) plus deadNodeReclaimTime.
+const rejoinWindow = 30 * time.Second
 
 // forgetAfter is ForgetAfter with its default.
 func (c Config) forgetAfter() time.Duration {
@@ -241,8 +265,37 @@ func (p *Pool) reconnect(interval time.Duration) {
 				p.logger.Info("reconnected to a member declared dead", "addr", addr)
 			}
 		}
+		p.rejoinIfRemembered()
 		return true
 	})
+}
+
+// rejoinIfRemembered joins the alive members again for a while after
+// one said it knows this node at another address. Such a member refuses
+// this address while the old one is not yet dead (a restarted pod joins
+// before its old IP is declared dead), and memberlist would offer it
+// again only at its next push-pull, up to 30 s later; each join is a
+// push-pull, which the member accepts once the old address has been
+// dead for deadNodeReclaimTime. Once the old address is declared dead
+// nothing says so any more, hence a window rather than a signal.
+func (p *Pool) rejoinIfRemembered() {
+	if time.Now().UnixNano() > p.rejoinUntil.Load() {
+		return
+	}
+	var addrs []string
+	p.mu.Lock()
+	for _, m := range p.byName {
+		if m.Status == StatusAlive && m.Name != p.cfg.NodeID {
+			addrs = append(addrs, m.GossipAddr)
+		}
+	}
+	p.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	if n, err := p.ml.Join(addrs); err == nil {
+		p.logger.Info("joined again: a member knew this node at its old address", "members", n)
+	}
 }
 
 // forget drops the client agents failed or gone for longer than
@@ -652,6 +705,17 @@ func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyConflict: memberlist refused an alive message naming a known
+// member at another address. When the name is this node's, another
+// member holds this node's earlier address (a restart at a new one):
+// the reconnect loop joins again (rejoinIfRemembered).
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
+	p := (*Pool)(d)
+	if existing.Name == p.cfg.NodeID {
+		p.rejoinUntil.Store(time.Now().Add(rejoinWindow).UnixNano())
+	}
+}
 
 func (d *delegate) NotifyJoin(n *memberlist.Node)   { (*Pool)(d).set(n, StatusAlive) }
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { (*Pool)(d).set(n, StatusAlive) }

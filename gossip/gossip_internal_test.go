@@ -97,3 +97,72 @@ func TestReconnectToAMemberDeclaredDead(t *testing.T) {
 	waitFor("a to see b alive again", func() bool { return status(a, "b") == StatusAlive })
 	waitFor("b to see a", func() bool { return status(b2, "a") == StatusAlive })
 }
+
+// A member that comes back at a new address under its old name (a
+// Kubernetes pod restarted with a new pod IP), and joins before its old
+// address is declared dead (as a pod does), is that member again soon
+// after: the member it joined refuses the new address while the old one
+// lives, tells it so, and the restarted member joins again until it is
+// accepted. Here memberlist never forgets the dead and never pushes and
+// pulls on its own (both an hour): without the reclaim time and the
+// rejoin, the new address stayed refused ("Conflicting address"), and
+// each server of a real cluster's rolling restart took about 30 s to be
+// a voter again.
+func TestAMemberBackAtANewAddressTakesItsNameBack(t *testing.T) {
+	tune := func(c *memberlist.Config) {
+		c.GossipToTheDeadTime = time.Hour
+		c.PushPullInterval = time.Hour
+	}
+	start := func(name string) *Pool {
+		t.Helper()
+		p, err := Start(Config{NodeID: name, BindAddr: "127.0.0.1", Fast: true,
+			Meta: Meta{ID: name, Role: "server"}, ReconnectInterval: 200 * time.Millisecond, tune: tune})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	member := func(p *Pool, name string) (Status, string) {
+		for _, m := range p.Members() {
+			if m.Name == name {
+				return m.Status, m.GossipAddr
+			}
+		}
+		return "", ""
+	}
+	a := start("a")
+	defer a.Shutdown()
+	b := start("b")
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st, _ := member(a, "b"); st == StatusAlive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b alive")
+		}
+	}
+	old := b.Addr()
+	b.Shutdown()
+	b2 := start("b") // another port: another address; before a knows b is dead
+	defer b2.Shutdown()
+	if b2.Addr() == old {
+		t.Fatalf("b came back at its old address %s", old)
+	}
+	if _, err := b2.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, addr := member(a, "b")
+		if st == StatusAlive && addr == b2.Addr() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sees b %s at %s, want alive at %s (its old address %s)", st, addr, b2.Addr(), old)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
