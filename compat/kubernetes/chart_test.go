@@ -123,7 +123,7 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	t.Run("SDK plugin pod", func(t *testing.T) {
 		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
 		node := nodes[len(nodes)-1]
-		l.apply(sdkPluginPod(stubImg, node))
+		l.apply(sdkPluginPod("sdk-plugin", stubImg, node))
 		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
 			got, _, err := c.List(ctx, "k8sdemo", nil)
 			return err == nil && len(got) == 1 && got[0].NodeID == node
@@ -133,6 +133,61 @@ func TestChartOnARealKubernetes(t *testing.T) {
 			got, _, err := c.List(ctx, "k8sdemo", nil)
 			return err == nil && len(got) == 0
 		})
+	})
+
+	// A stopped kubelet (crashed, or restarted by an operator) leaves its
+	// node's containers running, the client agent among them: Kubernetes
+	// calls the node NotReady, but plugreg's liveness is the agent's own,
+	// so nothing of the node is suspect or reaped, and when the kubelet is
+	// back the plugin is still the one instance it was.
+	t.Run("kubelet stopped", func(t *testing.T) {
+		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
+		node := nodes[len(nodes)-1]
+		n := node[len(node)-1:] // lab-nodeN
+		l.apply(sdkPluginPod("sdk-plugin-2", stubImg, node))
+		var before []*api.PluginInfo
+		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
+			var err error
+			before, _, err = c.List(ctx, "k8sdemo", nil)
+			return err == nil && len(before) == 1 && before[0].NodeID == node
+		})
+		lab := filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh")
+		l.run(lab, "kubelet", "stop", n)
+		started := false
+		defer func() {
+			if !started {
+				l.try(lab, "kubelet", "start", n)
+			}
+		}()
+		ready := func() string {
+			out, _ := l.try("kubectl", "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return out
+		}
+		l.eventually(3*time.Minute, node+" NotReady", func() bool { return ready() != "True" })
+		for range 20 { // 20 s more of a NotReady node
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			if err != nil || len(got) != 1 || got[0].ModifyIndex != before[0].ModifyIndex || got[0].Health != nil {
+				t.Fatalf("with the kubelet stopped: %+v (%v), want the one instance unchanged and not suspect: %+v", got, err, before)
+			}
+			time.Sleep(time.Second)
+		}
+		members, err := c.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			if m.Name == node && m.Status != "alive" {
+				t.Fatalf("%s's client agent is %s with its kubelet stopped, want alive", node, m.Status)
+			}
+		}
+		l.run(lab, "kubelet", "start", n)
+		started = true
+		l.eventually(3*time.Minute, node+" Ready again", func() bool { return ready() == "True" })
+		got, _, err := c.List(ctx, "k8sdemo", nil)
+		if err != nil || len(got) != 1 || got[0].ModifyIndex != before[0].ModifyIndex {
+			t.Fatalf("after the kubelet came back: %+v (%v), want the instance unchanged", got, err)
+		}
+		l.kubectl("delete", "pod", "sdk-plugin-2", "--wait")
 	})
 
 	t.Run("kubelet plugin pod", func(t *testing.T) {
@@ -146,7 +201,10 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		// kubelet answers the plugin (true: its DRA handler took it);
 		// plugreg, in kubelet-shared mode, never does.
 		l.eventually(time.Minute, "kubelet's answer in the plugin's log", func() bool {
-			return strings.Contains(l.kubectl("logs", "kubelet-plugin"), "registered by the agent")
+			// The plugin may register before the pod's status says it
+			// runs, and kubectl logs refuses a pod still "waiting".
+			out, err := l.try("kubectl", "-n", namespace, "logs", "kubelet-plugin")
+			return err == nil && strings.Contains(out, "registered by the agent")
 		})
 		if log := l.kubectl("logs", "kubelet-plugin"); strings.Contains(log, "refused") {
 			t.Errorf("the plugin was told false:\n%s", log)
@@ -328,11 +386,11 @@ func (l *lab) uninstall() {
 // sdkPluginPod is docs/kubernetes.md's plugin pod, as a bare pod on one
 // node: examples/stub-plugin, not root, with the socket's group, the
 // socket's host dir mounted and its path in PLUGREG_PLUGIN_SOCKET.
-func sdkPluginPod(image, node string) string {
+func sdkPluginPod(name, image, node string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: sdk-plugin
+  name: %s
   namespace: %s
 spec:
   nodeName: %s
@@ -363,7 +421,7 @@ spec:
   volumes:
     - name: plugreg
       hostPath: {path: /var/run/plugreg, type: Directory}
-`, namespace, node, image)
+`, name, namespace, node, image)
 }
 
 // kubeletPluginPod is a plugin of the kubelet registration protocol

@@ -13,6 +13,7 @@
 #   lab.sh status             what runs; exit 1 unless every component is alive
 #   lab.sh load-image TAR...  import docker-archive tarballs into every node
 #   lab.sh pvs N [SIZE]       N more hostPath PersistentVolumes of class "lab"
+#   lab.sh kubelet stop|start N  stop node N's kubelet alone (its pods run on), or start it
 #   lab.sh env                exports for eval: KUBECONFIG, PATH (kubectl, helm, crictl)
 #
 # Settings (environment): LAB_HOME (PLUGREG_K8S_LAB, else /var/tmp/plugreg-k8s), NODES (3),
@@ -346,6 +347,8 @@ cmd_up() {
 	local other
 	other=$(for c in kubelet kube-apiserver kube-proxy; do pgrep -a -x "$c" || true; done | cut -c1-100 | tr '\n' ';')
 	[ -z "$other" ] || die "a Kubernetes not started from $LAB_HOME runs: $other"
+	mkdir -p "$RUN"
+	echo "$LAB_NODE_DIRS" >"$RUN/node-dirs" # for lab.sh kubelet start
 	T0=$(date +%s.%N)
 	mkdir -p "$STATE" "$RUN" "$LOG" "$PV"
 	pki
@@ -526,7 +529,14 @@ node_up() {
 		# The nodes share one disk and one memory: evict only when truly out.
 		evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 	YAML
-	local pre=() root=$sd/kubelet
+	start_kubelet "$n"
+}
+
+# start_kubelet N: node N's kubelet, in its containerd's mount namespace
+# when the nodes have dirs of their own (LAB_NODE_DIRS, as up had it).
+start_kubelet() {
+	local n=$1 nd=$ETC/node$1 sd=$STATE/node$1 pre=() root
+	root=$sd/kubelet
 	[ -n "$LAB_NODE_DIRS" ] && pre=(nsenter --target "$(cat "$RUN/containerd-$n.pid")" --mount --)
 	# With /var/lib/kubelet among them, each kubelet keeps its state at the
 	# standard path, so a chart's default plugins_registry and plugins dirs
@@ -534,6 +544,25 @@ node_up() {
 	case " $LAB_NODE_DIRS " in *" /var/lib/kubelet "*) root=/var/lib/kubelet ;; esac
 	start "kubelet-$n" "${pre[@]}" "$BIN/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$ETC/kubelet-$n.kubeconfig" \
 		--root-dir="$root" --cert-dir="$root/pki" --hostname-override="$(node_name "$n")" --node-ip="$(node_ip "$n")" --v=1
+}
+
+# cmd_kubelet stop|start N: stop node N's kubelet alone (its containerd
+# and pods run on, as when a kubelet crashes or is restarted on a real
+# host), or start it again.
+cmd_kubelet() {
+	local action=${1:-} n=${2:-}
+	[[ "$n" =~ ^[1-9]$ ]] || die "usage: lab.sh kubelet stop|start N"
+	alive "containerd-$n" || die "node $n is not up"
+	[ -z "$LAB_NODE_DIRS" ] && [ -f "$RUN/node-dirs" ] && LAB_NODE_DIRS=$(cat "$RUN/node-dirs")
+	case $action in
+	stop) stop_pids "kubelet-$n"; say "kubelet-$n stopped (its containerd and pods run on)" ;;
+	start)
+		alive "kubelet-$n" && die "kubelet-$n is running"
+		start_kubelet "$n"
+		say "kubelet-$n started"
+		;;
+	*) die "usage: lab.sh kubelet stop|start N" ;;
+	esac
 }
 
 export LAB_NODE_DIRS
@@ -744,6 +773,7 @@ down) cmd_down ;;
 status) cmd_status ;;
 load-image) cmd_load_image "$@" ;;
 pvs) cmd_pvs "$@" ;;
+kubelet) cmd_kubelet "$@" ;;
 env) cmd_env ;;
 help | -h | --help) usage ;;
 *) usage >&2; exit 2 ;;
