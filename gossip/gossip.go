@@ -251,15 +251,7 @@ func (c Config) forgetAfter() time.Duration {
 func (p *Pool) reconnect(interval time.Duration) {
 	p.every(interval, func() bool {
 		p.forget(time.Now())
-		var failed []string
-		p.mu.Lock()
-		for _, m := range p.byName {
-			if m.Status == StatusFailed && m.Name != p.cfg.NodeID {
-				failed = append(failed, m.GossipAddr)
-			}
-		}
-		p.mu.Unlock()
-		if len(failed) > 0 {
+		if failed := p.othersWith(StatusFailed); len(failed) > 0 {
 			addr := failed[rand.IntN(len(failed))]
 			if _, err := p.ml.Join([]string{addr}); err == nil {
 				p.logger.Info("reconnected to a member declared dead", "addr", addr)
@@ -282,20 +274,36 @@ func (p *Pool) rejoinIfRemembered() {
 	if time.Now().UnixNano() > p.rejoinUntil.Load() {
 		return
 	}
-	var addrs []string
-	p.mu.Lock()
-	for _, m := range p.byName {
-		if m.Status == StatusAlive && m.Name != p.cfg.NodeID {
-			addrs = append(addrs, m.GossipAddr)
-		}
+	// A few members, not all: a fleet's pool holds thousands, and once
+	// one member takes the new address its gossip carries it to the rest.
+	addrs := p.othersWith(StatusAlive)
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	if len(addrs) > rejoinFanout {
+		addrs = addrs[:rejoinFanout]
 	}
-	p.mu.Unlock()
 	if len(addrs) == 0 {
 		return
 	}
 	if n, err := p.ml.Join(addrs); err == nil {
 		p.logger.Info("joined again: a member knew this node at its old address", "members", n)
 	}
+}
+
+// rejoinFanout is how many members a node known at its old address
+// joins each round.
+const rejoinFanout = 3
+
+// othersWith returns the gossip addresses of the other members in status.
+func (p *Pool) othersWith(status Status) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var addrs []string
+	for _, m := range p.byName {
+		if m.Status == status && m.Name != p.cfg.NodeID {
+			addrs = append(addrs, m.GossipAddr)
+		}
+	}
+	return addrs
 }
 
 // forget drops the client agents failed or gone for longer than

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,7 +239,6 @@ type writer struct {
 	mu     sync.Mutex
 	acked  []string
 	failed []string
-	n      atomic.Int64
 }
 
 func startWriter(t *testing.T, c *client.Client, typ string) *writer {

@@ -31,7 +31,6 @@ type lab struct {
 	t    *testing.T
 	home string // LAB_HOME
 	repo string // the repository's root
-	log  *os.File
 }
 
 func newLab(t *testing.T) *lab {
