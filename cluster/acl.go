@@ -29,15 +29,15 @@ func (b *Backend) ResolveToken(ctx context.Context, secret string) (*api.ACLToke
 }
 
 func (b *Backend) resolveHash(ctx context.Context, hash string) (*api.ACLToken, error) {
-	if t, ok := b.s.fsm.State().ACLTokenBySecretHash(hash); ok {
-		out := t.API()
-		return &out, nil
-	}
-	st, _, err := b.s.Read(ctx, api.Linearizable)
-	if err != nil {
-		return nil, fmt.Errorf("resolving an ACL token this server does not hold (yet): %w", apiError(err))
-	}
+	st := b.s.fsm.State()
 	t, ok := st.ACLTokenBySecretHash(hash)
+	if !ok {
+		var err error
+		if st, _, err = b.s.Read(ctx, api.Linearizable); err != nil {
+			return nil, fmt.Errorf("resolving an ACL token this server does not hold (yet): %w", apiError(err))
+		}
+		t, ok = st.ACLTokenBySecretHash(hash)
+	}
 	if !ok {
 		return nil, api.ErrACLNotFound
 	}

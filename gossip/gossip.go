@@ -180,9 +180,9 @@ func Start(cfg Config) (*Pool, error) {
 	// pod restarted: a new pod IP) takes the name back once the old
 	// address is declared dead. memberlist's default (0) refuses it
 	// ("Conflicting address") until the dead entry is forgotten,
-	// GossipToTheDeadTime later: each server of a rolling restart on a
-	// real cluster took that long to be a voter again. A live member
-	// keeps its name: a second process under it is still refused.
+	// GossipToTheDeadTime later, and a restarted server is no voter
+	// until then. A live member keeps its name: a second process under
+	// it is still refused.
 	mc.DeadNodeReclaimTime = deadNodeReclaimTime
 	mc.Delegate = (*delegate)(p)
 	mc.Events = (*delegate)(p)

@@ -36,10 +36,10 @@ type subscription struct {
 	// the journal's end. The first one goes out then, however recent the
 	// last send: a consumer resuming in the middle of an index (its
 	// events taken, the index not yet known whole) replays that index,
-	// and only a heartbeat says where the stream stands. Waiting a whole
-	// period for it left a consumer whose stall timeout is shorter than
-	// the period (a quiet stream; the last entry changing no plugin)
-	// reconnecting forever one index short.
+	// and only a heartbeat says where the stream stands. Were it a whole
+	// period away, a consumer whose stall timeout is shorter than the
+	// period would, on a quiet stream whose last entry changes no
+	// plugin, reconnect forever one index short.
 	caughtUp bool
 	// beat is the heartbeat timer, one for the subscription's life and
 	// reset at each wait (a new timer per wait was one allocation per

@@ -143,13 +143,7 @@ func TestAQuietSubscriberOutlivesTheRing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			j := NewJournal(ring)
-			f := fsm.New(j)
-			hub, err := NewHub(j, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer hub.Shutdown()
+			j, f, hub := newJournalHub(t, ring)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			next := subscribe(t, ctx, hub, tc.filter, tc.deliver, tc.heartbeat)
@@ -188,13 +182,7 @@ func TestRestoreWakesEveryWaitingSubscription(t *testing.T) {
 	if err := fsm.WriteState(&snap, src.State()); err != nil {
 		t.Fatal(err)
 	}
-	j := NewJournal(0)
-	f := fsm.New(j)
-	hub, err := NewHub(j, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hub.Shutdown()
+	j, f, hub := newJournalHub(t, 0)
 	register(t, f, testPlugin("net", "cni", "c1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -278,13 +266,7 @@ func waitHeartbeat(t testing.TB, next func() *api.Event, index uint64) {
 // reset: the state's records, encoded once; a plain watch gets its own
 // copy, and another filter its own reset.
 func TestDeliveryStreamsShareAReset(t *testing.T) {
-	j := NewJournal(2)
-	f := fsm.New(j)
-	hub, err := NewHub(j, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hub.Shutdown()
+	_, f, hub := newJournalHub(t, 2)
 	for i := range 6 {
 		register(t, f, testPlugin("csi", fmt.Sprint("n", i%3), fmt.Sprint("a", i)))
 		register(t, f, testPlugin("device", "gpu", fmt.Sprint("g", i)))
@@ -424,13 +406,7 @@ func TestFilterMatchAndKey(t *testing.T) {
 func TestAResumedStreamHearsWhereItStandsAtOnce(t *testing.T) {
 	for _, deliver := range []bool{false, true} {
 		t.Run(fmt.Sprint("deliver=", deliver), func(t *testing.T) {
-			j := NewJournal(0)
-			f := fsm.New(j)
-			hub, err := NewHub(j, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer hub.Shutdown()
+			_, f, hub := newJournalHub(t, 0)
 			from := register(t, f, testPlugin("csi", "ebs", "a1"))
 			taken := register(t, f, testPlugin("csi", "ebs", "a2"))
 			quiet := taken + 1 // a leader's no-op: the index moves, no event
@@ -466,4 +442,18 @@ func TestAResumedStreamHearsWhereItStandsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newJournalHub is a journal of ring events, the FSM that feeds it and a
+// hub on it, shut down with the test.
+func newJournalHub(t testing.TB, ring int) (*Journal, *fsm.FSM, *Hub) {
+	t.Helper()
+	j := NewJournal(ring)
+	f := fsm.New(j)
+	hub, err := NewHub(j, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Shutdown)
+	return j, f, hub
 }
