@@ -59,3 +59,49 @@ func TestAlertsArePerClusterWithARunbook(t *testing.T) {
 		t.Fatal("no alerts read")
 	}
 }
+
+// Every query of the Grafana dashboard is one cluster's: each metric it
+// reads is selected by the dashboard's namespace and cluster (job prefix)
+// variables, so that a Prometheus scraping two releases shows each alone.
+func TestDashboardIsPerCluster(t *testing.T) {
+	b, err := os.ReadFile("../deploy/grafana/plugreg-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dashboard struct {
+		Templating struct {
+			List []struct{ Name string }
+		}
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(b, &dashboard); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]bool{}
+	for _, v := range dashboard.Templating.List {
+		vars[v.Name] = true
+	}
+	if !vars["namespace"] || !vars["cluster"] {
+		t.Fatalf("variables %v: want namespace and cluster", vars)
+	}
+	// A metric name outside a function call or a by/on clause, with the
+	// selector that follows it, if any.
+	metric := regexp.MustCompile(`\b(up|plugreg_[a-z_]+)\b(\{[^}]*\})?`)
+	n := 0
+	for _, p := range dashboard.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllStringSubmatch(tg.Expr, -1) {
+				n++
+				if !strings.Contains(m[2], `namespace=~"$namespace"`) || !strings.Contains(m[2], `job=~"${cluster}`) {
+					t.Errorf("panel %q: %s%s is not selected by namespace and cluster", p.Title, m[1], m[2])
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no queries read")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,9 @@ func TestRealPrometheusScrapesEveryAgent(t *testing.T) {
 		}
 	}
 	var dashboard struct {
+		Templating struct {
+			List []struct{ Name, Regex string }
+		}
 		Panels []struct {
 			Title   string
 			Targets []struct{ Expr string }
@@ -200,9 +204,24 @@ scrape_configs:
 	// Every panel's queries, as Grafana sends them ($__rate_interval is
 	// at least four scrape intervals).
 	mayBeEmpty := map[string]bool{"Refusals per second (ACL, limits, dropped streams)": true}
+	// The dashboard's variables as Grafana resolves them against this
+	// Prometheus: no namespace label (All, .*), and the cluster's job
+	// prefix from its servers' job by the variable's regex.
+	cluster := ""
+	for _, v := range dashboard.Templating.List {
+		if v.Name == "cluster" {
+			re := regexp.MustCompile(strings.Trim(v.Regex, "/"))
+			if m := re.FindStringSubmatch("plugreg-servers"); m != nil {
+				cluster = m[1]
+			}
+		}
+	}
+	if cluster != "plugreg-" {
+		t.Fatalf("the dashboard's cluster variable makes %q of job plugreg-servers, want plugreg-", cluster)
+	}
 	for _, p := range dashboard.Panels {
 		for _, tg := range p.Targets {
-			q := strings.ReplaceAll(tg.Expr, "$__rate_interval", "15s")
+			q := strings.NewReplacer("$__rate_interval", "15s", "$namespace", ".*", "${cluster}", cluster).Replace(tg.Expr)
 			c.Poll(t, fmt.Sprintf("dashboard panel %q: %s", p.Title, q), func() (bool, string) {
 				v, detail := query(q)
 				return v != nil && (len(v) > 0 || mayBeEmpty[p.Title]), detail
