@@ -413,3 +413,57 @@ func TestForwardedWritesBatch(t *testing.T) {
 		}
 	}
 }
+
+// Every server stopped at once and back on its data dir at a new address
+// (Kubernetes rescheduling every server pod, a release reinstalled on its
+// volumes): the Raft configuration names only the old addresses, yet the
+// servers elect a leader (raft dials them where gossip heard them), the
+// leader writes the new addresses into the configuration, and the
+// registry is as it was.
+func TestEveryServerBackAtANewAddressAtOnce(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.Options{})
+	ctx := ctxT(t)
+	res, err := c.Nodes[0].Backend().Register(ctx, plugin("moved", "a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]string{}
+	for _, n := range c.Nodes {
+		before[n.NodeID()] = n.RaftAddr()
+	}
+	c.MoveAll()
+	for _, n := range c.Nodes {
+		if before[n.NodeID()] == n.RaftAddr() {
+			t.Fatalf("%s is back at %s, its old address: the test moves nothing", n.NodeID(), n.RaftAddr())
+		}
+	}
+	leader := c.WaitForLeader()
+	c.Eventually(30*time.Second, "the configuration holds every server's new address", func() bool {
+		peers, err := leader.Peers()
+		if err != nil || len(peers) != 3 {
+			return false
+		}
+		now := map[string]bool{}
+		for _, n := range c.Nodes {
+			now[n.RaftAddr()] = true
+		}
+		for _, p := range peers {
+			if !now[p] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range c.Nodes {
+		st, _, err := n.Read(ctx, api.Linearizable)
+		if err != nil {
+			t.Fatalf("read on %s: %v", n.NodeID(), err)
+		}
+		if p := st.Instance("csi", "moved", "a1"); p == nil || p.CreateIndex != res.Index {
+			t.Fatalf("%s lost the write across the move", n.NodeID())
+		}
+	}
+	if _, err := leader.Backend().Register(ctx, plugin("after", "a1")); err != nil {
+		t.Fatalf("a write after the move: %v", err)
+	}
+}

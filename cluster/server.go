@@ -63,10 +63,13 @@ type Server struct {
 	oldest atomic.Pointer[oldestServer]
 
 	// Membership: gossip, and what the leader learned of its members.
-	gossip   *gossip.Pool
-	proofs   proofs          // members' refused claims to be servers (proofs.go)
-	restores restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
-	lead     leaderDuties    // what this server holds and does while it leads
+	gossip *gossip.Pool
+	// raftAddrs is Raft's transport's way to a server: where gossip last
+	// heard it (membership.go).
+	raftAddrs gossipRaftAddrs
+	proofs    proofs          // members' refused claims to be servers (proofs.go)
+	restores  restoreFailures // the FSM's failed restores, for autopilot (autopilot.go)
+	lead      leaderDuties    // what this server holds and does while it leads
 
 	// Integrity: the checks of a replica against the others and of the
 	// data dir against what the others saw of it.
@@ -190,6 +193,7 @@ func (s *Server) start() (err error) {
 	if err != nil {
 		return err
 	}
+	s.raftAddrs.pool.Store(s.gossip)
 
 	for range forwardSenders {
 		s.goFunc(s.runForwarder)
@@ -264,6 +268,14 @@ func (s *Server) setupRaft() error {
 		// raft's pipeline can park a follower's replication for good
 		// (hashicorp/raft issue 612; see raftx.NoPipelining).
 		MaxRPCsInFlight: raftx.NoPipelining,
+		// A server is dialled where gossip last heard it, not where the
+		// Raft configuration put it: when every server comes back at a
+		// new address at once (pods rescheduled, a release reinstalled
+		// on its volumes), the configuration names only old addresses,
+		// and without this no vote could reach anyone, for good. The
+		// leader then writes the new addresses into the configuration
+		// (reconcile).
+		ServerAddressProvider: &s.raftAddrs,
 	})
 	if recovering {
 		if err := s.recoverCluster(rc, s.logs, snaps, rec); err != nil {

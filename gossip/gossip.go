@@ -137,6 +137,10 @@ type Pool struct {
 	// rebuilt when a server member changes, and never changed in place.
 	serverNames map[string]*Member
 	servers     []Meta
+	// raftAddrs maps a server's node ID to the Raft address gossip last
+	// heard for it, rebuilt with servers and read without p.mu: Raft asks
+	// it on every RPC it sends (ServerRaftAddr).
+	raftAddrs atomic.Pointer[map[string]string]
 	// rejoinUntil (unix nanoseconds): a member told this one that it
 	// knows this node's name at another address (this node's earlier
 	// life, before a restart at a new address); the reconnect loop joins
@@ -556,6 +560,50 @@ func (p *Pool) rebuildServersLocked() {
 		metas[i] = m.Meta
 	}
 	p.servers = metas
+	p.rebuildRaftAddrsLocked()
+}
+
+// rebuildRaftAddrsLocked maps each server's node ID to its Raft address:
+// an alive member's before a failed one's (a server back at a new address
+// while its old life is not yet declared dead), and no address at all for
+// an ID two alive members claim at different addresses (a member claiming
+// another's ID: the caller keeps the address it had, see ServerRaftAddr).
+// Callers hold p.mu.
+func (p *Pool) rebuildRaftAddrsLocked() {
+	addrs := make(map[string]string, len(p.serverNames))
+	alive := make(map[string]bool, len(p.serverNames))
+	ambiguous := map[string]bool{}
+	for _, m := range p.serverNames {
+		id, addr := m.Meta.ID, m.Meta.RaftAddr
+		if id == "" || addr == "" || m.Status == StatusLeft {
+			continue
+		}
+		switch isAlive := m.Status == StatusAlive; {
+		case isAlive && alive[id] && addrs[id] != addr:
+			ambiguous[id] = true
+		case isAlive || addrs[id] == "":
+			addrs[id], alive[id] = addr, isAlive
+		}
+	}
+	for id := range ambiguous {
+		delete(addrs, id)
+	}
+	p.raftAddrs.Store(&addrs)
+}
+
+// ServerRaftAddr returns the Raft address gossip last heard for the
+// server with node ID id, and false when it knows none (or two members
+// claim the ID at different addresses). Raft dials a server by what this
+// says (cluster's raft transport), so a server that came back at a new
+// address, or a whole cluster rescheduled onto new addresses at once, is
+// reached where it is now, not where the Raft configuration last put it.
+func (p *Pool) ServerRaftAddr(id string) (string, bool) {
+	m := p.raftAddrs.Load()
+	if m == nil {
+		return "", false
+	}
+	addr, ok := (*m)[id]
+	return addr, ok
 }
 
 // Changed is signalled (coalesced) whenever a member changed.

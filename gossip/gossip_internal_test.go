@@ -166,3 +166,45 @@ func TestAMemberBackAtANewAddressTakesItsNameBack(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// ServerRaftAddr: a server's Raft address as gossip heard it, an alive
+// member's before a failed one's, none for a left one, and none for an ID
+// two alive members claim at different addresses (the caller then keeps
+// the address it had).
+func TestServerRaftAddr(t *testing.T) {
+	server := func(name, id, addr string, st Status) *Member {
+		return &Member{Name: name, Status: st, Meta: Meta{ID: id, RaftAddr: addr, Role: "server"}}
+	}
+	cases := []struct {
+		name    string
+		members []*Member
+		want    string
+		ok      bool
+	}{
+		{"unknown", nil, "", false},
+		{"alive", []*Member{server("s1", "id1", "10.0.0.1:7300", StatusAlive)}, "10.0.0.1:7300", true},
+		{"failed: its last address", []*Member{server("s1", "id1", "10.0.0.1:7300", StatusFailed)}, "10.0.0.1:7300", true},
+		{"left", []*Member{server("s1", "id1", "10.0.0.1:7300", StatusLeft)}, "", false},
+		{"back at a new address under a new name", []*Member{
+			server("s1-old", "id1", "10.0.0.1:7300", StatusFailed),
+			server("s1-new", "id1", "10.0.0.9:7300", StatusAlive),
+		}, "10.0.0.9:7300", true},
+		{"two alive members claim the ID", []*Member{
+			server("s1", "id1", "10.0.0.1:7300", StatusAlive),
+			server("impostor", "id1", "10.0.0.66:7300", StatusAlive),
+		}, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Pool{serverNames: map[string]*Member{}}
+			for _, m := range tc.members {
+				p.serverNames[m.Name] = m
+			}
+			p.rebuildServersLocked()
+			got, ok := p.ServerRaftAddr("id1")
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("ServerRaftAddr = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}

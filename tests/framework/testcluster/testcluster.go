@@ -230,6 +230,29 @@ func (c *Cluster) Restart(i int) {
 	c.start(n, n.opts)
 }
 
+// MoveAll stops every server at once and starts each again on its data
+// dir at new ports, as Kubernetes does when it reschedules every server
+// pod (each comes back with a new IP): no server is where the Raft
+// configuration or the saved gossip peers last put it. Each joins the
+// first one's new gossip address, as a headless service's DNS name would
+// give it.
+func (c *Cluster) MoveAll() {
+	c.t.Helper()
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+	for i, n := range c.Nodes {
+		cfg := *n.Config
+		cfg.ServerPort, cfg.GossipPort = 0, 0
+		cfg.Join = nil
+		if i > 0 {
+			cfg.Join = []string{c.Nodes[0].GossipAddr()}
+		}
+		n.Config = &cfg
+		c.start(n, n.opts)
+	}
+}
+
 // Running returns the nodes that are up.
 func (c *Cluster) Running() []*Node {
 	var out []*Node
