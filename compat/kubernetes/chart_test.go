@@ -19,30 +19,22 @@ import (
 	"github.com/plugreg/plugreg/tlsutil"
 )
 
-// The chart in a real Kubernetes, as an operator runs it: TLS, gossip
+// The chart in a real Kubernetes, as an operator secures it: TLS, gossip
 // encryption and ACLs on, every pod Ready, the servers on three nodes,
-// helm test, a rolling restart of the servers under writes and an
-// upgrade to a new image with no acknowledged write lost and none
-// failed, and an SDK plugin pod registered through its node's agent.
+// helm test, Prometheus scraping as the monitors say, a rolling restart
+// of the servers under writes and an upgrade to a new image with no
+// acknowledged write lost and none failed, SDK and kubelet plugin pods,
+// a kubelet stopped, a node lost whole, and an uninstall and reinstall
+// that keep the generated secrets and the data.
 func TestChartOnARealKubernetes(t *testing.T) {
 	l := newLab(t)
-	if os.Getenv("PLUGREG_K8S_KEEP") == "" {
-		t.Cleanup(func() { l.uninstall() })
-	}
-	l.uninstall() // a run before this one may have left its release
-	// The lab's volumes are Retain: a released one is not bound again.
-	avail := strings.Fields(l.run("kubectl", "get", "pv", "-o", `jsonpath={.items[?(@.status.phase=="Available")].metadata.name}`))
-	if len(avail) < 3 {
-		l.run(filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh"), "pvs", fmt.Sprint(3-len(avail)))
-	}
-
+	l.fresh()
 	img := l.image("t1")
 	busybox := os.Getenv("PLUGREG_K8S_BUSYBOX")
 	if busybox == "" {
 		busybox = "localhost/busybox:local" // lab.sh's
 	}
 	pki := l.pki()
-	l.run("kubectl", "create", "namespace", namespace)
 	l.secretFromFiles("plugreg-server-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.serverCert, "tls.key": pki.serverKey})
 	l.secretFromFiles("plugreg-client-tls", map[string]string{"ca.crt": pki.ca, "tls.crt": pki.clientCert, "tls.key": pki.clientKey})
 
@@ -57,29 +49,11 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		"server.volumePermissions.enabled=true", "server.volumePermissions.image=" + busybox,
 		"client.pluginSocketGroup=2000",
 	}
-	args := []string{"install", release, "deploy/helm/plugreg", "-n", namespace, "--wait", "--timeout", "5m"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	l.run("helm", args...)
-	l.kubectl("get", "pods", "-o", "wide")
-
-	servers := "app.kubernetes.io/component=server"
-	clients := "app.kubernetes.io/component=client"
-	if ready, n := l.podsReady(servers); !ready || n != 3 {
-		t.Fatalf("servers: %d, all Ready %v; want 3 Ready", n, ready)
-	}
-	nodes := strings.Fields(l.run("kubectl", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))
-	// Required anti-affinity: one server per node.
-	on := strings.Fields(l.kubectl("get", "pods", "-l", servers, "-o", "jsonpath={.items[*].spec.nodeName}"))
-	sort.Strings(on)
-	if len(on) != 3 || on[0] == on[1] || on[1] == on[2] {
-		t.Fatalf("servers on nodes %v: want three different nodes", on)
-	}
+	nodes := l.install(set)
 
 	operator := l.secretValue(release+"-plugreg-bootstrap-token", "token")
-	c := l.client(pki, operator)
-	ctx := ctxFor(t, 20*time.Minute)
+	c := l.client(&pki, operator)
+	ctx := ctxFor(t, 30*time.Minute)
 
 	// The client agents need a token of their own under default deny.
 	agent, err := c.ACLTokenCreate(ctx, "client agents (chart)", []api.ACLPolicy{{Kind: api.ACLWrite}, {Kind: api.ACLRead}})
@@ -113,8 +87,10 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	t.Run("rolling restart under writes", func(t *testing.T) {
 		w := startWriter(t, c, "restart")
 		time.Sleep(2 * time.Second)
+		began := time.Now()
 		l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
 		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
+		l.logServerTimeline(t, began)
 		time.Sleep(2 * time.Second)
 		w.stopAndCheck(t, ctx, c)
 	})
@@ -215,6 +191,93 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		})
 	})
 
+	// A node lost whole, as a power cut takes a host: its kubelet and
+	// every container on it, the client agent and a server among them,
+	// gone at once. Gossip fails the agent, its plugin is suspect, and
+	// the leader reaps it after -node-reap-after (30 s) as the brakes
+	// allow (one client agent of three failed: under the guard's 0.55);
+	// the two other servers keep the quorum. Powered on, the kubelet
+	// restarts the pods: the server rejoins, the agent is alive again and
+	// the plugin registers anew.
+	t.Run("node lost with its client agent", func(t *testing.T) {
+		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
+		node := nodes[len(nodes)-1]
+		n := node[len(node)-1:]
+		l.apply(sdkPluginPod("sdk-plugin-3", stubImg, node))
+		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			return err == nil && len(got) == 1 && got[0].NodeID == node
+		})
+		server := l.kubectl("get", "pods", "-l", servers, "--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}")
+		lab := filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh")
+		l.run(lab, "node", "stop", n)
+		started := false
+		defer func() {
+			if !started {
+				l.try(lab, "node", "start", n)
+			}
+		}()
+		lost := time.Now()
+		status := func(name string) string {
+			members, err := c.Members(ctx)
+			if err != nil {
+				return err.Error()
+			}
+			for _, m := range members {
+				if m.Name == name {
+					return m.Status
+				}
+			}
+			return "absent"
+		}
+		l.eventually(time.Minute, node+"'s client agent and "+server+" failed", func() bool {
+			return status(node) == "failed" && status(server) == "failed"
+		})
+		failed := time.Since(lost)
+		suspect := false
+		l.eventually(2*time.Minute, "the plugin on "+node+" reaped", func() bool {
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			if err != nil {
+				return false
+			}
+			if len(got) == 1 && got[0].Health != nil {
+				suspect = true
+			}
+			return len(got) == 0
+		})
+		t.Logf("%s lost: failed in gossip after %s, its plugin reaped after %s (suspect seen before: %v)",
+			node, failed.Round(time.Second), time.Since(lost).Round(time.Second), suspect)
+		if !suspect {
+			t.Errorf("the plugin on the failed node was never seen suspect before it was reaped")
+		}
+		// The quorum held: a write through the service succeeds.
+		l.eventually(time.Minute, "a write with "+server+" down", func() bool {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := c.Register(wctx, &api.PluginInfo{Type: "nodelost", Name: "w", AllocID: "a", NodeID: "writer",
+				ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/w.sock"}})
+			return err == nil
+		})
+		l.run(lab, "node", "start", n)
+		started = true
+		on := time.Now()
+		l.eventually(4*time.Minute, "every pod Ready after "+node+" is back", func() bool {
+			s, ns := l.podsReady(servers)
+			a, na := l.podsReady(clients)
+			return s && ns == 3 && a && na == len(nodes)
+		})
+		l.eventually(2*time.Minute, node+"'s agent and "+server+" alive again", func() bool {
+			return status(node) == "alive" && status(server) == "alive"
+		})
+		l.eventually(2*time.Minute, "the plugin registered anew on "+node, func() bool {
+			got, _, err := c.List(ctx, "k8sdemo", nil)
+			return err == nil && len(got) == 1 && got[0].NodeID == node && got[0].Health == nil
+		})
+		t.Logf("%s back: its agent and server alive and its plugin registered anew %s after the kubelet started",
+			node, time.Since(on).Round(time.Second))
+		l.kubectl("delete", "pod", "sdk-plugin-3", "--wait")
+	})
+
 	t.Run("upgrade to a new image under writes", func(t *testing.T) {
 		l.image("t2")
 		w := startWriter(t, c, "upgrade")
@@ -228,6 +291,147 @@ func TestChartOnARealKubernetes(t *testing.T) {
 			t.Errorf("pods still on t1 after the upgrade: %s", images)
 		}
 	})
+
+	// helm uninstall keeps what a reinstall needs: the generated gossip
+	// key and bootstrap token (resource-policy keep; lookup finds them),
+	// the servers' claims (a StatefulSet's are never deleted with it),
+	// and the client agents' keyrings in their hosts' data dirs. A second
+	// install of the release takes them back: the same key and token, the
+	// registry as it was, every agent a member again.
+	t.Run("uninstall and install again", func(t *testing.T) {
+		key := l.secretValue(release+"-plugreg-gossip", "key")
+		before, _, err := c.List(ctx, "upgrade", nil)
+		if err != nil || len(before) == 0 {
+			t.Fatalf("before: %d instances (%v)", len(before), err)
+		}
+		l.run("helm", "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+		l.eventually(2*time.Minute, "every pod of the release gone", func() bool {
+			out, err := l.try("kubectl", "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/instance="+release, "-o", "name")
+			return err == nil && strings.TrimSpace(out) == ""
+		})
+		args := []string{"install", release, "deploy/helm/plugreg", "-n", namespace, "--wait", "--timeout", "5m",
+			"--set", "image.tag=t2", "--set", "acl.agentTokenSecret=plugreg-agent-token"}
+		for _, s := range set {
+			if !strings.HasPrefix(s, "image.tag=") {
+				args = append(args, "--set", s)
+			}
+		}
+		l.run("helm", args...)
+		if got := l.secretValue(release+"-plugreg-gossip", "key"); got != key {
+			t.Errorf("the gossip key changed across uninstall and install")
+		}
+		if got := l.secretValue(release+"-plugreg-bootstrap-token", "token"); got != operator {
+			t.Errorf("the bootstrap token changed across uninstall and install")
+		}
+		l.eventually(3*time.Minute, "every pod Ready again", func() bool {
+			s, ns := l.podsReady(servers)
+			a, na := l.podsReady(clients)
+			return s && ns == 3 && a && na == len(nodes)
+		})
+		// The operator's token is the one the cluster was bootstrapped
+		// with: it still reads, and the registry is what it was. The
+		// service is a new one, at a new cluster IP: a new client, and a
+		// deadline on every call (a pooled connection to the old IP
+		// would wait on TCP's retransmissions).
+		c := l.client(&pki, operator)
+		call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
+		var after []*api.PluginInfo
+		l.eventually(2*time.Minute, "the registry read back with the kept token", func() bool {
+			cctx, cancel := call()
+			defer cancel()
+			after, _, err = c.List(cctx, "upgrade", nil)
+			return err == nil && len(after) == len(before)
+		})
+		l.eventually(2*time.Minute, "3 servers and every client agent alive", func() bool {
+			cctx, cancel := call()
+			defer cancel()
+			members, err := c.Members(cctx)
+			if err != nil {
+				return false
+			}
+			alive := 0
+			for _, m := range members {
+				if m.Status == "alive" {
+					alive++
+				}
+			}
+			return alive == 3+len(nodes)
+		})
+	})
+}
+
+// The chart as a user gets it, with no value set but the image: TLS,
+// gossip encryption and ACLs off. Every pod Ready, the servers on three
+// nodes, helm test, and a rolling restart of the servers under writes.
+func TestChartDefaultsOnARealKubernetes(t *testing.T) {
+	l := newLab(t)
+	l.fresh()
+	img := l.image("t1")
+	nodes := l.install([]string{"image.repository=" + strings.Split(img, ":")[0], "image.tag=t1"})
+	c := l.client(nil, "")
+	ctx := ctxFor(t, 10*time.Minute)
+	l.eventually(3*time.Minute, "3 servers and every client agent members", func() bool {
+		members, err := c.Members(ctx)
+		return err == nil && len(members) == 3+len(nodes)
+	})
+	t.Run("helm test", func(t *testing.T) {
+		l.run("helm", "test", release, "-n", namespace, "--timeout", "3m")
+	})
+	t.Run("rolling restart under writes", func(t *testing.T) {
+		w := startWriter(t, c, "restart")
+		time.Sleep(2 * time.Second)
+		began := time.Now()
+		l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
+		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
+		l.logServerTimeline(t, began)
+		time.Sleep(2 * time.Second)
+		w.stopAndCheck(t, ctx, c)
+	})
+}
+
+const (
+	servers = "app.kubernetes.io/component=server"
+	clients = "app.kubernetes.io/component=client"
+)
+
+// fresh removes what a run before this one may have left, makes sure
+// three volumes are free for the servers' claims (the lab's are Retain:
+// a released one is not bound again) and creates the namespace; the
+// release is uninstalled when the test ends unless PLUGREG_K8S_KEEP is
+// set.
+func (l *lab) fresh() {
+	l.t.Helper()
+	if os.Getenv("PLUGREG_K8S_KEEP") == "" {
+		l.t.Cleanup(func() { l.uninstall() })
+	}
+	l.uninstall()
+	avail := strings.Fields(l.run("kubectl", "get", "pv", "-o", `jsonpath={.items[?(@.status.phase=="Available")].metadata.name}`))
+	if len(avail) < 3 {
+		l.run(filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh"), "pvs", fmt.Sprint(3-len(avail)))
+	}
+	l.run("kubectl", "create", "namespace", namespace)
+}
+
+// install installs the chart with the values set, waits for it, checks
+// that the three servers are Ready on three different nodes (required
+// anti-affinity) and returns the cluster's nodes.
+func (l *lab) install(set []string) []string {
+	l.t.Helper()
+	args := []string{"install", release, "deploy/helm/plugreg", "-n", namespace, "--wait", "--timeout", "5m"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	l.run("helm", args...)
+	l.kubectl("get", "pods", "-o", "wide")
+	if ready, n := l.podsReady(servers); !ready || n != 3 {
+		l.t.Fatalf("servers: %d, all Ready %v; want 3 Ready", n, ready)
+	}
+	on := strings.Fields(l.kubectl("get", "pods", "-l", servers, "-o", "jsonpath={.items[*].spec.nodeName}"))
+	sort.Strings(on)
+	if len(on) != 3 || on[0] == on[1] || on[1] == on[2] {
+		l.t.Fatalf("servers on nodes %v: want three different nodes", on)
+	}
+	return strings.Fields(l.run("kubectl", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))
 }
 
 // writer registers an instance every 20 ms through the client until
@@ -346,12 +550,17 @@ func (l *lab) secretValue(name, key string) string {
 }
 
 // client is a Go client of the chart's API service (its cluster IP,
-// which kube-proxy routes from this host), over mutual TLS.
-func (l *lab) client(p pki, token string) *client.Client {
+// which kube-proxy routes from this host), over mutual TLS with a pki,
+// in the clear without.
+func (l *lab) client(p *pki, token string) *client.Client {
 	l.t.Helper()
 	ip := l.kubectl("get", "service", release+"-plugreg", "-o", "jsonpath={.spec.clusterIP}")
-	c, err := client.New(client.Config{Addrs: []string{"https://" + ip + ":7700"}, Token: token,
-		TLSOptions: tlsutil.ClientOptions{CAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey, ServerName: "server.global.plugreg"}})
+	cfg := client.Config{Addrs: []string{"http://" + ip + ":7700"}, Token: token}
+	if p != nil {
+		cfg.Addrs = []string{"https://" + ip + ":7700"}
+		cfg.TLSOptions = tlsutil.ClientOptions{CAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey, ServerName: "server.global.plugreg"}
+	}
+	c, err := client.New(cfg)
 	if err != nil {
 		l.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -175,4 +176,65 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// logServerTimeline logs where a rolling restart's time went, server by
+// server in the order they were created: the old pod's termination (from
+// the previous pod Ready to this one's creation: the StatefulSet replaces
+// a pod only once the old one is gone), scheduling and the init
+// container, the container's start, and its readiness (the probe passes
+// once the server knows a leader and has caught up).
+func (l *lab) logServerTimeline(t *testing.T, since time.Time) {
+	out, err := l.try("kubectl", "-n", namespace, "get", "pods", "-l", servers, "-o", "json")
+	if err != nil {
+		t.Logf("server timeline: %v", err)
+		return
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name              string
+				CreationTimestamp time.Time `json:"creationTimestamp"`
+			} `json:"metadata"`
+			Status struct {
+				Conditions []struct {
+					Type               string
+					LastTransitionTime time.Time `json:"lastTransitionTime"`
+				}
+				ContainerStatuses []struct {
+					State struct {
+						Running *struct {
+							StartedAt time.Time `json:"startedAt"`
+						}
+					}
+				} `json:"containerStatuses"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Logf("server timeline: %v", err)
+		return
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		return list.Items[i].Metadata.CreationTimestamp.Before(list.Items[j].Metadata.CreationTimestamp)
+	})
+	prev := since
+	for _, p := range list.Items {
+		var initialized, ready, started time.Time
+		for _, c := range p.Status.Conditions {
+			switch c.Type {
+			case "Initialized":
+				initialized = c.LastTransitionTime
+			case "Ready":
+				ready = c.LastTransitionTime
+			}
+		}
+		if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].State.Running != nil {
+			started = cs[0].State.Running.StartedAt
+		}
+		created := p.Metadata.CreationTimestamp
+		t.Logf("%s: old pod gone %s, scheduled and initialized %s, started %s, Ready %s (total %s)", p.Metadata.Name,
+			created.Sub(prev), initialized.Sub(created), started.Sub(initialized), ready.Sub(started), ready.Sub(prev))
+		prev = ready
+	}
 }

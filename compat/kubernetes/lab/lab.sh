@@ -14,6 +14,7 @@
 #   lab.sh load-image TAR...  import docker-archive tarballs into every node
 #   lab.sh pvs N [SIZE]       N more hostPath PersistentVolumes of class "lab"
 #   lab.sh kubelet stop|start N  stop node N's kubelet alone (its pods run on), or start it
+#   lab.sh node stop|start N     power node N off (its kubelet stopped, every container killed), or on
 #   lab.sh env                exports for eval: KUBECONFIG, PATH (kubectl, helm, crictl)
 #
 # Settings (environment): LAB_HOME (PLUGREG_K8S_LAB, else /var/tmp/plugreg-k8s), NODES (3),
@@ -565,6 +566,25 @@ cmd_kubelet() {
 	esac
 }
 
+# cmd_node stop|start N: node N lost, as a power cut takes a host: its
+# kubelet stopped and every container on it killed at once (SIGKILL, no
+# grace), so its pods' processes are gone with nothing told. containerd
+# runs on, as a disk would keep the node's state; start brings the
+# kubelet back, and the kubelet restarts the pods as after a reboot.
+cmd_node() {
+	local action=${1:-} n=${2:-} t
+	[[ "$n" =~ ^[1-9]$ ]] || die "usage: lab.sh node stop|start N"
+	case $action in
+	stop)
+		cmd_kubelet stop "$n"
+		for t in $(ctrn "$n" tasks ls -q 2>/dev/null); do ctrn "$n" tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+		say "node$n: every container killed"
+		;;
+	start) cmd_kubelet start "$n" ;;
+	*) die "usage: lab.sh node stop|start N" ;;
+	esac
+}
+
 export LAB_NODE_DIRS
 
 # -------------------------------------------------------------- storage
@@ -774,6 +794,7 @@ status) cmd_status ;;
 load-image) cmd_load_image "$@" ;;
 pvs) cmd_pvs "$@" ;;
 kubelet) cmd_kubelet "$@" ;;
+node) cmd_node "$@" ;;
 env) cmd_env ;;
 help | -h | --help) usage ;;
 *) usage >&2; exit 2 ;;
