@@ -724,6 +724,9 @@ type MakeClusterOpts struct {
 	MakeFSMFunc     func() FSM
 	LongstopTimeout time.Duration
 	MonotonicLogs   bool
+	// WrapLogStore, when set, wraps server i's log store (a test's way to
+	// slow down or fail one server's writes).
+	WrapLogStore func(i int, logs LogStore) LogStore
 }
 
 // makeCluster will return a cluster with the given config and number of peers.
@@ -807,6 +810,9 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) *cluster {
 
 		if opts.MonotonicLogs {
 			logs = &MockMonotonicLogStore{s: logs}
+		}
+		if opts.WrapLogStore != nil {
+			logs = opts.WrapLogStore(i, logs)
 		}
 
 		peerConf := opts.Conf
