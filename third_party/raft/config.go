@@ -235,6 +235,14 @@ type Config struct {
 	// PreVoteDisabled deactivate the pre-vote feature when set to true
 	PreVoteDisabled bool
 
+	// LeaderLogWriteParallel makes the leader write its new log entries to
+	// its own log store in parallel with replicating them, instead of
+	// before (the Raft thesis, §10.2.1). The leader counts itself toward
+	// the commit quorum for an entry, and applies the entry, only once its
+	// own write of it is durable. A write then waits for the slower of the
+	// leader's disk and the quorum's, not for the sum.
+	LeaderLogWriteParallel bool
+
 	// NoLegacyTelemetry allows to skip the legacy metrics to avoid duplicates.
 	// legacy metrics are those that have `_peer_name` as metric suffix instead as labels.
 	// e.g: raft_replication_heartbeat_peer0

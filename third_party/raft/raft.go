@@ -94,6 +94,10 @@ type leaderState struct {
 	replState                    map[ServerID]*followerReplication
 	notify                       map[*verifyFuture]struct{}
 	stepDown                     chan struct{}
+	// logWriter writes this leader's new entries to its log store in
+	// parallel with replication (Config.LeaderLogWriteParallel); nil when
+	// the main thread writes them, as before.
+	logWriter *leaderLogWriter
 }
 
 // setLeader is used to modify the current leader Address and ID of the cluster
@@ -461,6 +465,16 @@ func (r *Raft) setupLeaderState() {
 	r.leaderState.replState = make(map[ServerID]*followerReplication)
 	r.leaderState.notify = make(map[*verifyFuture]struct{})
 	r.leaderState.stepDown = make(chan struct{}, 1)
+	r.leaderState.logWriter = nil
+	if r.config().LeaderLogWriteParallel {
+		// Everything in the log now is on disk: a follower's and a
+		// candidate's writes are synchronous, and the previous term's writer
+		// was drained before this server left leader state.
+		lastIndex, lastTerm := r.getLastLog()
+		w := newLeaderLogWriter(r.logs, lastIndex, lastTerm, r.shutdownCh)
+		r.leaderState.logWriter = w
+		r.goFunc(w.run)
+	}
 }
 
 // runLeader runs the main loop while in leader state. Do the setup here and drop into
@@ -502,6 +516,11 @@ func (r *Raft) runLeader() {
 	defer func() {
 		close(stopCh)
 
+		// Wait for the leader's own write in flight, if any, and stop its
+		// writer (already done if this server left leader state through
+		// setState; on shutdown it is done here).
+		r.retireLeaderLogWriter()
+
 		// Since we were the leader previously, we update our
 		// last contact time when we step down, so that we are not
 		// reporting a last contact time from before we were the
@@ -531,6 +550,7 @@ func (r *Raft) runLeader() {
 		r.leaderState.replState = nil
 		r.leaderState.notify = nil
 		r.leaderState.stepDown = nil
+		r.leaderState.logWriter = nil
 
 		// If we are stepping down for some reason, no known leader.
 		// We may have stepped down due to an RPC call, which would
@@ -600,6 +620,7 @@ func (r *Raft) startStopReplication() {
 				stopCh:              make(chan uint64, 1),
 				triggerCh:           make(chan struct{}, 1),
 				triggerDeferErrorCh: make(chan *deferError, 1),
+				logWriter:           r.leaderState.logWriter,
 				currentTerm:         r.getCurrentTerm(),
 				nextIndex:           lastIdx + 1,
 				lastContact:         time.Now(),
@@ -782,6 +803,10 @@ func (r *Raft) leaderLoop() {
 			r.setLeadershipTransferInProgress(true)
 			go r.leadershipTransfer(*id, *address, state, stopCh, doneCh)
 
+		case <-r.leaderState.logWriter.writtenCh():
+			r.mainThreadSaturation.working()
+			r.leaderLogWritten()
+
 		case <-r.leaderState.commitCh:
 			r.mainThreadSaturation.working()
 			// Process the newly committed entries
@@ -799,6 +824,23 @@ func (r *Raft) leaderLoop() {
 				}
 			}
 
+			// With the leader's write in parallel, apply (and so acknowledge)
+			// only the committed entries that are also in this leader's log:
+			// see leaderLogWriter. The rest wait for the write to end
+			// (leaderLogWritten notifies commitCh again). Before stepping
+			// down for good, wait for it, so that committed entries are not
+			// left unacknowledged for want of a write already under way.
+			applyIndex := commitIndex
+			if w := r.leaderState.logWriter; w != nil {
+				var durable uint64
+				if stepDown {
+					durable, _, _ = w.drain()
+				} else {
+					durable, _, _ = w.status()
+				}
+				applyIndex = min(applyIndex, durable)
+			}
+
 			start := time.Now()
 			var groupReady []*list.Element
 			groupFutures := make(map[uint64]*logFuture)
@@ -808,7 +850,7 @@ func (r *Raft) leaderLoop() {
 			for e := r.leaderState.inflight.Front(); e != nil; e = e.Next() {
 				commitLog := e.Value.(*logFuture)
 				idx := commitLog.log.Index
-				if idx > commitIndex {
+				if idx > applyIndex {
 					// Don't go past the committed index
 					break
 				}
@@ -1120,6 +1162,17 @@ func (r *Raft) restoreUserSnapshot(meta *SnapshotMeta, reader io.Reader) error {
 			latestIndex, committedIndex)
 	}
 
+	// Wait for the leader's write in flight: the restore below sets the last
+	// log past it and may remove the whole log (MonotonicLogStore), which a
+	// write landing afterwards would undo.
+	if w := r.leaderState.logWriter; w != nil {
+		w.drain()
+		r.leaderLogWritten()
+		if _, _, err := w.status(); err != nil {
+			return err
+		}
+	}
+
 	// Cancel any inflight requests.
 	for {
 		e := r.leaderState.inflight.Front()
@@ -1185,6 +1238,9 @@ func (r *Raft) restoreUserSnapshot(meta *SnapshotMeta, reader io.Reader) error {
 	r.setLastLog(lastIndex, term)
 	r.setLastApplied(lastIndex)
 	r.setLastSnapshot(lastIndex, term)
+	if w := r.leaderState.logWriter; w != nil {
+		w.setDurable(lastIndex, term)
+	}
 
 	// Remove old logs if r.logs is a MonotonicLogStore. Log any errors and continue.
 	if logs, ok := r.logs.(MonotonicLogStore); ok && logs.IsMonotonic() {
@@ -1260,6 +1316,22 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		applyLog.log.AppendedAt = now
 		logs[idx] = &applyLog.log
 		r.leaderState.inflight.PushBack(applyLog)
+	}
+
+	if w := r.leaderState.logWriter; w != nil {
+		// Hand the entries to the writer, then advance lastLog (the next
+		// batch takes the next indexes, and replication reads it as the end
+		// of the log), then notify replication: the entries are readable
+		// from the writer before anyone can look for them. The leader counts
+		// itself toward the commit quorum when the write has ended
+		// (leaderLogWritten). In that order a replication goroutine that sees
+		// the new lastLog finds the entries.
+		w.append(logs)
+		r.setLastLog(lastIndex, term)
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		return
 	}
 
 	// Write the log entry locally
@@ -2149,6 +2221,13 @@ func (r *Raft) setCurrentTerm(t uint64) {
 // transition causes the known leader to be cleared. This means
 // that leader should be set only after updating the state.
 func (r *Raft) setState(state RaftState) {
+	if state != Leader && state != Shutdown && r.raftState.getState() == Leader {
+		// Leaving leader state (on the main thread: only Shutdown calls this
+		// from elsewhere, and runLeader retires the writer on that path):
+		// the leader's own write in flight must end before this server acts
+		// as a follower or candidate. See retireLeaderLogWriter.
+		r.retireLeaderLogWriter()
+	}
 	r.setLeader("", "")
 	oldState := r.raftState.getState()
 	r.raftState.setState(state)

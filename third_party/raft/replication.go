@@ -66,6 +66,13 @@ type followerReplication struct {
 	// deferErr, the sender can be notified when the replication is done.
 	triggerDeferErrorCh chan *deferError
 
+	// logWriter is the leader's writer of its own log, when it writes in
+	// parallel with replication: entries are read through it, since the
+	// newest may not be in the log store yet. Held here, not read from
+	// leaderState, which the main thread resets while this goroutine may
+	// still run. Nil when the leader writes before it replicates.
+	logWriter *leaderLogWriter
+
 	// lastContact is updated to the current time whenever any response is
 	// received from the follower (successful or not). This is used to check
 	// whether the leader should step down (Raft.checkLeaderLease()).
@@ -573,10 +580,10 @@ func (r *Raft) setupAppendEntries(s *followerReplication, req *AppendEntriesRequ
 	// this is needed for retro compatibility, before RPCHeader.Addr was added
 	req.Leader = r.trans.EncodePeer(r.localID, r.localAddr)
 	req.LeaderCommitIndex = r.getCommitIndex()
-	if err := r.setPreviousLog(req, nextIndex); err != nil {
+	if err := r.setPreviousLog(s.logWriter, req, nextIndex); err != nil {
 		return err
 	}
-	if err := r.setNewLogs(req, nextIndex, lastIndex); err != nil {
+	if err := r.setNewLogs(s.logWriter, req, nextIndex, lastIndex); err != nil {
 		return err
 	}
 	return nil
@@ -584,7 +591,7 @@ func (r *Raft) setupAppendEntries(s *followerReplication, req *AppendEntriesRequ
 
 // setPreviousLog is used to setup the PrevLogEntry and PrevLogTerm for an
 // AppendEntriesRequest given the next index to replicate.
-func (r *Raft) setPreviousLog(req *AppendEntriesRequest, nextIndex uint64) error {
+func (r *Raft) setPreviousLog(w *leaderLogWriter, req *AppendEntriesRequest, nextIndex uint64) error {
 	// Guard for the first index, since there is no 0 log entry
 	// Guard against the previous index being a snapshot as well
 	lastSnapIdx, lastSnapTerm := r.getLastSnapshot()
@@ -598,7 +605,7 @@ func (r *Raft) setPreviousLog(req *AppendEntriesRequest, nextIndex uint64) error
 
 	} else {
 		var l Log
-		if err := r.logs.GetLog(nextIndex-1, &l); err != nil {
+		if err := r.getLeaderLog(w, nextIndex-1, &l); err != nil {
 			r.logger.Error("failed to get log", "index", nextIndex-1, "error", err)
 			return err
 		}
@@ -611,7 +618,7 @@ func (r *Raft) setPreviousLog(req *AppendEntriesRequest, nextIndex uint64) error
 }
 
 // setNewLogs is used to setup the logs which should be appended for a request.
-func (r *Raft) setNewLogs(req *AppendEntriesRequest, nextIndex, lastIndex uint64) error {
+func (r *Raft) setNewLogs(w *leaderLogWriter, req *AppendEntriesRequest, nextIndex, lastIndex uint64) error {
 	// Append up to MaxAppendEntries or up to the lastIndex. we need to use a
 	// consistent value for maxAppendEntries in the lines below in case it ever
 	// becomes reloadable.
@@ -620,7 +627,7 @@ func (r *Raft) setNewLogs(req *AppendEntriesRequest, nextIndex, lastIndex uint64
 	maxIndex := min(nextIndex+uint64(maxAppendEntries)-1, lastIndex)
 	for i := nextIndex; i <= maxIndex; i++ {
 		oldLog := new(Log)
-		if err := r.logs.GetLog(i, oldLog); err != nil {
+		if err := r.getLeaderLog(w, i, oldLog); err != nil {
 			r.logger.Error("failed to get log", "index", i, "error", err)
 			return err
 		}
