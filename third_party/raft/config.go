@@ -334,6 +334,9 @@ func DefaultConfig() *Config {
 		SnapshotThreshold:  8192,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
 		LogLevel:           "DEBUG",
+		// On in this patched copy (plugreg); an upstream release would
+		// leave it off by default.
+		LeaderLogWriteParallel: true,
 	}
 }
 
