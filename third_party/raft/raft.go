@@ -466,15 +466,6 @@ func (r *Raft) setupLeaderState() {
 	r.leaderState.notify = make(map[*verifyFuture]struct{})
 	r.leaderState.stepDown = make(chan struct{}, 1)
 	r.leaderState.logWriter = nil
-	if r.config().LeaderLogWriteParallel {
-		// Everything in the log now is on disk: a follower's and a
-		// candidate's writes are synchronous, and the previous term's writer
-		// was drained before this server left leader state.
-		lastIndex, lastTerm := r.getLastLog()
-		w := newLeaderLogWriter(r.logs, lastIndex, lastTerm, r.shutdownCh)
-		r.leaderState.logWriter = w
-		r.goFunc(w.run)
-	}
 }
 
 // runLeader runs the main loop while in leader state. Do the setup here and drop into
@@ -507,6 +498,16 @@ func (r *Raft) runLeader() {
 	// setup leader state. This is only supposed to be accessed within the
 	// leaderloop.
 	r.setupLeaderState()
+	if r.config().LeaderLogWriteParallel {
+		// Everything in the log now is on disk: a follower's and a
+		// candidate's writes are synchronous, and the previous term's writer
+		// was drained before this server left leader state. Before
+		// replication starts: it reads the log through the writer.
+		lastIndex, lastTerm := r.getLastLog()
+		w := newLeaderLogWriter(r.logs, lastIndex, lastTerm, r.shutdownCh)
+		r.leaderState.logWriter = w
+		r.goFunc(w.run)
+	}
 
 	// Run a background go-routine to emit metrics on log age
 	stopCh := make(chan struct{})
