@@ -133,7 +133,7 @@ func TestRaft_LeaderWritesLogInParallel(t *testing.T) {
 			defer c.Close()
 
 			leader := c.Leader()
-			applyAll(t, leader, "before", 5)
+			applyEach(t, leader, "before", 5)
 			c.WaitForReplication(5)
 
 			ls := gated[c.IndexOf(leader)]
@@ -143,7 +143,7 @@ func TestRaft_LeaderWritesLogInParallel(t *testing.T) {
 			done := pending(leader.Apply([]byte("parallel"), 0))
 			waitEntered(t, ls)
 
-			waitFor(t, "the followers to store and apply the entry while the leader's write is held", func() bool {
+			waitUntil(t, "the followers to store and apply the entry while the leader's write is held", func() bool {
 				for _, f := range c.Followers() {
 					var l Log
 					if f.logs.GetLog(idx, &l) != nil || !fsmHas(c.fsms[c.IndexOf(f)], "parallel") {
@@ -180,7 +180,7 @@ func TestRaft_LeaderAloneCommitsAfterItsWrite(t *testing.T) {
 	defer c.Close()
 
 	leader := c.Leader()
-	applyAll(t, leader, "before", 3)
+	applyEach(t, leader, "before", 3)
 	ls := gated[0]
 	ls.hold()
 	defer ls.release()
@@ -226,7 +226,7 @@ func TestRaft_LeaderLogWriteFails(t *testing.T) {
 			defer c.Close()
 
 			old := c.Leader()
-			applyAll(t, old, "before", 5)
+			applyEach(t, old, "before", 5)
 			c.WaitForReplication(5)
 			term := old.getCurrentTerm()
 
@@ -239,7 +239,7 @@ func TestRaft_LeaderLogWriteFails(t *testing.T) {
 			}
 
 			var leader *Raft
-			waitFor(t, "a leader in a later term", func() bool {
+			waitUntil(t, "a leader in a later term", func() bool {
 				for _, r := range c.rafts {
 					if r.State() == Leader && r.getCurrentTerm() > term {
 						leader = r
@@ -248,7 +248,7 @@ func TestRaft_LeaderLogWriteFails(t *testing.T) {
 				}
 				return false
 			})
-			applyAll(t, leader, "after", 5)
+			applyEach(t, leader, "after", 5)
 			c.EnsureSame(t)
 
 			// Every server's log is whole from its first index to its last.
@@ -287,7 +287,7 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 			defer c.Close()
 
 			old := c.Leader()
-			applyAll(t, old, "before", 5)
+			applyEach(t, old, "before", 5)
 			c.WaitForReplication(5)
 
 			ls := gated[c.IndexOf(old)]
@@ -300,7 +300,7 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 			done := pending(old.Apply([]byte("in flight"), 0))
 			waitEntered(t, ls)
 			if replicated {
-				waitFor(t, "the followers to store the entry", func() bool {
+				waitUntil(t, "the followers to store the entry", func() bool {
 					for _, f := range c.Followers() {
 						var l Log
 						if f.logs.GetLog(idx, &l) != nil {
@@ -313,7 +313,7 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 			}
 
 			var leader *Raft
-			waitFor(t, "a new leader", func() bool {
+			waitUntil(t, "a new leader", func() bool {
 				for _, r := range c.rafts {
 					if r != old && r.State() == Leader {
 						leader = r
@@ -322,7 +322,7 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 				}
 				return false
 			})
-			applyAll(t, leader, "new", 5)
+			applyEach(t, leader, "new", 5)
 
 			// The old leader's lease ran out long ago (50 ms): it has tried to
 			// step down and waits for its write.
@@ -332,7 +332,7 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 			}
 
 			ls.release()
-			waitFor(t, "the old leader to step down", func() bool { return old.State() != Leader })
+			waitUntil(t, "the old leader to step down", func() bool { return old.State() != Leader })
 			c.FullyConnect()
 			c.EnsureSame(t)
 			err := <-done
@@ -343,5 +343,29 @@ func TestRaft_LeadershipLostWithLeaderWriteInFlight(t *testing.T) {
 				t.Fatal("an entry nobody else had was committed")
 			}
 		})
+	}
+}
+
+// applyEach applies n entries and waits for the last. (Its own helpers, not
+// installsnapshot_log_test.go's: this file stands alone on v1.7.3.)
+func applyEach(t *testing.T, r *Raft, prefix string, n int) {
+	t.Helper()
+	var f ApplyFuture
+	for i := 0; i < n; i++ {
+		f = r.Apply([]byte(fmt.Sprintf("%s %d", prefix, i)), time.Second)
+	}
+	if err := f.Error(); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
