@@ -85,14 +85,7 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	})
 
 	t.Run("rolling restart under writes", func(t *testing.T) {
-		w := startWriter(t, c, "restart")
-		time.Sleep(2 * time.Second)
-		began := time.Now()
-		l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
-		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
-		l.logServerTimeline(t, began)
-		time.Sleep(2 * time.Second)
-		w.stopAndCheck(t, ctx, c)
+		l.rollingRestartUnderWrites(t, ctx, c)
 	})
 
 	t.Run("SDK plugin pod", func(t *testing.T) {
@@ -378,14 +371,7 @@ func TestChartDefaultsOnARealKubernetes(t *testing.T) {
 		l.run("helm", "test", release, "-n", namespace, "--timeout", "3m")
 	})
 	t.Run("rolling restart under writes", func(t *testing.T) {
-		w := startWriter(t, c, "restart")
-		time.Sleep(2 * time.Second)
-		began := time.Now()
-		l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
-		l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
-		l.logServerTimeline(t, began)
-		time.Sleep(2 * time.Second)
-		w.stopAndCheck(t, ctx, c)
+		l.rollingRestartUnderWrites(t, ctx, c)
 	})
 }
 
@@ -432,6 +418,20 @@ func (l *lab) install(set []string) []string {
 		l.t.Fatalf("servers on nodes %v: want three different nodes", on)
 	}
 	return strings.Fields(l.run("kubectl", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))
+}
+
+// rollingRestartUnderWrites restarts the servers (kubectl rollout
+// restart) while a writer registers, logs where the time went, and
+// checks that no acknowledged write is lost and none failed.
+func (l *lab) rollingRestartUnderWrites(t *testing.T, ctx context.Context, c *client.Client) {
+	w := startWriter(t, c, "restart")
+	time.Sleep(2 * time.Second)
+	began := time.Now()
+	l.kubectl("rollout", "restart", "statefulset/"+release+"-plugreg-server")
+	l.kubectl("rollout", "status", "statefulset/"+release+"-plugreg-server", "--timeout", "6m")
+	l.logServerTimeline(t, began)
+	time.Sleep(2 * time.Second)
+	w.stopAndCheck(t, ctx, c)
 }
 
 // writer registers an instance every 20 ms through the client until
