@@ -81,12 +81,15 @@ type options struct {
 	baseline      bool
 	profileDir    string
 	profileSecs   int
-	scale         bool
-	scaleNames    int
-	scaleAllocs   int
-	scaleTypes    int
-	scaleClients  int
-	scaleEtcd     bool
+	// profileWorkload and profileClients choose the -profile cell.
+	profileWorkload string
+	profileClients  int
+	scale           bool
+	scaleNames      int
+	scaleAllocs     int
+	scaleTypes      int
+	scaleClients    int
+	scaleEtcd       bool
 
 	agents         int
 	stubSessions   int
@@ -183,7 +186,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.baselineWatchJSON, "baseline-watch-json", false, "the baseline cluster's watchers read the JSON event stream instead of protobuf (to measure the encoding)")
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
-	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile register cell")
+	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile cell")
+	fs.StringVar(&o.profileWorkload, "profile-workload", "register", "the -profile cell: register (64 clients, the leader profiled) or watch (-profile-clients writers and -watchers watchers, every member profiled: watchers are spread over them)")
+	fs.IntVar(&o.profileClients, "profile-clients", 256, "writers of the -profile-workload watch cell")
 	fs.BoolVar(&o.scale, "scale", false, "run the scale test instead: 1M instances, memory, snapshot, restart")
 	fs.IntVar(&o.scaleNames, "scale-names", 10000, "scale: names in total, spread over -scale-types types")
 	fs.IntVar(&o.scaleAllocs, "scale-allocs", 100, "scale: instances (allocations) per name")
@@ -761,10 +766,18 @@ func raftLog(a *raftActivity) string {
 }
 
 // runProfile runs a 64-client register cell against plugreg while taking a
-// CPU profile of the leader, then saves the leader's allocation profile.
+// CPU profile of the leader, then saves the leader's allocation profile;
+// with -profile-workload watch, a watch cell while taking every member's.
 func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 		return fmt.Errorf("profile dir: %w", err)
+	}
+	switch o.profileWorkload {
+	case "register":
+	case "watch":
+		return runWatchProfile(ctx, o, s)
+	default:
+		return fmt.Errorf("-profile-workload %q: want register or watch", o.profileWorkload)
 	}
 	l, err := s.leader(ctx)
 	if err != nil {
@@ -789,6 +802,38 @@ func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 		return err
 	}
 	logf("profiles in %s (go tool pprof -top %s/leader-cpu.pprof)", o.profileDir, o.profileDir)
+	return nil
+}
+
+// runWatchProfile runs a watch cell (o.profileClients writers,
+// o.watchers watchers spread over the members) while taking a CPU
+// profile of every member: a delivery's cost falls on the member its
+// watcher reads from, and the writes' on the leader.
+func runWatchProfile(ctx context.Context, o *options, s *plugregSystem) error {
+	ws, err := newWriters(s, o.profileClients, 0)
+	if err != nil {
+		return err
+	}
+	defer ws.close()
+	errCh := make(chan error, len(s.c.nodes))
+	for i, n := range s.c.nodes {
+		url := "http://" + n.pprofAddr() + "/debug/pprof/profile?seconds=" + strconv.Itoa(o.profileSecs-1)
+		go func() {
+			errCh <- fetch(ctx, url, filepath.Join(o.profileDir, fmt.Sprintf("member%d-watch-cpu.pprof", i)))
+		}()
+	}
+	st, err := watchCell(ctx, s, ws, o.profileClients, o.watchers, time.Duration(o.profileSecs)*time.Second, "prof")
+	if err != nil {
+		return err
+	}
+	logf("profiled watch, %d writers, %d watchers: %.0f deliveries/s p50 %.2fms p99 %.2fms errors %d missed %d",
+		o.profileClients, o.watchers, st.Throughput, st.P50, st.P99, st.Errors, st.Missed)
+	for range s.c.nodes {
+		if err := <-errCh; err != nil {
+			return err
+		}
+	}
+	logf("profiles in %s (go tool pprof -top %s/member0-watch-cpu.pprof)", o.profileDir, o.profileDir)
 	return nil
 }
 
