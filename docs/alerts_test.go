@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/plugreg/plugreg/tests/framework/grafanadash"
 	"sigs.k8s.io/yaml"
 )
 
@@ -64,20 +65,8 @@ func TestAlertsArePerClusterWithARunbook(t *testing.T) {
 // reads is selected by the dashboard's namespace and cluster (job prefix)
 // variables, so that a Prometheus scraping two releases shows each alone.
 func TestDashboardIsPerCluster(t *testing.T) {
-	b, err := os.ReadFile("../deploy/grafana/plugreg-dashboard.json")
+	dashboard, err := grafanadash.Load("../deploy/grafana/plugreg-dashboard.json")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var dashboard struct {
-		Templating struct {
-			List []struct{ Name string }
-		}
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := yaml.Unmarshal(b, &dashboard); err != nil {
 		t.Fatal(err)
 	}
 	vars := map[string]bool{}

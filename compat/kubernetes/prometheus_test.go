@@ -11,11 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/plugreg/plugreg/tests/framework/grafanadash"
 	"sigs.k8s.io/yaml"
 )
 
@@ -190,62 +190,43 @@ func (l *lab) scrapeAsTheMonitorsSay(t *testing.T, tokenSecret string) {
 // addr: each evaluates, and the leader, servers and client agents
 // panels count this cluster's alone.
 func (l *lab) dashboardAnswers(t *testing.T, addr string, targets int) {
-	b, err := os.ReadFile(filepath.Join(l.repo, "deploy/grafana/plugreg-dashboard.json"))
+	dashboard, err := grafanadash.Load(filepath.Join(l.repo, "deploy/grafana/plugreg-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dashboard struct {
-		Templating struct {
-			List []struct{ Name, Regex string }
-		}
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(b, &dashboard); err != nil {
+	queries, err := dashboard.Queries(namespace, "plugreg-servers", "10s")
+	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := ""
-	for _, v := range dashboard.Templating.List {
-		if v.Name == "cluster" {
-			if m := regexp.MustCompile(strings.Trim(v.Regex, "/")).FindStringSubmatch("plugreg-servers"); m != nil {
-				cluster = m[1]
-			}
-		}
-	}
 	want := map[string]float64{"Leader": 1, "Servers up": 3, "Client agents up": float64(targets - 3)}
-	for _, p := range dashboard.Panels {
-		for _, tg := range p.Targets {
-			q := strings.NewReplacer("$__rate_interval", "10s", "$namespace", namespace, "${cluster}", cluster).Replace(tg.Expr)
-			var last string
-			l.eventually(time.Minute, fmt.Sprintf("dashboard panel %q: %s", p.Title, q), func() bool {
-				resp, err := http.Get(addr + "/api/v1/query?query=" + url.QueryEscape(q))
-				if err != nil {
-					return false
+	for _, q := range queries {
+		var last string
+		l.eventually(time.Minute, fmt.Sprintf("dashboard panel %q: %s", q.Panel, q.Expr), func() bool {
+			resp, err := http.Get(addr + "/api/v1/query?query=" + url.QueryEscape(q.Expr))
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Status string
+				Error  string
+				Data   struct {
+					Result []struct{ Value []any }
 				}
-				defer resp.Body.Close()
-				var body struct {
-					Status string
-					Error  string
-					Data   struct {
-						Result []struct{ Value []any }
-					}
+			}
+			if json.NewDecoder(resp.Body).Decode(&body) != nil || body.Status != "success" {
+				if body.Error != last {
+					t.Logf("%s: %s", q.Expr, body.Error)
+					last = body.Error
 				}
-				if json.NewDecoder(resp.Body).Decode(&body) != nil || body.Status != "success" {
-					if body.Error != last {
-						t.Logf("%s: %s", q, body.Error)
-						last = body.Error
-					}
-					return false
-				}
-				w, ok := want[p.Title]
-				if !ok {
-					return true
-				}
-				return len(body.Data.Result) == 1 && len(body.Data.Result[0].Value) == 2 &&
-					body.Data.Result[0].Value[1] == fmt.Sprint(w)
-			})
-		}
+				return false
+			}
+			w, ok := want[q.Panel]
+			if !ok {
+				return true
+			}
+			return len(body.Data.Result) == 1 && len(body.Data.Result[0].Value) == 2 &&
+				body.Data.Result[0].Value[1] == fmt.Sprint(w)
+		})
 	}
 }

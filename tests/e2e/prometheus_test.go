@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/plugreg/plugreg/api"
+	"github.com/plugreg/plugreg/tests/framework/grafanadash"
 	"github.com/plugreg/plugreg/tests/framework/proctest"
 )
 
@@ -62,19 +62,9 @@ func TestRealPrometheusScrapesEveryAgent(t *testing.T) {
 			t.Fatalf("promtool check rules: %v\n%s", err, out)
 		}
 	}
-	var dashboard struct {
-		Templating struct {
-			List []struct{ Name, Regex string }
-		}
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if b, err := os.ReadFile("../../deploy/grafana/plugreg-dashboard.json"); err != nil {
+	dashboard, err := grafanadash.Load("../../deploy/grafana/plugreg-dashboard.json")
+	if err != nil {
 		t.Fatal(err)
-	} else if err := json.Unmarshal(b, &dashboard); err != nil {
-		t.Fatalf("dashboard: %v", err)
 	}
 
 	c := proctest.StartCluster(t, proctest.ClusterConfig{})
@@ -206,27 +196,16 @@ scrape_configs:
 	mayBeEmpty := map[string]bool{"Refusals per second (ACL, limits, dropped streams)": true}
 	// The dashboard's variables as Grafana resolves them against this
 	// Prometheus: no namespace label (All, .*), and the cluster's job
-	// prefix from its servers' job by the variable's regex.
-	cluster := ""
-	for _, v := range dashboard.Templating.List {
-		if v.Name == "cluster" {
-			re := regexp.MustCompile(strings.Trim(v.Regex, "/"))
-			if m := re.FindStringSubmatch("plugreg-servers"); m != nil {
-				cluster = m[1]
-			}
-		}
+	// prefix from its servers' job.
+	queries, err := dashboard.Queries(".*", "plugreg-servers", "15s")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cluster != "plugreg-" {
-		t.Fatalf("the dashboard's cluster variable makes %q of job plugreg-servers, want plugreg-", cluster)
-	}
-	for _, p := range dashboard.Panels {
-		for _, tg := range p.Targets {
-			q := strings.NewReplacer("$__rate_interval", "15s", "$namespace", ".*", "${cluster}", cluster).Replace(tg.Expr)
-			c.Poll(t, fmt.Sprintf("dashboard panel %q: %s", p.Title, q), func() (bool, string) {
-				v, detail := query(q)
-				return v != nil && (len(v) > 0 || mayBeEmpty[p.Title]), detail
-			})
-		}
+	for _, q := range queries {
+		c.Poll(t, fmt.Sprintf("dashboard panel %q: %s", q.Panel, q.Expr), func() (bool, string) {
+			v, detail := query(q.Expr)
+			return v != nil && (len(v) > 0 || mayBeEmpty[q.Panel]), detail
+		})
 	}
 
 	// Every alert rule evaluated, healthy; the coverage gap pending or
