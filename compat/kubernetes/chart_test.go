@@ -89,13 +89,7 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	})
 
 	t.Run("SDK plugin pod", func(t *testing.T) {
-		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
-		node := nodes[len(nodes)-1]
-		l.apply(sdkPluginPod("sdk-plugin", stubImg, node))
-		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
-			got, _, err := c.List(ctx, "k8sdemo", nil)
-			return err == nil && len(got) == 1 && got[0].NodeID == node
-		})
+		l.sdkPlugin(ctx, c, "sdk-plugin", nodes[len(nodes)-1])
 		l.kubectl("delete", "pod", "sdk-plugin", "--wait")
 		l.eventually(time.Minute, "the SDK plugin deregistered with its pod", func() bool {
 			got, _, err := c.List(ctx, "k8sdemo", nil)
@@ -109,24 +103,9 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	// so nothing of the node is suspect or reaped, and when the kubelet is
 	// back the plugin is still the one instance it was.
 	t.Run("kubelet stopped", func(t *testing.T) {
-		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
 		node := nodes[len(nodes)-1]
-		n := node[len(node)-1:] // lab-nodeN
-		l.apply(sdkPluginPod("sdk-plugin-2", stubImg, node))
-		var before []*api.PluginInfo
-		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
-			var err error
-			before, _, err = c.List(ctx, "k8sdemo", nil)
-			return err == nil && len(before) == 1 && before[0].NodeID == node
-		})
-		lab := filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh")
-		l.run(lab, "kubelet", "stop", n)
-		started := false
-		defer func() {
-			if !started {
-				l.try(lab, "kubelet", "start", n)
-			}
-		}()
+		before := l.sdkPlugin(ctx, c, "sdk-plugin-2", node)
+		start := l.labStop(t, "kubelet", node)
 		ready := func() string {
 			out, _ := l.try("kubectl", "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 			return out
@@ -134,7 +113,7 @@ func TestChartOnARealKubernetes(t *testing.T) {
 		l.eventually(3*time.Minute, node+" NotReady", func() bool { return ready() != "True" })
 		for range 20 { // 20 s more of a NotReady node
 			got, _, err := c.List(ctx, "k8sdemo", nil)
-			if err != nil || len(got) != 1 || got[0].ModifyIndex != before[0].ModifyIndex || got[0].Health != nil {
+			if err != nil || len(got) != 1 || got[0].ModifyIndex != before.ModifyIndex || got[0].Health != nil {
 				t.Fatalf("with the kubelet stopped: %+v (%v), want the one instance unchanged and not suspect: %+v", got, err, before)
 			}
 			time.Sleep(time.Second)
@@ -148,11 +127,10 @@ func TestChartOnARealKubernetes(t *testing.T) {
 				t.Fatalf("%s's client agent is %s with its kubelet stopped, want alive", node, m.Status)
 			}
 		}
-		l.run(lab, "kubelet", "start", n)
-		started = true
+		start()
 		l.eventually(3*time.Minute, node+" Ready again", func() bool { return ready() == "True" })
 		got, _, err := c.List(ctx, "k8sdemo", nil)
-		if err != nil || len(got) != 1 || got[0].ModifyIndex != before[0].ModifyIndex {
+		if err != nil || len(got) != 1 || got[0].ModifyIndex != before.ModifyIndex {
 			t.Fatalf("after the kubelet came back: %+v (%v), want the instance unchanged", got, err)
 		}
 		l.kubectl("delete", "pod", "sdk-plugin-2", "--wait")
@@ -193,23 +171,10 @@ func TestChartOnARealKubernetes(t *testing.T) {
 	// restarts the pods: the server rejoins, the agent is alive again and
 	// the plugin registers anew.
 	t.Run("node lost with its client agent", func(t *testing.T) {
-		stubImg := l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
 		node := nodes[len(nodes)-1]
-		n := node[len(node)-1:]
-		l.apply(sdkPluginPod("sdk-plugin-3", stubImg, node))
-		l.eventually(2*time.Minute, "the SDK plugin registered on "+node, func() bool {
-			got, _, err := c.List(ctx, "k8sdemo", nil)
-			return err == nil && len(got) == 1 && got[0].NodeID == node
-		})
+		l.sdkPlugin(ctx, c, "sdk-plugin-3", node)
 		server := l.kubectl("get", "pods", "-l", servers, "--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}")
-		lab := filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh")
-		l.run(lab, "node", "stop", n)
-		started := false
-		defer func() {
-			if !started {
-				l.try(lab, "node", "start", n)
-			}
-		}()
+		start := l.labStop(t, "node", node)
 		lost := time.Now()
 		status := func(name string) string {
 			members, err := c.Members(ctx)
@@ -251,8 +216,7 @@ func TestChartOnARealKubernetes(t *testing.T) {
 				ConnectionInfo: &api.ConnectionInfo{SocketPath: "/run/w.sock"}})
 			return err == nil
 		})
-		l.run(lab, "node", "start", n)
-		started = true
+		start()
 		on := time.Now()
 		l.eventually(4*time.Minute, "every pod Ready after "+node+" is back", func() bool {
 			s, ns := l.podsReady(servers)
@@ -418,6 +382,37 @@ func (l *lab) install(set []string) []string {
 		l.t.Fatalf("servers on nodes %v: want three different nodes", on)
 	}
 	return strings.Fields(l.run("kubectl", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"))
+}
+
+// sdkPlugin starts docs/kubernetes.md's plugin pod (examples/stub-plugin,
+// its image built once) named name on node, waits until plugreg lists it
+// from there, and returns the instance.
+func (l *lab) sdkPlugin(ctx context.Context, c *client.Client, name, node string) *api.PluginInfo {
+	l.t.Helper()
+	if l.stubImage == "" {
+		l.stubImage = l.binaryImage("./examples/stub-plugin", "stub-plugin", "t1")
+	}
+	l.apply(sdkPluginPod(name, l.stubImage, node))
+	var got []*api.PluginInfo
+	l.eventually(2*time.Minute, "the SDK plugin "+name+" registered on "+node, func() bool {
+		var err error
+		got, _, err = c.List(ctx, "k8sdemo", nil)
+		return err == nil && len(got) == 1 && got[0].NodeID == node
+	})
+	return got[0]
+}
+
+// labStop runs lab.sh WHAT stop N for node lab-nodeN (WHAT: kubelet, or
+// node for the whole node) and returns the start that undoes it; t's
+// cleanup starts it if the test did not, so a failure leaves no node down
+// for the tests after it.
+func (l *lab) labStop(t *testing.T, what, node string) (start func()) {
+	script := filepath.Join(l.repo, "compat/kubernetes/lab/lab.sh")
+	n := node[len(node)-1:]
+	l.run(script, what, "stop", n)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { l.try(script, what, "start", n) }) })
+	return func() { once.Do(func() { l.run(script, what, "start", n) }) }
 }
 
 // rollingRestartUnderWrites restarts the servers (kubectl rollout

@@ -32,6 +32,8 @@ type lab struct {
 	t    *testing.T
 	home string // LAB_HOME
 	repo string // the repository's root
+	// stubImage is examples/stub-plugin's image, once built (sdkPlugin).
+	stubImage string
 }
 
 func newLab(t *testing.T) *lab {
