@@ -14,9 +14,9 @@ import (
 // goroutine of its own, so that the leader hands them to replication at
 // once and writes them in parallel with its followers (the Raft thesis,
 // §10.2.1: "the leader can write to its disk in parallel with replicating
-// to the followers"). Before, dispatchLogs wrote them on the main thread
-// and only then notified replication: every write waited for the leader's
-// fsync and then for a follower's.
+// to the followers"). Written on the main thread before replication is
+// notified (LeaderLogWriteParallel off), every write waits for the
+// leader's fsync and then for a follower's.
 //
 // The leader counts itself toward the commit quorum only for entries this
 // writer has made durable (leaderLogWritten); followers count as before. It
@@ -78,9 +78,9 @@ func newLeaderLogWriter(logs LogStore, lastIndex, lastTerm uint64, shutdownCh <-
 }
 
 // run is the writer goroutine. It writes pending entries in index order,
-// all that are pending in one StoreLogs call (as the main thread's write
-// used to take all the applies that queued up behind it), one call at a
-// time: the log is written in order by a single writer.
+// all that are pending in one StoreLogs call (the applies that queue up
+// during a write share the next one's fsync), one call at a time: the log
+// is written in order by a single writer.
 func (w *leaderLogWriter) run() {
 	defer close(w.exitedCh)
 	for {
