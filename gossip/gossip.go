@@ -565,28 +565,36 @@ func (p *Pool) rebuildServersLocked() {
 
 // rebuildRaftAddrsLocked maps each server's node ID to its Raft address:
 // an alive member's before a failed one's (a server back at a new address
-// while its old life is not yet declared dead), and no address at all for
-// an ID two alive members claim at different addresses (a member claiming
-// another's ID: the caller keeps the address it had, see ServerRaftAddr).
-// Callers hold p.mu.
+// while its old life is not yet declared dead), among failed ones the one
+// that failed last (its latest life), and no address at all for an ID two
+// alive members claim at different addresses (a member claiming another's
+// ID: the caller keeps the address it had, see ServerRaftAddr). Callers
+// hold p.mu.
 func (p *Pool) rebuildRaftAddrsLocked() {
-	addrs := make(map[string]string, len(p.serverNames))
-	alive := make(map[string]bool, len(p.serverNames))
+	best := make(map[string]*Member, len(p.serverNames))
 	ambiguous := map[string]bool{}
 	for _, m := range p.serverNames {
 		id, addr := m.Meta.ID, m.Meta.RaftAddr
 		if id == "" || addr == "" || m.Status == StatusLeft {
 			continue
 		}
-		switch isAlive := m.Status == StatusAlive; {
-		case isAlive && alive[id] && addrs[id] != addr:
-			ambiguous[id] = true
-		case isAlive || addrs[id] == "":
-			addrs[id], alive[id] = addr, isAlive
+		b := best[id]
+		switch alive := m.Status == StatusAlive; {
+		case b == nil:
+			best[id] = m
+		case alive && b.Status == StatusAlive:
+			if b.Meta.RaftAddr != addr {
+				ambiguous[id] = true
+			}
+		case alive || (b.Status != StatusAlive && m.Since.After(b.Since)):
+			best[id] = m
 		}
 	}
-	for id := range ambiguous {
-		delete(addrs, id)
+	addrs := make(map[string]string, len(best))
+	for id, m := range best {
+		if !ambiguous[id] {
+			addrs[id] = m.Meta.RaftAddr
+		}
 	}
 	p.raftAddrs.Store(&addrs)
 }

@@ -172,9 +172,11 @@ func TestAMemberBackAtANewAddressTakesItsNameBack(t *testing.T) {
 // two alive members claim at different addresses (the caller then keeps
 // the address it had).
 func TestServerRaftAddr(t *testing.T) {
+	t0 := time.Now()
 	server := func(name, id, addr string, st Status) *Member {
-		return &Member{Name: name, Status: st, Meta: Meta{ID: id, RaftAddr: addr, Role: "server"}}
+		return &Member{Name: name, Status: st, Since: t0, Meta: Meta{ID: id, RaftAddr: addr, Role: "server"}}
 	}
+	failedAt := func(m *Member, d time.Duration) *Member { m.Since = t0.Add(d); return m }
 	cases := []struct {
 		name    string
 		members []*Member
@@ -188,6 +190,10 @@ func TestServerRaftAddr(t *testing.T) {
 		{"back at a new address under a new name", []*Member{
 			server("s1-old", "id1", "10.0.0.1:7300", StatusFailed),
 			server("s1-new", "id1", "10.0.0.9:7300", StatusAlive),
+		}, "10.0.0.9:7300", true},
+		{"two lives failed: the later one's", []*Member{
+			failedAt(server("s1-a", "id1", "10.0.0.1:7300", StatusFailed), time.Second),
+			failedAt(server("s1-b", "id1", "10.0.0.9:7300", StatusFailed), 2*time.Second),
 		}, "10.0.0.9:7300", true},
 		{"two alive members claim the ID", []*Member{
 			server("s1", "id1", "10.0.0.1:7300", StatusAlive),
