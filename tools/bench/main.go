@@ -822,17 +822,22 @@ func runWatchProfile(ctx context.Context, o *options, s *plugregSystem) error {
 			errCh <- fetch(ctx, url, filepath.Join(o.profileDir, fmt.Sprintf("member%d-watch-cpu.pprof", i)))
 		}()
 	}
-	st, err := watchCell(ctx, s, ws, o.profileClients, o.watchers, time.Duration(o.profileSecs)*time.Second, "prof")
-	if err != nil {
-		return err
+	st, cellErr := watchCell(ctx, s, ws, o.profileClients, o.watchers, time.Duration(o.profileSecs)*time.Second, "prof")
+	// Every fetch ends (within the profile's seconds) before this returns.
+	var fetchErr error
+	for range s.c.nodes {
+		if err := <-errCh; err != nil && fetchErr == nil {
+			fetchErr = err
+		}
+	}
+	if cellErr != nil {
+		return cellErr
+	}
+	if fetchErr != nil {
+		return fetchErr
 	}
 	logf("profiled watch, %d writers, %d watchers: %.0f deliveries/s p50 %.2fms p99 %.2fms errors %d missed %d",
 		o.profileClients, o.watchers, st.Throughput, st.P50, st.P99, st.Errors, st.Missed)
-	for range s.c.nodes {
-		if err := <-errCh; err != nil {
-			return err
-		}
-	}
 	logf("profiles in %s (go tool pprof -top %s/member0-watch-cpu.pprof)", o.profileDir, o.profileDir)
 	return nil
 }
