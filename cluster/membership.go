@@ -34,6 +34,11 @@ func (s *Server) keepMember(m gossip.Member) bool {
 // claiming a dead server's ID gets that server's RPCs, which with TLS on
 // it cannot answer without a server certificate (docs/security.md).
 type gossipRaftAddrs struct {
+	// self and selfAddr are this server's: it knows its own address
+	// before gossip does (raft asks for it as it starts), as Consul's
+	// provider answers its own ID.
+	self     raft.ServerID
+	selfAddr raft.ServerAddress
 	// pool is set once gossip has started, after Raft's transport.
 	pool atomic.Pointer[gossip.Pool]
 }
@@ -41,6 +46,9 @@ type gossipRaftAddrs struct {
 var errNoGossipAddr = errors.New("gossip knows no one address for this server")
 
 func (g *gossipRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if id == g.self {
+		return g.selfAddr, nil
+	}
 	if p := g.pool.Load(); p != nil {
 		if addr, ok := p.ServerRaftAddr(string(id)); ok {
 			return raft.ServerAddress(addr), nil

@@ -260,6 +260,7 @@ func (s *Server) setupRaft() error {
 	if err := atomicfile.SyncDir(cfg.DataDir); err != nil {
 		return err
 	}
+	s.raftAddrs.self, s.raftAddrs.selfAddr = raft.ServerID(cfg.NodeID), raft.ServerAddress(s.raftAddr)
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  streamLayer{s.mux.RaftLayer()},
 		MaxPool: 3,
