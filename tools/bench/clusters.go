@@ -101,7 +101,7 @@ func startPlugregOn(ipOf func(int) string, label string, base int, bin, dir stri
 			id: fmt.Sprintf("n%d", i+1), ip: ipOf(i),
 			httpPort: base + 500 + i, srvPort: base + 300 + i, gossipPort: base + 400 + i, pprofPort: base + 600 + i,
 		}
-		n.dataDir = filepath.Join(dir, label+"-"+n.id)
+		n.dataDir = plugregDataDir(dir, label, i)
 		args := []string{"agent", "-node", n.id, "-data-dir", n.dataDir, "-bind", n.ip,
 			"-http-port", strconv.Itoa(n.httpPort), "-server-port", strconv.Itoa(n.srvPort),
 			"-gossip-port", strconv.Itoa(n.gossipPort), "-pprof", n.pprofAddr(),
@@ -117,6 +117,17 @@ func startPlugregOn(ipOf func(int) string, label string, base int, bin, dir stri
 		}
 	}
 	return c, nil
+}
+
+// plugregDataDir is the data dir of member i of the plugreg cluster named
+// label.
+func plugregDataDir(dir, label string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("%s-n%d", label, i+1))
+}
+
+// etcdDataDir is the data dir of etcd member i.
+func etcdDataDir(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("etcd-e%d", i+1))
 }
 
 func (c *plugregCluster) stop() {
@@ -278,10 +289,10 @@ func startEtcd(bin, dir string, extra []string) (*etcdCluster, error) {
 		c.members = append(c.members, m)
 		initial = append(initial, fmt.Sprintf("%s=http://%s", m.name, net.JoinHostPort(m.ip, strconv.Itoa(m.peerPort))))
 	}
-	for _, m := range c.members {
+	for i, m := range c.members {
 		peer := "http://" + net.JoinHostPort(m.ip, strconv.Itoa(m.peerPort))
 		client := "http://" + m.endpoint()
-		args := []string{"--name", m.name, "--data-dir", filepath.Join(dir, "etcd-"+m.name),
+		args := []string{"--name", m.name, "--data-dir", etcdDataDir(dir, i),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",

@@ -84,12 +84,15 @@ type options struct {
 	// profileWorkload and profileClients choose the -profile cell.
 	profileWorkload string
 	profileClients  int
-	scale           bool
-	scaleNames      int
-	scaleAllocs     int
-	scaleTypes      int
-	scaleClients    int
-	scaleEtcd       bool
+	// memberDiskSync, when positive, puts every member on a disk of its
+	// own whose fsync takes this long (memberDisks).
+	memberDiskSync time.Duration
+	scale          bool
+	scaleNames     int
+	scaleAllocs    int
+	scaleTypes     int
+	scaleClients   int
+	scaleEtcd      bool
 
 	agents         int
 	stubSessions   int
@@ -185,9 +188,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.baselineWriteJSON, "baseline-write-json", false, "the baseline cluster's clients send registrations as JSON instead of protobuf (to measure the encoding; a cluster of a release before protobuf bodies gets JSON anyway)")
 	fs.BoolVar(&o.baselineWatchJSON, "baseline-watch-json", false, "the baseline cluster's watchers read the JSON event stream instead of protobuf (to measure the encoding)")
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
-	fs.StringVar(&o.profileDir, "profile", "", "write CPU and allocation profiles of the plugreg leader during a 64-client register cell to this dir")
+	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles of every plugreg member and the leader's allocation profile during a 64-client register cell to this dir")
 	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile cell")
 	fs.StringVar(&o.profileWorkload, "profile-workload", "register", "the -profile cell: register (64 clients, the leader profiled) or watch (-profile-clients writers and -watchers watchers, every member profiled: watchers are spread over them)")
+	fs.DurationVar(&o.memberDiskSync, "member-disk-sync", 0, "put every member of both systems on a disk of its own (an in-memory lazyfs, FUSE, needs root) whose every fsync takes this long, as servers with a local disk each; 0: the members share this machine's disk")
 	fs.IntVar(&o.profileClients, "profile-clients", 256, "writers of the -profile-workload watch cell")
 	fs.BoolVar(&o.scale, "scale", false, "run the scale test instead: 1M instances, memory, snapshot, restart")
 	fs.IntVar(&o.scaleNames, "scale-names", 10000, "scale: names in total, spread over -scale-types types")
@@ -292,6 +296,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.stability && (o.agents > 0 || o.stubSessions > 0 || o.scale || o.stabilityClients < 1 || o.stabilityLoad <= 0 || o.stabilityIdle < 0) {
 		return nil, errors.New("-stability: needs -stability-clients and -stability-load positive, -stability-idle 0 or more, and does not mix with -agents, -stub-sessions or -scale")
 	}
+	if o.memberDiskSync < 0 || (o.memberDiskSync > 0 && (o.agents > 0 || o.stability || o.fleet != nil)) {
+		return nil, errors.New("-member-disk-sync: 0 or more, and only for the comparison with etcd (not -agents, -stability or -fleet)")
+	}
 	if o.rounds < 1 || o.watchers < 1 || o.duration <= 0 {
 		return nil, errors.New("-failover-rounds, -watchers and -duration must be positive")
 	}
@@ -351,6 +358,10 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 	defer stopOTLPSink(sink)
 	var pc, bc *plugregCluster
 	var ec *etcdCluster
+	var disks *memberDisks
+	if o.memberDiskSync > 0 {
+		disks = &memberDisks{sync: o.memberDiskSync}
+	}
 	defer func() {
 		// Stop every process before removing their data, also when the
 		// run failed or was interrupted.
@@ -362,6 +373,9 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		}
 		if ec != nil {
 			ec.stop()
+		}
+		if uerr := disks.unmountAll(); uerr != nil && err == nil {
+			err = uerr
 		}
 		if o.keep {
 			logf("kept %s", dir)
@@ -436,6 +450,20 @@ func run(ctx context.Context, o *options, out io.Writer) (err error) {
 		return nil
 	}
 	logf("starting etcd %s and plugreg (3 members each) in %s", rep.EtcdVersion, dir)
+	if disks != nil {
+		logf("every member on a disk of its own whose fsync takes %v (-member-disk-sync)", disks.sync)
+		for i := 0; i < members; i++ {
+			dirs := []string{etcdDataDir(dir, i), plugregDataDir(dir, "plugreg", i)}
+			if o.baseline {
+				dirs = append(dirs, plugregDataDir(dir, "baseline", i))
+			}
+			for _, d := range dirs {
+				if err := disks.mount(d); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	if ec, err = startEtcd(etcdBin, dir, o.etcdFlags); err != nil {
 		return err
 	}
@@ -766,7 +794,7 @@ func raftLog(a *raftActivity) string {
 }
 
 // runProfile runs a 64-client register cell against plugreg while taking a
-// CPU profile of the leader, then saves the leader's allocation profile;
+// CPU profile of every member, then saves the leader's allocation profile;
 // with -profile-workload watch, a watch cell while taking every member's.
 func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
@@ -788,16 +816,29 @@ func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 		return err
 	}
 	defer ws.close()
-	base := "http://" + s.c.nodes[l].pprofAddr() + "/debug/pprof/"
-	errCh := make(chan error, 1)
-	go func() {
-		errCh <- fetch(ctx, base+"profile?seconds="+strconv.Itoa(o.profileSecs-1), filepath.Join(o.profileDir, "leader-cpu.pprof"))
-	}()
+	// Every member: two thirds of the writes arrive at a follower and
+	// are forwarded, so a register's cost is not all on the leader.
+	errCh := make(chan error, len(s.c.nodes))
+	for i, n := range s.c.nodes {
+		name := fmt.Sprintf("follower%d-cpu.pprof", i)
+		if i == l {
+			name = "leader-cpu.pprof"
+		}
+		url := "http://" + n.pprofAddr() + "/debug/pprof/profile?seconds=" + strconv.Itoa(o.profileSecs-1)
+		go func() { errCh <- fetch(ctx, url, filepath.Join(o.profileDir, name)) }()
+	}
 	st, _ := registerCell(ctx, s, ws, 64, time.Duration(o.profileSecs)*time.Second, "prof")
 	logf("profiled register, 64 clients: %.0f writes/s p50 %.2fms p99 %.2fms errors %d", st.Throughput, st.P50, st.P99, st.Errors)
-	if err := <-errCh; err != nil {
-		return err
+	var fetchErr error
+	for range s.c.nodes {
+		if err := <-errCh; err != nil && fetchErr == nil {
+			fetchErr = err
+		}
 	}
+	if fetchErr != nil {
+		return fetchErr
+	}
+	base := "http://" + s.c.nodes[l].pprofAddr() + "/debug/pprof/"
 	if err := fetch(ctx, base+"allocs", filepath.Join(o.profileDir, "leader-allocs.pprof")); err != nil {
 		return err
 	}

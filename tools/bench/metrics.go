@@ -29,6 +29,11 @@ const (
 	plugregFollowerStores    = "plugreg_raft_rpc_append_entries_store_logs_seconds_count"
 	plugregLeaderStoresOld   = "plugreg_raft_leader_dispatchLog_count"
 	plugregFollowerStoresOld = "plugreg_raft_rpc_appendEntries_storeLogs_count"
+	// With third_party/raft's parallel leader write, dispatchLog only
+	// hands a batch to the leader's log writer, which may write several
+	// batches at once: its raft.leader.storeLogs is then the leader's
+	// StoreLogs. A serial build never serves it.
+	plugregLeaderWrites = "plugreg_raft_leader_store_logs_seconds_count"
 	// etcd: one fsync of its WAL, the Raft log, leader or follower. The
 	// bbolt backend commits on its own timer (100 ms) and is not counted,
 	// as plugreg's in-memory state has no such file.
@@ -54,6 +59,9 @@ type metricsSource struct {
 	// fsyncs are the series whose sum is a member's Raft log fsyncs,
 	// snapshots those whose sum is its snapshots.
 	fsyncs, snapshots []string
+	// leaderWrites, when they grew in a cell, are a member's leader log
+	// fsyncs in place of dispatches, which fsyncs then counts too.
+	leaderWrites, dispatches []string
 }
 
 // scrapeClient reads etcd's /metrics; plugreg's are read with its
@@ -81,7 +89,7 @@ type raftActivity struct {
 // scrapeMembers reads every member's series of src.
 func scrapeMembers(ctx context.Context, src metricsSource) ([]map[string]float64, error) {
 	var names []string
-	names = append(append(names, src.fsyncs...), src.snapshots...)
+	names = append(append(append(names, src.fsyncs...), src.snapshots...), src.leaderWrites...)
 	out := make([]map[string]float64, len(src.urls))
 	for i, url := range src.urls {
 		v, err := scrapeSamples(ctx, src.hc, url, names)
@@ -162,6 +170,9 @@ func raftActivityOf(src metricsSource, before, after []map[string]float64, leade
 	a := &raftActivity{Leader: leader, LeaderChanged: leader != leaderAfter}
 	for i := range before {
 		d := sumDelta(before[i], after[i], src.fsyncs)
+		if w := sumDelta(before[i], after[i], src.leaderWrites); w > 0 {
+			d += w - sumDelta(before[i], after[i], src.dispatches)
+		}
 		a.MemberFsyncs += d
 		if i == leader {
 			a.LeaderFsyncs = d

@@ -45,3 +45,18 @@ func TestRaftActivityOf(t *testing.T) {
 		t.Fatalf("leader changed: got %+v, want no ops per fsync", moved)
 	}
 }
+
+// A leader with the parallel log write counts its writer's stores, not
+// its dispatches; a serial leader (no writer series) its dispatches.
+func TestRaftActivityOfParallelLeaderWrites(t *testing.T) {
+	src := metricsSource{fsyncs: []string{"dispatch", "follower"}, leaderWrites: []string{"write"}, dispatches: []string{"dispatch"}}
+	before := []map[string]float64{{"dispatch": 100, "write": 40}, {"follower": 10}, {"follower": 10}}
+	after := []map[string]float64{{"dispatch": 300, "write": 90}, {"follower": 60}, {"follower": 70}}
+	if got := raftActivityOf(src, before, after, 0, 0, 500); got.LeaderFsyncs != 50 || got.MemberFsyncs != 160 || got.OpsPerLeaderFsync != 10 {
+		t.Fatalf("parallel: got %+v, want leader 50 (its writes), members 50+50+60, 10 ops per fsync", got)
+	}
+	serial := []map[string]float64{{"dispatch": 300}, {"follower": 60}, {"follower": 70}}
+	if got := raftActivityOf(src, before[:1:1], serial[:1:1], 0, 0, 200); got.LeaderFsyncs != 200 {
+		t.Fatalf("serial: got %+v, want leader 200 (its dispatches)", got)
+	}
+}

@@ -191,7 +191,8 @@ func (s *plugregSystem) term(ctx context.Context, i int) (uint64, error) {
 
 func (s *plugregSystem) metrics() metricsSource {
 	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores, plugregLeaderStoresOld, plugregFollowerStoresOld},
-		snapshots: []string{plugregSnapshots, plugregSnapshotsOld}}
+		snapshots:    []string{plugregSnapshots, plugregSnapshotsOld},
+		leaderWrites: []string{plugregLeaderWrites}, dispatches: []string{plugregLeaderStores, plugregLeaderStoresOld}}
 	for _, n := range s.c.nodes {
 		src.urls = append(src.urls, s.c.url(n)+"/v1/metrics")
 	}
