@@ -308,13 +308,25 @@ func benchApplyGrow(b *testing.B) {
 	}
 }
 
-func BenchmarkApplyBatch64(b *testing.B) {
+func BenchmarkApplyBatch64(b *testing.B) { benchApplyBatch(b, 64) }
+
+// BenchmarkApplyBatch is BenchmarkApplyBatch64 at the batch sizes a
+// cluster sees: one entry at one client, a few at 16 writers, tens at 256
+// (the bench's ops per fsync).
+func BenchmarkApplyBatch(b *testing.B) {
+	for _, n := range []int{1, 2, 4, 16} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) { benchApplyBatch(b, n) })
+	}
+}
+
+// benchApplyBatch applies b.N registrations in batches of n entries.
+func benchApplyBatch(b *testing.B, n int) {
 	logs := benchEntries(b, b.N)
 	f := New(nil)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i += 64 {
-		end := min(i+64, b.N)
+	for i := 0; i < b.N; i += n {
+		end := min(i+n, b.N)
 		f.ApplyBatch(logs[i:end])
 	}
 }

@@ -157,6 +157,7 @@ func (f *FSM) applyCommands(logs []*raft.Log) []interface{} {
 		events = append(events, evs...)
 	}
 	next.commitBatch()
+	next.ownNodes = nil // published: later States clone it again
 	f.state.Store(&next)
 	if f.sink != nil {
 		f.sink.Applied(&next, events)

@@ -3,7 +3,7 @@ package fsm
 import (
 	"strings"
 
-	"github.com/benbjohnson/immutable"
+	"github.com/google/btree"
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/plugreg/plugreg/api"
 )
@@ -16,19 +16,44 @@ import (
 // turns "this node's instances" (anti-entropy's read, DeregisterNode, the
 // leader's reaping) from a walk of the whole state into a prefix scan.
 //
-// It is a persistent B+tree (benbjohnson/immutable's SortedMap), not a
-// radix tree like the name trees: it holds one entry per instance, and
-// go-immutable-radix spends about 400 bytes on each (a node, a leaf and
-// two channels per key), a B+tree about 100 (the key and a slot in a
-// leaf of 32). At a million instances that was 40% of the state's heap.
-type nodeTree = immutable.SortedMap[string, *api.PluginInfo]
+// It is a copy-on-write B-tree (google/btree, whose Clone etcd's key
+// index uses the same way), not a radix tree like the name trees: it holds
+// one entry per instance, and go-immutable-radix spends about 400 bytes on
+// each (a node, a leaf and two channels per key), a B-tree under 100 (the
+// key and a slot in a node of up to 31). At a million instances that was
+// 40% of the state's heap. The State the FSM builds writes a clone
+// (writableNodes): its first write to a node copies the node, its later
+// writes change that copy in place, so a batch copies each path once, not
+// once per entry, as the radix transactions do for the name trees. A
+// State's tree is never written once published.
+type nodeTree = btree.BTreeG[nodeEntry]
 
-// keyOrder orders the index's keys bytewise.
-type keyOrder struct{}
+// nodeEntry is one instance in the node index, under its nodeKey.
+type nodeEntry struct {
+	key string
+	p   *api.PluginInfo
+}
 
-func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
+// nodeDegree makes nodes of 15 to 31 entries (the root fewer).
+const nodeDegree = 16
 
-func newNodeTree() *nodeTree { return immutable.NewSortedMap[string, *api.PluginInfo](keyOrder{}) }
+func newNodeTree() *nodeTree {
+	return btree.NewG(nodeDegree, func(a, b nodeEntry) bool { return a.key < b.key })
+}
+
+// writableNodes returns the node index this State's writes go to: a
+// clone of the published tree, made at the State's first write to it and
+// kept until the FSM publishes the State (applyCommands clears it), so an
+// entry or batch that changes many instances copies each path once.
+// Clone writes the tree it copies (its copy-on-write context, which no
+// reader uses): only the FSM's writer calls it.
+func (s *State) writableNodes() *nodeTree {
+	if s.ownNodes == nil {
+		s.ownNodes = s.nodes.Clone()
+		s.nodes = s.ownNodes
+	}
+	return s.ownNodes
+}
 
 func nodeKey(p *api.PluginInfo) string {
 	return p.NodeID + "\x00" + p.Type + "\x00" + p.Name + "\x00" + p.AllocID
@@ -41,14 +66,11 @@ func nodePrefix(nodeID string) string { return nodeID + "\x00" }
 // of another (nodeReplace). Diffing the lists before and after instead,
 // as put once did, looked every instance of the name up in the other
 // list: quadratic in the list's length, on every write.
-//
-// nodeInsert and nodeDelete replace the State's tree (a batch's State is
-// private until published, so the batch simply moves its root along).
 func (s *State) nodeInsert(p *api.PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
-	s.nodes = s.nodes.Set(nodeKey(p), p)
+	s.writableNodes().ReplaceOrInsert(nodeEntry{nodeKey(p), p})
 }
 
 // nodeReplace indexes p in place of old, an instance of the same
@@ -64,7 +86,7 @@ func (s *State) nodeDelete(p *api.PluginInfo) {
 	if p.NodeID == "" {
 		return
 	}
-	s.nodes = s.nodes.Delete(nodeKey(p))
+	s.writableNodes().Delete(nodeEntry{key: nodeKey(p)})
 }
 
 // NodeInstances returns every instance registered with nodeID, by Type,
@@ -75,15 +97,13 @@ func (s *State) NodeInstances(nodeID string) []*api.PluginInfo {
 	}
 	var out []*api.PluginInfo
 	prefix := nodePrefix(nodeID)
-	itr := s.nodes.Iterator()
-	itr.Seek(prefix)
-	for !itr.Done() {
-		k, p, _ := itr.Next()
-		if !strings.HasPrefix(k, prefix) {
-			break
+	s.nodes.AscendGreaterOrEqual(nodeEntry{key: prefix}, func(e nodeEntry) bool {
+		if !strings.HasPrefix(e.key, prefix) {
+			return false
 		}
-		out = append(out, p)
-	}
+		out = append(out, e.p)
+		return true
+	})
 	return out
 }
 
@@ -94,28 +114,27 @@ func (s *State) HasNodeInstances(nodeID string) bool {
 		return false
 	}
 	prefix := nodePrefix(nodeID)
-	itr := s.nodes.Iterator()
-	itr.Seek(prefix)
-	if itr.Done() {
+	found := false
+	s.nodes.AscendGreaterOrEqual(nodeEntry{key: prefix}, func(e nodeEntry) bool {
+		found = strings.HasPrefix(e.key, prefix)
 		return false
-	}
-	k, _, _ := itr.Next()
-	return strings.HasPrefix(k, prefix)
+	})
+	return found
 }
 
 // buildNodeIndex indexes every instance of s (after ReadState).
 func buildNodeIndex(types *iradix.Tree[*nameTree]) *nodeTree {
-	b := immutable.NewSortedMapBuilder[string, *api.PluginInfo](keyOrder{})
+	t := newNodeTree()
 	types.Root().Walk(func(_ []byte, names *nameTree) bool {
 		names.Root().Walk(func(_ []byte, r *recency) bool {
 			for itr := r.order.Iterator(); !itr.Done(); {
 				if _, p, _ := itr.Next(); p.NodeID != "" {
-					b.Set(nodeKey(p), p)
+					t.ReplaceOrInsert(nodeEntry{nodeKey(p), p})
 				}
 			}
 			return false
 		})
 		return false
 	})
-	return b.Map()
+	return t
 }

@@ -40,7 +40,7 @@ func indexed(s *State, nodeID string) []string {
 // change (register, an update that moves an instance to another node,
 // deregister, conditional deregister, deregister-node, expiry, a node's
 // health), applied one entry at a time and in batches, and after a
-// snapshot round trip.
+// snapshot round trip; and an index once published never changes.
 func TestNodeIndexAgreesWithTheState(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
@@ -48,6 +48,11 @@ func TestNodeIndexAgreesWithTheState(t *testing.T) {
 			a := newApplier(t)
 			nodes := []string{"n1", "n2", "n3", ""}
 			var pending []*raft.Log
+			type published struct {
+				st    *State
+				index map[string][]string // node -> its instances, when published
+			}
+			var old []published
 			flush := func() {
 				if len(pending) > 0 {
 					a.fsm.ApplyBatch(pending)
@@ -94,14 +99,27 @@ func TestNodeIndexAgreesWithTheState(t *testing.T) {
 				}
 				if i%97 == 0 {
 					flush()
+					seen := published{st: a.fsm.State(), index: map[string][]string{}}
 					for _, n := range nodes[:3] {
-						if got, want := indexed(a.fsm.State(), n), bruteNode(a.fsm.State(), n); !slices.Equal(got, want) {
+						got, want := indexed(seen.st, n), bruteNode(seen.st, n)
+						if !slices.Equal(got, want) {
 							t.Fatalf("entry %d, node %s: index %v\nwalk %v", i, n, got, want)
 						}
+						seen.index[n] = got
 					}
+					old = append(old, seen)
 				}
 			}
 			flush()
+			// A published State's index never changes: the writes after it
+			// went to copies (its readers hold it without a lock).
+			for _, seen := range old {
+				for n, want := range seen.index {
+					if got := indexed(seen.st, n); !slices.Equal(got, want) {
+						t.Fatalf("state at %d, node %s: changed after it was published: %v, was %v", seen.st.Index(), n, got, want)
+					}
+				}
+			}
 			st, err := ReadState(bytes.NewReader(a.snapshot()))
 			if err != nil {
 				t.Fatal(err)
@@ -118,5 +136,62 @@ func TestNodeIndexAgreesWithTheState(t *testing.T) {
 				t.Fatal("nothing left to compare: the test's mix removes too much")
 			}
 		})
+	}
+}
+
+// The node index's copy-on-write, as the FSM uses it (a clone per
+// published State, written by the next State only), under enough inserts
+// and deletes to split and merge its nodes: every published version keeps
+// exactly what it held. (google/btree's issue 60 reports a merge that
+// wrote a node its clone shared; this is the check for our use of it.)
+func TestNodeTreeClonesNeverChange(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	type version struct {
+		tree *nodeTree
+		keys []string
+	}
+	var versions []version
+	published := newNodeTree()
+	live := map[string]bool{}
+	for round := 0; round < 400; round++ {
+		next := published.Clone()
+		// Grow for a while, then mostly shrink, then grow again: the
+		// shrinking rounds merge and steal between nodes.
+		deletes := 20
+		if round%200 >= 100 {
+			deletes = 80
+		}
+		for op := 0; op < 1+rng.Intn(100); op++ {
+			k := fmt.Sprintf("n%04d\x00t\x00name\x00a", rng.Intn(5000))
+			if rng.Intn(100) < deletes {
+				next.Delete(nodeEntry{key: k})
+				delete(live, k)
+			} else {
+				next.ReplaceOrInsert(nodeEntry{key: k})
+				live[k] = true
+			}
+		}
+		published = next
+		if round%7 == 0 {
+			var keys []string
+			for k := range live {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			versions = append(versions, version{published, keys})
+		}
+	}
+	for i, v := range versions {
+		var got []string
+		v.tree.Ascend(func(e nodeEntry) bool {
+			got = append(got, e.key)
+			return true
+		})
+		if !slices.Equal(got, v.keys) {
+			t.Fatalf("version %d changed after it was published: %d keys, held %d", i, len(got), len(v.keys))
+		}
+	}
+	if len(versions[len(versions)-1].keys) < 100 {
+		t.Fatal("the mix left too few keys to split nodes")
 	}
 }

@@ -16,8 +16,12 @@ type nameTree = iradix.Tree[*recency]
 // Apply never changes it. Every *PluginInfo it returns is shared and must
 // not be modified (copy it first).
 type State struct {
-	types     *iradix.Tree[*nameTree]
-	nodes     *nodeTree // the node index (nodeindex.go)
+	types *iradix.Tree[*nameTree]
+	nodes *nodeTree // the node index (nodeindex.go)
+	// ownNodes is nodes while this State is being built and has written
+	// to it: a clone only it writes (writableNodes). Nil in every State
+	// anyone else can see.
+	ownNodes  *nodeTree
 	index     uint64
 	instances int
 	requests  requests
@@ -33,12 +37,11 @@ type State struct {
 // then changes the copied nodes in place, instead of copying the path
 // from the root again for every entry (a radix Insert on a Tree is a
 // transaction of its own). The published trees are never touched: a
-// transaction only changes nodes it created itself. (The node index,
-// a B+tree, has no transactions in its library's version: each entry
-// copies its path, as it would outside a batch. So do the recency lists'
-// B+trees (recency.go): a path is O(log L) nodes, and a batch's writes
-// mostly touch different hosts' entries, so a transaction would save
-// little there.)
+// transaction only changes nodes it created itself. The node index's
+// clone does the same, batch or not (nodeindex.go). (The recency lists' B+trees,
+// recency.go, copy their path on each entry: a path is O(log L) nodes,
+// and a batch's writes mostly touch different names' lists, so a
+// transaction would save little there.)
 type batch struct {
 	types *iradix.Txn[*nameTree]
 	names map[string]*iradix.Txn[*recency] // open name trees, by type
