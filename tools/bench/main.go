@@ -818,25 +818,16 @@ func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 	defer ws.close()
 	// Every member: two thirds of the writes arrive at a follower and
 	// are forwarded, so a register's cost is not all on the leader.
-	errCh := make(chan error, len(s.c.nodes))
-	for i, n := range s.c.nodes {
-		name := fmt.Sprintf("follower%d-cpu.pprof", i)
+	profiled := profileMembers(ctx, o, s, func(i int) string {
 		if i == l {
-			name = "leader-cpu.pprof"
+			return "leader-cpu.pprof"
 		}
-		url := "http://" + n.pprofAddr() + "/debug/pprof/profile?seconds=" + strconv.Itoa(o.profileSecs-1)
-		go func() { errCh <- fetch(ctx, url, filepath.Join(o.profileDir, name)) }()
-	}
+		return fmt.Sprintf("follower%d-cpu.pprof", i)
+	})
 	st, _ := registerCell(ctx, s, ws, 64, time.Duration(o.profileSecs)*time.Second, "prof")
 	logf("profiled register, 64 clients: %.0f writes/s p50 %.2fms p99 %.2fms errors %d", st.Throughput, st.P50, st.P99, st.Errors)
-	var fetchErr error
-	for range s.c.nodes {
-		if err := <-errCh; err != nil && fetchErr == nil {
-			fetchErr = err
-		}
-	}
-	if fetchErr != nil {
-		return fetchErr
+	if err := profiled(); err != nil {
+		return err
 	}
 	base := "http://" + s.c.nodes[l].pprofAddr() + "/debug/pprof/"
 	if err := fetch(ctx, base+"allocs", filepath.Join(o.profileDir, "leader-allocs.pprof")); err != nil {
@@ -856,21 +847,9 @@ func runWatchProfile(ctx context.Context, o *options, s *plugregSystem) error {
 		return err
 	}
 	defer ws.close()
-	errCh := make(chan error, len(s.c.nodes))
-	for i, n := range s.c.nodes {
-		url := "http://" + n.pprofAddr() + "/debug/pprof/profile?seconds=" + strconv.Itoa(o.profileSecs-1)
-		go func() {
-			errCh <- fetch(ctx, url, filepath.Join(o.profileDir, fmt.Sprintf("member%d-watch-cpu.pprof", i)))
-		}()
-	}
+	profiled := profileMembers(ctx, o, s, func(i int) string { return fmt.Sprintf("member%d-watch-cpu.pprof", i) })
 	st, cellErr := watchCell(ctx, s, ws, o.profileClients, o.watchers, time.Duration(o.profileSecs)*time.Second, "prof")
-	// Every fetch ends (within the profile's seconds) before this returns.
-	var fetchErr error
-	for range s.c.nodes {
-		if err := <-errCh; err != nil && fetchErr == nil {
-			fetchErr = err
-		}
-	}
+	fetchErr := profiled()
 	if cellErr != nil {
 		return cellErr
 	}
@@ -881,6 +860,28 @@ func runWatchProfile(ctx context.Context, o *options, s *plugregSystem) error {
 		o.profileClients, o.watchers, st.Throughput, st.P50, st.P99, st.Errors, st.Missed)
 	logf("profiles in %s (go tool pprof -top %s/member0-watch-cpu.pprof)", o.profileDir, o.profileDir)
 	return nil
+}
+
+// profileMembers starts a CPU profile of every member of s over the
+// -profile cell, into name(i) in -profile; the function it returns waits
+// for every fetch (each ends within the profile's seconds, a failed cell
+// or not) and returns the first error.
+func profileMembers(ctx context.Context, o *options, s *plugregSystem, name func(i int) string) func() error {
+	errCh := make(chan error, len(s.c.nodes))
+	for i, n := range s.c.nodes {
+		url := "http://" + n.pprofAddr() + "/debug/pprof/profile?seconds=" + strconv.Itoa(o.profileSecs-1)
+		path := filepath.Join(o.profileDir, name(i))
+		go func() { errCh <- fetch(ctx, url, path) }()
+	}
+	return func() error {
+		var first error
+		for range s.c.nodes {
+			if err := <-errCh; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }
 
 func fetch(ctx context.Context, url, path string) error {
