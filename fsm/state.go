@@ -38,9 +38,9 @@ type State struct {
 // from the root again for every entry (a radix Insert on a Tree is a
 // transaction of its own). The published trees are never touched: a
 // transaction only changes nodes it created itself. The node index's
-// clone does the same, batch or not (nodeindex.go). (The recency lists' B+trees,
-// recency.go, copy their path on each entry: a path is O(log L) nodes,
-// and a batch's writes mostly touch different names' lists, so a
+// clone does the same, batch or not (nodeindex.go). (The recency lists'
+// B+trees, recency.go, copy their path on each entry: a path is O(log L)
+// nodes, and a batch's writes mostly touch different names' lists, so a
 // transaction would save little there.)
 type batch struct {
 	types *iradix.Txn[*nameTree]
