@@ -190,7 +190,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&bflags, "baseline-flags", "", "also run a baseline plugreg cluster with these flags instead of -plugreg-flags (binary: -baseline-bin, else plugreg's)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles of every plugreg member and the leader's allocation profile during a 64-client register cell to this dir")
 	fs.IntVar(&o.profileSecs, "profile-seconds", 10, "length of the -profile cell")
-	fs.StringVar(&o.profileWorkload, "profile-workload", "register", "the -profile cell: register (64 clients, the leader profiled) or watch (-profile-clients writers and -watchers watchers, every member profiled: watchers are spread over them)")
+	fs.StringVar(&o.profileWorkload, "profile-workload", "register", "the -profile cell, every member profiled: register (64 writers; also the leader's allocations) or watch (-profile-clients writers and -watchers watchers spread over the members)")
 	fs.DurationVar(&o.memberDiskSync, "member-disk-sync", 0, "put every member of both systems on a disk of its own (an in-memory lazyfs, FUSE, needs root) whose every fsync takes this long, as servers with a local disk each; 0: the members share this machine's disk")
 	fs.IntVar(&o.profileClients, "profile-clients", 256, "writers of the -profile-workload watch cell")
 	fs.BoolVar(&o.scale, "scale", false, "run the scale test instead: 1M instances, memory, snapshot, restart")
@@ -295,6 +295,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.stability && (o.agents > 0 || o.stubSessions > 0 || o.scale || o.stabilityClients < 1 || o.stabilityLoad <= 0 || o.stabilityIdle < 0) {
 		return nil, errors.New("-stability: needs -stability-clients and -stability-load positive, -stability-idle 0 or more, and does not mix with -agents, -stub-sessions or -scale")
+	}
+	if o.profileWorkload != "register" && o.profileWorkload != "watch" {
+		return nil, fmt.Errorf("-profile-workload %q: want register or watch", o.profileWorkload)
 	}
 	if o.memberDiskSync < 0 || (o.memberDiskSync > 0 && (o.agents > 0 || o.stability || o.fleet != nil)) {
 		return nil, errors.New("-member-disk-sync: 0 or more, and only for the comparison with etcd (not -agents, -stability or -fleet)")
@@ -800,12 +803,8 @@ func runProfile(ctx context.Context, o *options, s *plugregSystem) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 		return fmt.Errorf("profile dir: %w", err)
 	}
-	switch o.profileWorkload {
-	case "register":
-	case "watch":
+	if o.profileWorkload == "watch" {
 		return runWatchProfile(ctx, o, s)
-	default:
-		return fmt.Errorf("-profile-workload %q: want register or watch", o.profileWorkload)
 	}
 	l, err := s.leader(ctx)
 	if err != nil {

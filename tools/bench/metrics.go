@@ -17,7 +17,9 @@ import (
 const (
 	// plugreg: hashicorp/raft's timers, as histograms in seconds
 	// (telemetry's sink); a histogram's _count is its number of calls.
-	// raft.leader.dispatchLog times the leader's StoreLogs of one batch,
+	// raft.leader.dispatchLog times the leader's dispatch of one batch,
+	// which in a serial build is its StoreLogs of the batch (see
+	// plugregLeaderWrites for a parallel one),
 	// raft.rpc.appendEntries.storeLogs a follower's StoreLogs of one
 	// append. With raft-wal (the default -log-store) one StoreLogs is one
 	// fsync; with -log-store boltdb it is one bolt commit (itself two
@@ -25,10 +27,10 @@ const (
 	// those of a release that exposes go-metrics' own sink (camelCase
 	// summaries), for a -baseline-bin of one: a member serves one set or
 	// the other, so the sum of both is its figure.
-	plugregLeaderStores      = "plugreg_raft_leader_dispatch_log_seconds_count"
-	plugregFollowerStores    = "plugreg_raft_rpc_append_entries_store_logs_seconds_count"
-	plugregLeaderStoresOld   = "plugreg_raft_leader_dispatchLog_count"
-	plugregFollowerStoresOld = "plugreg_raft_rpc_appendEntries_storeLogs_count"
+	plugregLeaderDispatches    = "plugreg_raft_leader_dispatch_log_seconds_count"
+	plugregFollowerStores      = "plugreg_raft_rpc_append_entries_store_logs_seconds_count"
+	plugregLeaderDispatchesOld = "plugreg_raft_leader_dispatchLog_count"
+	plugregFollowerStoresOld   = "plugreg_raft_rpc_appendEntries_storeLogs_count"
 	// With third_party/raft's parallel leader write, dispatchLog only
 	// hands a batch to the leader's log writer, which may write several
 	// batches at once: its raft.leader.storeLogs is then the leader's
@@ -56,12 +58,12 @@ const (
 type metricsSource struct {
 	hc   *http.Client
 	urls []string // one per member, in member order
-	// fsyncs are the series whose sum is a member's Raft log fsyncs,
-	// snapshots those whose sum is its snapshots.
-	fsyncs, snapshots []string
-	// leaderWrites, when they grew in a cell, are a member's leader log
-	// fsyncs in place of dispatches, which fsyncs then counts too.
-	leaderWrites, dispatches []string
+	// fsyncs are series a member's Raft log fsyncs are always the sum of
+	// (a follower's stores, etcd's WAL syncs), snapshots those whose sum
+	// is its snapshots. A plugreg leader's fsyncs are its log writer's
+	// stores (leaderWrites) when they grew in the cell, else its
+	// dispatches (a serial build's, which store as they dispatch).
+	fsyncs, snapshots, leaderWrites, dispatches []string
 }
 
 // scrapeClient reads etcd's /metrics; plugreg's are read with its
@@ -89,7 +91,9 @@ type raftActivity struct {
 // scrapeMembers reads every member's series of src.
 func scrapeMembers(ctx context.Context, src metricsSource) ([]map[string]float64, error) {
 	var names []string
-	names = append(append(append(names, src.fsyncs...), src.snapshots...), src.leaderWrites...)
+	for _, ns := range [][]string{src.fsyncs, src.snapshots, src.leaderWrites, src.dispatches} {
+		names = append(names, ns...)
+	}
 	out := make([]map[string]float64, len(src.urls))
 	for i, url := range src.urls {
 		v, err := scrapeSamples(ctx, src.hc, url, names)
@@ -171,7 +175,9 @@ func raftActivityOf(src metricsSource, before, after []map[string]float64, leade
 	for i := range before {
 		d := sumDelta(before[i], after[i], src.fsyncs)
 		if w := sumDelta(before[i], after[i], src.leaderWrites); w > 0 {
-			d += w - sumDelta(before[i], after[i], src.dispatches)
+			d += w
+		} else {
+			d += sumDelta(before[i], after[i], src.dispatches)
 		}
 		a.MemberFsyncs += d
 		if i == leader {

@@ -22,11 +22,11 @@ plugreg_raft_replication_append_entries_rpc_seconds_count{peer_id="n2"} 1449
 `)
 	}))
 	defer srv.Close()
-	got, err := scrapeSamples(context.Background(), srv.Client(), srv.URL, []string{plugregLeaderStores, plugregFollowerStores})
+	got, err := scrapeSamples(context.Background(), srv.Client(), srv.URL, []string{plugregLeaderDispatches, plugregFollowerStores})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[plugregLeaderStores] != 41 || got[plugregFollowerStores] != 0 || len(got) != 2 {
+	if got[plugregLeaderDispatches] != 41 || got[plugregFollowerStores] != 0 || len(got) != 2 {
 		t.Fatalf("got %v, want dispatchLog 41 and storeLogs 0", got)
 	}
 }
@@ -49,7 +49,7 @@ func TestRaftActivityOf(t *testing.T) {
 // A leader with the parallel log write counts its writer's stores, not
 // its dispatches; a serial leader (no writer series) its dispatches.
 func TestRaftActivityOfParallelLeaderWrites(t *testing.T) {
-	src := metricsSource{fsyncs: []string{"dispatch", "follower"}, leaderWrites: []string{"write"}, dispatches: []string{"dispatch"}}
+	src := metricsSource{fsyncs: []string{"follower"}, leaderWrites: []string{"write"}, dispatches: []string{"dispatch"}}
 	before := []map[string]float64{{"dispatch": 100, "write": 40}, {"follower": 10}, {"follower": 10}}
 	after := []map[string]float64{{"dispatch": 300, "write": 90}, {"follower": 60}, {"follower": 70}}
 	if got := raftActivityOf(src, before, after, 0, 0, 500); got.LeaderFsyncs != 50 || got.MemberFsyncs != 160 || got.OpsPerLeaderFsync != 10 {

@@ -190,9 +190,9 @@ func (s *plugregSystem) term(ctx context.Context, i int) (uint64, error) {
 }
 
 func (s *plugregSystem) metrics() metricsSource {
-	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregLeaderStores, plugregFollowerStores, plugregLeaderStoresOld, plugregFollowerStoresOld},
+	src := metricsSource{hc: s.c.hc, fsyncs: []string{plugregFollowerStores, plugregFollowerStoresOld},
 		snapshots:    []string{plugregSnapshots, plugregSnapshotsOld},
-		leaderWrites: []string{plugregLeaderWrites}, dispatches: []string{plugregLeaderStores, plugregLeaderStoresOld}}
+		leaderWrites: []string{plugregLeaderWrites}, dispatches: []string{plugregLeaderDispatches, plugregLeaderDispatchesOld}}
 	for _, n := range s.c.nodes {
 		src.urls = append(src.urls, s.c.url(n)+"/v1/metrics")
 	}
